@@ -1,0 +1,397 @@
+//! The builder, presets and environment configuration.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tracing_subscriber::EnvFilter;
+
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::guard::{ProfileGuard, ProfileHandle};
+use crate::layer::ProfileLayer;
+use crate::profiler::Inner;
+
+/// Environment variable: the master switch and preset (`off`, `basic`, `detailed`, `full`).
+pub const ENV_PRESET: &str = "SPANPROF";
+/// Environment variable: which spans are profiled, in `EnvFilter` directive syntax.
+pub const ENV_FILTER: &str = "SPANPROF_FILTER";
+/// Environment variable: where the report goes on drop (`stderr`, `off`, or a file path).
+pub const ENV_REPORT: &str = "SPANPROF_REPORT";
+/// Environment variable: how many rows the report shows.
+pub const ENV_TOP: &str = "SPANPROF_TOP";
+/// Environment variable: the output directory (`profile.json` is written there on drop).
+pub const ENV_OUT: &str = "SPANPROF_OUT";
+
+/// How much spanprof records.
+///
+/// Only timing exists so far: `detailed` and `full` record what `basic` records (resource
+/// samplers attach to them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Preset {
+    /// Record nothing: every callback returns at once.
+    Off,
+    /// Span timing: busy, self and wall time histograms, throughput and errors.
+    #[default]
+    Basic,
+    /// `basic`, plus resource samples where available.
+    Detailed,
+    /// `detailed`, plus GPU and energy where available.
+    Full,
+}
+
+impl Preset {
+    const ACCEPTED: &'static str = "one of off, basic, detailed, full (case-insensitive)";
+
+    /// The preset's name as `SPANPROF` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Preset::Off => "off",
+            Preset::Basic => "basic",
+            Preset::Detailed => "detailed",
+            Preset::Full => "full",
+        }
+    }
+
+    pub(crate) fn records(self) -> bool {
+        self != Preset::Off
+    }
+}
+
+impl std::str::FromStr for Preset {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" => Ok(Preset::Off),
+            "basic" => Ok(Preset::Basic),
+            "detailed" => Ok(Preset::Detailed),
+            "full" => Ok(Preset::Full),
+            _ => Err(Error::InvalidEnv {
+                var: ENV_PRESET,
+                value: s.to_string(),
+                expected: Self::ACCEPTED,
+            }),
+        }
+    }
+}
+
+/// Where the console report goes when the guard is dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ReportTarget {
+    /// Standard error (the default).
+    #[default]
+    Stderr,
+    /// A file, overwritten.
+    File(PathBuf),
+    /// No report.
+    Off,
+}
+
+/// Resolved configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) preset: Preset,
+    pub(crate) filter: Option<String>,
+    pub(crate) report: ReportTarget,
+    pub(crate) top: usize,
+    pub(crate) output_dir: Option<PathBuf>,
+}
+
+/// Builds a [`ProfileLayer`] and its [`ProfileGuard`].
+///
+/// Environment variables override the builder unless [`Builder::with_env`] turns them off:
+///
+/// | variable | values | builder |
+/// |---|---|---|
+/// | `SPANPROF` | `off`, `basic`, `detailed`, `full` | [`Builder::with_preset`] |
+/// | `SPANPROF_FILTER` | `EnvFilter` directives, e.g. `my_app=trace,hyper=off` | [`Builder::with_filter`] |
+/// | `SPANPROF_REPORT` | `stderr`, `off`, or a file path | [`Builder::with_report`] |
+/// | `SPANPROF_TOP` | a positive integer | [`Builder::with_top`] |
+/// | `SPANPROF_OUT` | a directory | [`Builder::with_output_dir`] |
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Builder {
+    preset: Preset,
+    filter: Option<String>,
+    report: ReportTarget,
+    top: usize,
+    output_dir: Option<PathBuf>,
+    read_env: bool,
+    clock: Option<Clock>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self {
+            preset: Preset::default(),
+            filter: None,
+            report: ReportTarget::default(),
+            top: Self::DEFAULT_TOP,
+            output_dir: None,
+            read_env: true,
+            clock: None,
+        }
+    }
+}
+
+impl Builder {
+    /// Rows the report shows by default.
+    pub const DEFAULT_TOP: usize = 25;
+
+    /// Sets the preset (default [`Preset::Basic`]). `SPANPROF` overrides it.
+    pub fn with_preset(self, preset: Preset) -> Self {
+        Self { preset, ..self }
+    }
+
+    /// Profiles only the spans these `EnvFilter` directives enable, e.g. `"my_app=trace"`.
+    /// Other layers are not affected. `SPANPROF_FILTER` overrides it.
+    ///
+    /// Directives on targets and levels are decided once per callsite. Directives with span
+    /// field values are checked when each span is created.
+    ///
+    /// # Errors
+    /// [`Error::InvalidFilter`] if the directives do not parse.
+    pub fn with_filter(self, directives: impl Into<String>) -> Result<Self> {
+        let directives = directives.into();
+        parse_filter(&directives, "the builder")?;
+        Ok(Self {
+            filter: Some(directives),
+            ..self
+        })
+    }
+
+    /// Where the report goes when the guard drops (default [`ReportTarget::Stderr`]).
+    pub fn with_report(self, report: ReportTarget) -> Self {
+        Self { report, ..self }
+    }
+
+    /// Rows shown in the report (default [`Builder::DEFAULT_TOP`]).
+    pub fn with_top(self, top: usize) -> Self {
+        Self {
+            top: top.max(1),
+            ..self
+        }
+    }
+
+    /// A directory the guard writes `profile.json` into when it drops.
+    pub fn with_output_dir(self, dir: impl Into<PathBuf>) -> Self {
+        Self {
+            output_dir: Some(dir.into()),
+            ..self
+        }
+    }
+
+    /// Whether the `SPANPROF*` environment variables override the builder (default `true`).
+    pub fn with_env(self, read_env: bool) -> Self {
+        Self { read_env, ..self }
+    }
+
+    /// The clock to read (default [`Clock::new`]); tests pass a [`Clock::mock`].
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Self {
+            clock: Some(clock),
+            ..self
+        }
+    }
+
+    /// Builds the layer and its guard.
+    ///
+    /// # Errors
+    /// [`Error::InvalidEnv`] or [`Error::InvalidFilter`] naming the variable and value that is
+    /// wrong. Nothing is installed in that case.
+    pub fn build(self) -> Result<(ProfileLayer, ProfileGuard)> {
+        let builder = if self.read_env {
+            self.apply_env(|var| std::env::var_os(var))?
+        } else {
+            self
+        };
+        let filter = match &builder.filter {
+            Some(directives) => Some(parse_filter(directives, "the configuration")?),
+            None => None,
+        };
+        let config = Config {
+            preset: builder.preset,
+            filter: builder.filter,
+            report: builder.report,
+            top: builder.top,
+            output_dir: builder.output_dir,
+        };
+        let clock = builder.clock.unwrap_or_default();
+        let inner = Arc::new(Inner::new(config, clock, filter));
+        Ok((
+            ProfileLayer {
+                inner: inner.clone(),
+            },
+            ProfileGuard::new(ProfileHandle { inner }),
+        ))
+    }
+
+    /// Applies environment overrides read through `get`.
+    pub(crate) fn apply_env(
+        mut self,
+        get: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<Self> {
+        let read = |var: &'static str, expected: &'static str| -> Result<Option<String>> {
+            match get(var) {
+                None => Ok(None),
+                Some(v) => v.into_string().map(Some).map_err(|v| Error::InvalidEnv {
+                    var,
+                    value: v.to_string_lossy().into_owned(),
+                    expected,
+                }),
+            }
+        };
+        if let Some(v) = read(ENV_PRESET, Preset::ACCEPTED)? {
+            self.preset = v.parse()?;
+        }
+        if let Some(v) = read(ENV_FILTER, "EnvFilter directives in UTF-8")? {
+            if !v.trim().is_empty() {
+                parse_filter(&v, ENV_FILTER)?;
+                self.filter = Some(v);
+            }
+        }
+        const REPORT: &str = "stderr, off, or a file path";
+        if let Some(v) = read(ENV_REPORT, REPORT)? {
+            self.report = match v.trim() {
+                "stderr" => ReportTarget::Stderr,
+                "off" => ReportTarget::Off,
+                "" => {
+                    return Err(Error::InvalidEnv {
+                        var: ENV_REPORT,
+                        value: v,
+                        expected: REPORT,
+                    })
+                }
+                path => ReportTarget::File(PathBuf::from(path)),
+            };
+        }
+        const TOP: &str = "a positive integer";
+        if let Some(v) = read(ENV_TOP, TOP)? {
+            self.top = match v.trim().parse::<usize>() {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    return Err(Error::InvalidEnv {
+                        var: ENV_TOP,
+                        value: v,
+                        expected: TOP,
+                    })
+                }
+            };
+        }
+        const OUT: &str = "a directory path";
+        if let Some(v) = read(ENV_OUT, OUT)? {
+            if v.trim().is_empty() {
+                return Err(Error::InvalidEnv {
+                    var: ENV_OUT,
+                    value: v,
+                    expected: OUT,
+                });
+            }
+            self.output_dir = Some(PathBuf::from(v));
+        }
+        Ok(self)
+    }
+}
+
+fn parse_filter(directives: &str, origin: &'static str) -> Result<EnvFilter> {
+    EnvFilter::builder()
+        .parse(directives)
+        .map_err(|source| Error::InvalidFilter {
+            origin,
+            value: directives.to_string(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let pairs: Vec<(String, String)> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |var| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == var)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    fn err(pairs: &[(&str, &str)]) -> Error {
+        Builder::default().apply_env(env(pairs)).unwrap_err()
+    }
+
+    #[test]
+    fn presets_parse_case_insensitively() {
+        for (v, p) in [("off", Preset::Off), ("BASIC", Preset::Basic), (" Detailed ", Preset::Detailed), ("full", Preset::Full)] {
+            let b = Builder::default().apply_env(env(&[("SPANPROF", v)])).unwrap();
+            assert_eq!(b.preset, p);
+        }
+    }
+
+    #[test]
+    fn bad_preset_names_variable_value_and_choices() {
+        let e = err(&[("SPANPROF", "verbose")]);
+        let msg = e.to_string();
+        assert!(matches!(e, Error::InvalidEnv { var: "SPANPROF", .. }));
+        assert!(msg.contains("SPANPROF") && msg.contains("\"verbose\"") && msg.contains("off, basic, detailed, full"), "{msg}");
+    }
+
+    #[test]
+    fn bad_filter_names_variable_and_value() {
+        let e = err(&[("SPANPROF_FILTER", "my_app=notalevel")]);
+        let msg = e.to_string();
+        assert!(matches!(e, Error::InvalidFilter { origin: "SPANPROF_FILTER", .. }), "{e:?}");
+        assert!(msg.contains("my_app=notalevel"), "{msg}");
+        assert!(std::error::Error::source(&e).is_some());
+    }
+
+    #[test]
+    fn bad_top_report_and_out() {
+        for v in ["0", "-3", "many", ""] {
+            assert!(matches!(err(&[("SPANPROF_TOP", v)]), Error::InvalidEnv { var: "SPANPROF_TOP", .. }), "{v}");
+        }
+        assert!(matches!(err(&[("SPANPROF_REPORT", " ")]), Error::InvalidEnv { var: "SPANPROF_REPORT", .. }));
+        assert!(matches!(err(&[("SPANPROF_OUT", "")]), Error::InvalidEnv { var: "SPANPROF_OUT", .. }));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn non_utf8_value_is_an_error() {
+        use std::os::unix::ffi::OsStringExt;
+        let e = Builder::default()
+            .apply_env(|v| (v == "SPANPROF").then(|| OsString::from_vec(vec![0x66, 0xff])))
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidEnv { var: "SPANPROF", .. }));
+    }
+
+    #[test]
+    fn env_overrides_builder() {
+        let b = Builder::default()
+            .with_preset(Preset::Off)
+            .with_top(3)
+            .apply_env(env(&[
+                ("SPANPROF", "basic"),
+                ("SPANPROF_TOP", "7"),
+                ("SPANPROF_REPORT", "off"),
+                ("SPANPROF_OUT", "out/dir"),
+                ("SPANPROF_FILTER", "my_app=trace"),
+            ]))
+            .unwrap();
+        assert_eq!(b.preset, Preset::Basic);
+        assert_eq!(b.top, 7);
+        assert_eq!(b.report, ReportTarget::Off);
+        assert_eq!(b.output_dir, Some(PathBuf::from("out/dir")));
+        assert_eq!(b.filter.as_deref(), Some("my_app=trace"));
+        let file = Builder::default().apply_env(env(&[("SPANPROF_REPORT", "r.txt")])).unwrap();
+        assert_eq!(file.report, ReportTarget::File("r.txt".into()));
+    }
+
+    #[test]
+    fn builder_filter_is_validated() {
+        let e = Builder::default().with_filter("=[").unwrap_err();
+        assert!(matches!(e, Error::InvalidFilter { origin: "the builder", .. }), "{e:?}");
+    }
+}

@@ -1,0 +1,52 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong when configuring spanprof or reading and writing profiles.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An environment variable holds a value spanprof does not accept.
+    #[error("invalid value {value:?} for environment variable {var}: expected {expected}")]
+    InvalidEnv {
+        /// The variable, e.g. `SPANPROF`.
+        var: &'static str,
+        /// The value found.
+        value: String,
+        /// What the variable accepts.
+        expected: &'static str,
+    },
+    /// A filter directive (from the builder or `SPANPROF_FILTER`) does not parse.
+    #[error("invalid filter directive {value:?} (from {origin}): {source}")]
+    InvalidFilter {
+        /// Where the directive came from: `SPANPROF_FILTER` or `the builder`.
+        origin: &'static str,
+        /// The directive string.
+        value: String,
+        /// The parser's complaint.
+        #[source]
+        source: tracing_subscriber::filter::ParseError,
+    },
+    /// Reading or writing a file failed.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was being done, e.g. `writing profile`.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A profile could not be parsed.
+    #[error("invalid profile {origin}: {message}")]
+    InvalidProfile {
+        /// The file or source the profile came from.
+        origin: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// `Result<T, spanprof::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,256 @@
+//! Single-writer atomic histograms with the exact bucket layout of `hdrhistogram`.
+//!
+//! The recording thread is the only writer of a [`AtomicHist`]; any thread may read it while it
+//! records (a snapshot). Counters are `AtomicU16` to keep a (span name × thread) under 64 KiB;
+//! before any counter could overflow, the writer drains its counts into a shared `u64`
+//! [`Histogram`] (the *spill*), at most once per 65 535 samples.
+//!
+//! The layout (2 significant digits, 1 ns ..= [`HIGHEST_NS`]) is the one
+//! `Histogram::new_with_bounds(1, HIGHEST_NS, 2)` uses, so a drained or snapshotted histogram is a
+//! real [`Histogram`] that any HdrHistogram implementation can read.
+
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
+
+use hdrhistogram::Histogram;
+
+/// Significant decimal digits kept by every histogram: values are exact to within 1 part in 128
+/// (better than 0.8 %).
+pub const SIGNIFICANT_DIGITS: u8 = 2;
+/// Lowest value the histograms tell apart from zero, in nanoseconds.
+pub const LOWEST_NS: u64 = 1;
+/// Highest value the histograms record, in nanoseconds (one hour). Longer durations are recorded
+/// as this value and counted as clamped in [`Stat::clamped`](crate::Stat::clamped).
+pub const HIGHEST_NS: u64 = 3_600_000_000_000;
+
+const SUB_BUCKET_HALF_MAGNITUDE: u32 = 7;
+const SUB_BUCKET_HALF: usize = 1 << SUB_BUCKET_HALF_MAGNITUDE;
+const SUB_BUCKET_MASK: u64 = (2 * SUB_BUCKET_HALF as u64) - 1;
+const LEADING_ZERO_BASE: u32 = 64 - SUB_BUCKET_HALF_MAGNITUDE - 1;
+
+const fn bucket_count() -> usize {
+    let mut smallest_untrackable = 2 * SUB_BUCKET_HALF as u64;
+    let mut buckets = 1;
+    while smallest_untrackable <= HIGHEST_NS {
+        smallest_untrackable <<= 1;
+        buckets += 1;
+    }
+    buckets
+}
+
+/// Number of counters per histogram.
+pub(crate) const COUNTS_LEN: usize = (bucket_count() + 1) * SUB_BUCKET_HALF;
+
+/// Samples a histogram takes between two drains: no `u16` counter can overflow before it.
+const DRAIN_EVERY: u64 = u16::MAX as u64;
+
+#[inline(always)]
+fn index_of(value: u64) -> usize {
+    let bucket = LEADING_ZERO_BASE - (value | SUB_BUCKET_MASK).leading_zeros();
+    let sub_bucket = (value >> bucket) as usize;
+    ((bucket as usize + 1) << SUB_BUCKET_HALF_MAGNITUDE) + sub_bucket - SUB_BUCKET_HALF
+}
+
+fn value_of(index: usize) -> u64 {
+    let mut bucket = (index >> SUB_BUCKET_HALF_MAGNITUDE) as i64 - 1;
+    let mut sub_bucket = (index & (SUB_BUCKET_HALF - 1)) + SUB_BUCKET_HALF;
+    if bucket < 0 {
+        sub_bucket -= SUB_BUCKET_HALF;
+        bucket = 0;
+    }
+    (sub_bucket as u64) << bucket
+}
+
+/// A new, empty `u64` histogram with spanprof's layout.
+pub(crate) fn new_histogram() -> Histogram<u64> {
+    // UNWRAP: the bounds are constants that satisfy hdrhistogram's preconditions (tested).
+    Histogram::new_with_bounds(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS).expect("valid bounds")
+}
+
+/// Exact running figures kept beside the buckets (the buckets only know values to 2 digits).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Exact {
+    pub(crate) count: u64,
+    pub(crate) sum: u64,
+    pub(crate) min: u64,
+    pub(crate) max: u64,
+    pub(crate) clamped: u64,
+}
+
+impl Exact {
+    pub(crate) fn merge(&mut self, other: &Exact) {
+        if other.count == 0 {
+            return;
+        }
+        self.min = if self.count == 0 {
+            other.min
+        } else {
+            self.min.min(other.min)
+        };
+        self.max = self.max.max(other.max);
+        self.count += other.count;
+        self.sum = self.sum.saturating_add(other.sum);
+        self.clamped += other.clamped;
+    }
+}
+
+/// A histogram one thread records into and any thread may read.
+pub(crate) struct AtomicHist {
+    counts: Box<[AtomicU16]>,
+    count: AtomicU64,
+    sum: AtomicU64,
+    min: AtomicU64,
+    max: AtomicU64,
+    clamped: AtomicU64,
+}
+
+impl std::fmt::Debug for AtomicHist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AtomicHist")
+            .field("count", &self.count.load(Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl AtomicHist {
+    pub(crate) fn new() -> Self {
+        Self {
+            counts: (0..COUNTS_LEN).map(|_| AtomicU16::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
+            min: AtomicU64::new(u64::MAX),
+            max: AtomicU64::new(0),
+            clamped: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one value. Only the owning thread may call this. Returns `true` when the buckets
+    /// must be drained (with [`AtomicHist::drain_into`]) before the next record.
+    #[inline(always)]
+    pub(crate) fn record(&self, value_ns: u64) -> bool {
+        let value = if value_ns > HIGHEST_NS {
+            self.clamped.store(self.clamped.load(Relaxed) + 1, Relaxed);
+            HIGHEST_NS
+        } else {
+            value_ns
+        };
+        let bucket = &self.counts[index_of(value)];
+        bucket.store(bucket.load(Relaxed).wrapping_add(1), Relaxed);
+        let count = self.count.load(Relaxed) + 1;
+        self.count.store(count, Relaxed);
+        self.sum.store(self.sum.load(Relaxed).wrapping_add(value_ns), Relaxed);
+        if value_ns < self.min.load(Relaxed) {
+            self.min.store(value_ns, Relaxed);
+        }
+        if value_ns > self.max.load(Relaxed) {
+            self.max.store(value_ns, Relaxed);
+        }
+        count % DRAIN_EVERY == 0
+    }
+
+    /// The exact figures as of now.
+    pub(crate) fn exact(&self) -> Exact {
+        let count = self.count.load(Relaxed);
+        Exact {
+            count,
+            sum: self.sum.load(Relaxed),
+            min: if count == 0 { 0 } else { self.min.load(Relaxed) },
+            max: self.max.load(Relaxed),
+            clamped: self.clamped.load(Relaxed),
+        }
+    }
+
+    /// Adds the buckets to `into` (a histogram made by [`new_histogram`]).
+    pub(crate) fn add_to(&self, into: &mut Histogram<u64>) {
+        for (index, bucket) in self.counts.iter().enumerate() {
+            let n = bucket.load(Relaxed);
+            if n != 0 {
+                // UNWRAP-free: saturating_record_n cannot fail; the value is in range by layout.
+                into.saturating_record_n(value_of(index), u64::from(n));
+            }
+        }
+    }
+
+    /// Moves the buckets into `into` and zeroes them. Only the owning thread may call this, and
+    /// only while holding the lock that guards `into` (readers hold it too, so a reader never
+    /// sees a sample in both places or in neither).
+    pub(crate) fn drain_into(&self, into: &mut Histogram<u64>) {
+        for (index, bucket) in self.counts.iter().enumerate() {
+            let n = bucket.load(Relaxed);
+            if n != 0 {
+                into.saturating_record_n(value_of(index), u64::from(n));
+                bucket.store(0, Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_matches_hdrhistogram() {
+        let h = new_histogram();
+        assert_eq!(h.distinct_values(), COUNTS_LEN);
+        // 9 KiB per histogram, five per (span name × thread): under 64 KiB.
+        assert!(5 * COUNTS_LEN * 2 < 64 * 1024, "{}", COUNTS_LEN);
+    }
+
+    #[test]
+    fn index_and_value_agree_with_hdrhistogram() {
+        let h = new_histogram();
+        let mut v = 0u64;
+        while v <= HIGHEST_NS {
+            let idx = index_of(v);
+            assert!(idx < COUNTS_LEN, "value {v}");
+            assert_eq!(value_of(idx), h.lowest_equivalent(v), "value {v}");
+            v = v * 3 / 2 + 1;
+        }
+        assert_eq!(value_of(index_of(HIGHEST_NS)), h.lowest_equivalent(HIGHEST_NS));
+    }
+
+    #[test]
+    fn recorded_histogram_equals_hdrhistogram() {
+        let a = AtomicHist::new();
+        let mut reference = new_histogram();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = x % (1 << (x % 40));
+            a.record(v);
+            reference.record(v).unwrap();
+        }
+        let mut out = new_histogram();
+        a.add_to(&mut out);
+        assert_eq!(out, reference);
+        assert_eq!(a.exact().count, 10_000);
+    }
+
+    #[test]
+    fn out_of_range_values_are_clamped_and_counted() {
+        let a = AtomicHist::new();
+        a.record(HIGHEST_NS * 5);
+        a.record(7);
+        let e = a.exact();
+        assert_eq!((e.count, e.clamped, e.max, e.min), (2, 1, HIGHEST_NS * 5, 7));
+        let mut out = new_histogram();
+        a.add_to(&mut out);
+        assert_eq!(out.len(), 2);
+        assert!(out.equivalent(out.max(), HIGHEST_NS));
+    }
+
+    #[test]
+    fn drain_before_overflow_keeps_every_sample() {
+        let a = AtomicHist::new();
+        let mut spill = new_histogram();
+        for _ in 0..200_000u32 {
+            if a.record(42) {
+                a.drain_into(&mut spill);
+            }
+        }
+        a.add_to(&mut spill);
+        assert_eq!(spill.count_at(42), 200_000);
+    }
+}

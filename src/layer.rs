@@ -1,0 +1,292 @@
+//! The [`Layer`] implementation: the hot path, and nothing else.
+//!
+//! Per span: a callsite decision looked up once at creation (no lock, no hashing of names), one
+//! entry in the lock-free span table, a raw clock read at new/enter/exit/close, and records into
+//! the current thread's shard. No allocation once a thread and a callsite are warm, no syscall,
+//! no formatting.
+
+use std::fmt;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use tracing_core::field::{Field, Visit};
+use tracing_core::span::{Attributes, Id, Record};
+use tracing_core::{Event, Level, Metadata, Subscriber};
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::Layer;
+
+use crate::config::Builder;
+use crate::names::{throughput_fields, Decision, Kind, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS};
+use crate::profiler::Inner;
+use crate::store::{bump, with_local, Frame, Local, NameStats};
+
+/// The profiling layer. Build it with [`ProfileLayer::builder`] and add it to a
+/// `tracing_subscriber::registry()`.
+///
+/// It never filters what other layers see: spans it does not profile (see
+/// [`Builder::with_filter`]) cost it one table probe per callback.
+#[derive(Clone)]
+pub struct ProfileLayer {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for ProfileLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProfileLayer")
+            .field("preset", &self.inner.config.preset)
+            .field("filter", &self.inner.config.filter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProfileLayer {
+    /// A builder with the defaults (see [`Builder`]).
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    #[inline(always)]
+    fn local<R>(&self, f: impl FnOnce(&mut Local) -> R) -> Option<R> {
+        with_local(self.inner.id, &self.inner.shards, f)
+    }
+
+    /// Decides, once per callsite, whether and under which name its spans are profiled.
+    #[cold]
+    #[inline(never)]
+    fn decide<S>(&self, meta: &'static Metadata<'static>) -> Decision
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let dynamic = match &self.inner.filter {
+            None => false,
+            Some(filter) => {
+                let interest = <tracing_subscriber::EnvFilter as Layer<S>>::register_callsite(filter, meta);
+                if interest.is_never() {
+                    self.inner.names.remember(meta, Decision::SKIP);
+                    return Decision::SKIP;
+                }
+                interest.is_sometimes()
+            }
+        };
+        let decision = match self.inner.names.intern(meta.name(), meta.target()) {
+            Some(name) => Decision::record(name, throughput_fields(meta), dynamic),
+            None => {
+                self.inner.dropped_too_many_names.fetch_add(1, Relaxed);
+                Decision::SKIP
+            }
+        };
+        self.inner.names.remember(meta, decision);
+        decision
+    }
+
+    #[inline(always)]
+    fn record(&self, local: &Local, name: u32, kind: Kind, value: u64) {
+        let stats = local.shard.stats(name);
+        if stats.hist(kind).record(value) {
+            self.inner.drain(&local.shard, name, kind);
+        }
+    }
+}
+
+/// Adds the throughput fields of a span's values to its name's sums.
+struct Throughput<'a> {
+    stats: &'a NameStats,
+    fields: u32,
+}
+
+impl Throughput<'_> {
+    fn add(&self, field: &Field, value: u64) {
+        let counter = match field.name() {
+            "items" if self.fields & FIELD_ITEMS != 0 => &self.stats.items,
+            "bytes" if self.fields & FIELD_BYTES != 0 => &self.stats.bytes,
+            "flops" if self.fields & FIELD_FLOPS != 0 => &self.stats.flops,
+            _ => return,
+        };
+        bump(counter, value);
+    }
+}
+
+impl Visit for Throughput<'_> {
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.add(field, value);
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if let Ok(v) = u64::try_from(value) {
+            self.add(field, v);
+        }
+    }
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        self.add(field, u64::try_from(value).unwrap_or(u64::MAX));
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        if value.is_finite() && value >= 0.0 {
+            self.add(field, value.round() as u64);
+        }
+    }
+    fn record_debug(&mut self, _: &Field, _: &dyn fmt::Debug) {}
+}
+
+impl<S> Layer<S> for ProfileLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if !self.inner.active.load(Relaxed) {
+            return;
+        }
+        let meta = attrs.metadata();
+        let decision = match self.inner.names.cached(meta) {
+            Some(d) => d,
+            None => self.decide::<S>(meta),
+        };
+        if decision.is_skip() {
+            return;
+        }
+        if decision.is_dynamic() {
+            if let Some(filter) = &self.inner.filter {
+                if !<tracing_subscriber::EnvFilter as Layer<S>>::enabled(filter, meta, ctx) {
+                    return;
+                }
+            }
+        }
+        let name = decision.name();
+        let now = self.inner.clock.raw();
+        let inserted = self.inner.table.insert(id.into_u64(), |e| {
+            e.name.store(name, Relaxed);
+            e.created.store(now, Relaxed);
+            e.busy.store(0, Relaxed);
+            e.self_ns.store(0, Relaxed);
+            e.entries.store(0, Relaxed);
+            e.entered_at.store(0, Relaxed);
+            e.entered_by.store(0, Relaxed);
+        });
+        if inserted.is_none() {
+            self.inner.dropped_table_full.fetch_add(1, Relaxed);
+            return;
+        }
+        let fields = decision.fields();
+        self.local(|local| {
+            let stats = local.shard.stats(name);
+            bump(&stats.created, 1);
+            if fields != 0 {
+                attrs.record(&mut Throughput { stats, fields });
+            }
+        });
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
+        let Some(entry) = self.inner.table.get(id.into_u64()) else {
+            return;
+        };
+        let name = entry.name.load(Relaxed);
+        self.local(|local| {
+            values.record(&mut Throughput {
+                stats: local.shard.stats(name),
+                fields: FIELD_ITEMS | FIELD_BYTES | FIELD_FLOPS,
+            });
+        });
+    }
+
+    fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
+        let id = id.into_u64();
+        let Some(entry) = self.inner.table.get(id) else {
+            return;
+        };
+        self.local(|local| {
+            if entry.entered_by.load(Relaxed) == local.token {
+                // Possibly a re-entry of a span this thread is already inside.
+                if let Some(frame) = local.stack.iter_mut().rev().find(|f| f.id == id) {
+                    frame.reentries += 1;
+                    return;
+                }
+            }
+            entry.entered_by.store(local.token, Relaxed);
+            let now = self.inner.clock.raw();
+            entry.entered_at.store(now, Relaxed);
+            local.stack.push(Frame {
+                id,
+                name: entry.name.load(Relaxed),
+                start: now,
+                child_ns: 0,
+                reentries: 0,
+            });
+        });
+    }
+
+    fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
+        let now = self.inner.clock.raw();
+        let id = id.into_u64();
+        let Some(entry) = self.inner.table.get(id) else {
+            return;
+        };
+        self.local(|local| {
+            let stack = &mut local.stack;
+            let Some(pos) = stack.iter().rposition(|f| f.id == id) else {
+                return;
+            };
+            if stack[pos].reentries > 0 {
+                stack[pos].reentries -= 1;
+                return;
+            }
+            let frame = if pos + 1 == stack.len() {
+                stack.pop()
+            } else {
+                Some(stack.remove(pos))
+            };
+            let Some(frame) = frame else { return };
+            let busy = self.inner.clock.delta_ns(frame.start, now);
+            let self_ns = busy.saturating_sub(frame.child_ns);
+            if let Some(parent) = pos.checked_sub(1).and_then(|p| stack.get_mut(p)) {
+                parent.child_ns += busy;
+            }
+            entry.busy.fetch_add(busy, Relaxed);
+            entry.self_ns.fetch_add(self_ns, Relaxed);
+            let entries = entry.entries.load(Relaxed);
+            entry.entries.store(entries.saturating_add(1), Relaxed);
+            entry.entered_at.store(0, Relaxed);
+            if entry.entered_by.load(Relaxed) == local.token {
+                entry.entered_by.store(0, Relaxed);
+            }
+            self.record(local, frame.name, Kind::EntryBusy, busy);
+            self.record(local, frame.name, Kind::EntrySelf, self_ns);
+        });
+    }
+
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+        let now = self.inner.clock.raw();
+        let Some(entry) = self.inner.table.get(id.into_u64()) else {
+            return;
+        };
+        let name = entry.name.load(Relaxed);
+        let wall = self.inner.clock.delta_ns(entry.created.load(Relaxed), now);
+        let busy = entry.busy.load(Relaxed);
+        let self_ns = entry.self_ns.load(Relaxed);
+        self.inner.table.remove(entry);
+        self.local(|local| {
+            self.record(local, name, Kind::Busy, busy);
+            self.record(local, name, Kind::SelfTime, self_ns);
+            self.record(local, name, Kind::Wall, wall);
+        });
+    }
+
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        if *event.metadata().level() != Level::ERROR {
+            return;
+        }
+        let explicit = event.parent().map(|id| id.into_u64());
+        let from_table = explicit.and_then(|id| self.inner.table.get(id)).map(|e| e.name.load(Relaxed));
+        self.local(|local| {
+            let name = if explicit.is_some() {
+                from_table
+            } else if event.is_contextual() {
+                local.stack.last().map(|f| f.name)
+            } else {
+                None
+            };
+            if let Some(name) = name {
+                bump(&local.shard.stats(name).errors, 1);
+            }
+        });
+    }
+}

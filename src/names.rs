@@ -1,0 +1,209 @@
+//! Span names (name + target) as dense indices, and the per-callsite decisions.
+//!
+//! A callsite is looked at once: whether spanprof records its spans, under which name index,
+//! and whether it carries throughput fields. The decision is cached in an insert-only,
+//! lock-free table keyed by the callsite's `'static` metadata address, so creating a span costs
+//! one probe, never a lock or a hash of the name.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use hdrhistogram::Histogram;
+use tracing_core::Metadata;
+
+use crate::hist::new_histogram;
+
+/// Most distinct span names one profile holds; spans of further names are counted as dropped.
+pub const MAX_SPAN_NAMES: usize = 4096;
+
+const CALLSITE_SLOTS: usize = 8192;
+const EMPTY: usize = 0;
+const RESERVED: usize = 1;
+
+/// Which histogram of a span name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    EntryBusy = 0,
+    EntrySelf = 1,
+    Busy = 2,
+    SelfTime = 3,
+    Wall = 4,
+}
+
+pub(crate) const KINDS: usize = 5;
+
+/// Throughput field flags.
+pub(crate) const FIELD_ITEMS: u32 = 1;
+pub(crate) const FIELD_BYTES: u32 = 2;
+pub(crate) const FIELD_FLOPS: u32 = 4;
+
+/// What to do with spans of one callsite, packed in a `u32`:
+/// bits 0–1 mode, bits 2–4 throughput fields, bits 8.. name index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Decision(u32);
+
+impl Decision {
+    pub(crate) const SKIP: Decision = Decision(0);
+    const RECORD: u32 = 1;
+    const DYNAMIC: u32 = 2;
+
+    pub(crate) fn record(name: u32, fields: u32, dynamic: bool) -> Self {
+        let mode = if dynamic { Self::DYNAMIC } else { Self::RECORD };
+        Decision(mode | (fields << 2) | (name << 8))
+    }
+    #[inline(always)]
+    pub(crate) fn is_skip(self) -> bool {
+        self.0 & 3 == 0
+    }
+    #[inline(always)]
+    pub(crate) fn is_dynamic(self) -> bool {
+        self.0 & 3 == Self::DYNAMIC
+    }
+    #[inline(always)]
+    pub(crate) fn fields(self) -> u32 {
+        (self.0 >> 2) & 7
+    }
+    #[inline(always)]
+    pub(crate) fn name(self) -> u32 {
+        self.0 >> 8
+    }
+}
+
+/// One span name.
+#[derive(Debug)]
+pub(crate) struct NameInfo {
+    pub(crate) name: &'static str,
+    pub(crate) target: &'static str,
+    /// Buckets drained from thread shards (see `hist`), one per [`Kind`]. Readers that merge the
+    /// shards of this name hold this lock, so a drain is never seen half done.
+    pub(crate) spill: Mutex<[Option<Histogram<u64>>; KINDS]>,
+}
+
+impl NameInfo {
+    pub(crate) fn spill_mut(spill: &mut [Option<Histogram<u64>>; KINDS], kind: Kind) -> &mut Histogram<u64> {
+        spill[kind as usize].get_or_insert_with(new_histogram)
+    }
+}
+
+/// The name registry and the callsite cache.
+pub(crate) struct Names {
+    list: RwLock<Vec<Arc<NameInfo>>>,
+    by_key: Mutex<HashMap<(&'static str, &'static str), u32>>,
+    keys: Box<[AtomicUsize]>,
+    decisions: Box<[AtomicU32]>,
+}
+
+impl std::fmt::Debug for Names {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Names")
+            .field("names", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn slot_of(key: usize) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize) >> 16) & (CALLSITE_SLOTS - 1)
+}
+
+impl Names {
+    pub(crate) fn new() -> Self {
+        Self {
+            list: RwLock::new(Vec::new()),
+            by_key: Mutex::new(HashMap::new()),
+            keys: (0..CALLSITE_SLOTS).map(|_| AtomicUsize::new(EMPTY)).collect(),
+            decisions: (0..CALLSITE_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    /// The cached decision for a callsite, if it was decided.
+    #[inline(always)]
+    pub(crate) fn cached(&self, meta: &'static Metadata<'static>) -> Option<Decision> {
+        let key = meta as *const Metadata<'static> as usize;
+        let start = slot_of(key);
+        for probe in 0..CALLSITE_SLOTS {
+            let slot = (start + probe) & (CALLSITE_SLOTS - 1);
+            match self.keys[slot].load(Ordering::Acquire) {
+                k if k == key => return Some(Decision(self.decisions[slot].load(Ordering::Relaxed))),
+                EMPTY => return None,
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Caches a decision for a callsite (first one wins; a full cache only means the decision is
+    /// recomputed each time).
+    pub(crate) fn remember(&self, meta: &'static Metadata<'static>, decision: Decision) {
+        let key = meta as *const Metadata<'static> as usize;
+        let start = slot_of(key);
+        for probe in 0..CALLSITE_SLOTS {
+            let slot = (start + probe) & (CALLSITE_SLOTS - 1);
+            let k = self.keys[slot].load(Ordering::Acquire);
+            if k == key {
+                return;
+            }
+            if k == EMPTY
+                && self.keys[slot]
+                    .compare_exchange(EMPTY, RESERVED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                self.decisions[slot].store(decision.0, Ordering::Relaxed);
+                self.keys[slot].store(key, Ordering::Release);
+                return;
+            }
+        }
+    }
+
+    /// The index of a span name, registering it if new; `None` past [`MAX_SPAN_NAMES`].
+    pub(crate) fn intern(&self, name: &'static str, target: &'static str) -> Option<u32> {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&index) = by_key.get(&(name, target)) {
+            return Some(index);
+        }
+        let mut list = self.list.write().unwrap_or_else(|e| e.into_inner());
+        if list.len() >= MAX_SPAN_NAMES {
+            return None;
+        }
+        let index = list.len() as u32;
+        list.push(Arc::new(NameInfo {
+            name,
+            target,
+            spill: Mutex::new(Default::default()),
+        }));
+        by_key.insert((name, target), index);
+        Some(index)
+    }
+
+    pub(crate) fn get(&self, index: u32) -> Option<Arc<NameInfo>> {
+        self.list
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(index as usize)
+            .cloned()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.list.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<NameInfo>> {
+        self.list.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Throughput fields a callsite declares.
+pub(crate) fn throughput_fields(meta: &Metadata<'_>) -> u32 {
+    let fields = meta.fields();
+    let mut flags = 0;
+    if fields.field("items").is_some() {
+        flags |= FIELD_ITEMS;
+    }
+    if fields.field("bytes").is_some() {
+        flags |= FIELD_BYTES;
+    }
+    if fields.field("flops").is_some() {
+        flags |= FIELD_FLOPS;
+    }
+    flags
+}

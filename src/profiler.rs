@@ -1,0 +1,190 @@
+//! The state shared by the layer, the guard and handles, and the merge of shards into a
+//! [`Snapshot`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use tracing_subscriber::EnvFilter;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::hist::{new_histogram, Exact, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
+use crate::names::{Kind, NameInfo, Names, KINDS};
+use crate::snapshot::{Dropped, HistogramSpec, RunInfo, SpanStats, Stat, Snapshot, SCHEMA, SCHEMA_VERSION};
+use crate::store::{Shard, Shards};
+use crate::table::SpanTable;
+
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
+
+/// Shared state of one profiler.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    /// Recording on: false for the `off` preset and after the guard finished.
+    pub(crate) active: AtomicBool,
+    pub(crate) clock: Clock,
+    pub(crate) filter: Option<EnvFilter>,
+    pub(crate) table: SpanTable,
+    pub(crate) names: Names,
+    pub(crate) shards: Arc<Shards>,
+    pub(crate) config: Config,
+    start_raw: u64,
+    start_wall: SystemTime,
+    pub(crate) dropped_table_full: AtomicU64,
+    pub(crate) dropped_too_many_names: AtomicU64,
+}
+
+impl Inner {
+    pub(crate) fn new(config: Config, clock: Clock, filter: Option<EnvFilter>) -> Self {
+        let start_raw = clock.raw();
+        Self {
+            id: NEXT_INSTANCE.fetch_add(1, Relaxed),
+            active: AtomicBool::new(config.preset.records()),
+            clock,
+            filter,
+            table: SpanTable::new(),
+            names: Names::new(),
+            shards: Arc::new(Shards::default()),
+            config,
+            start_raw,
+            start_wall: SystemTime::now(),
+            dropped_table_full: AtomicU64::new(0),
+            dropped_too_many_names: AtomicU64::new(0),
+        }
+    }
+
+    /// Drains one histogram of a thread's shard into the name's spill (rare: once per 65 535
+    /// samples of that histogram).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn drain(&self, shard: &Shard, name: u32, kind: Kind) {
+        let (Some(info), Some(stats)) = (self.names.get(name), shard.existing(name)) else {
+            return;
+        };
+        let mut spill = info.spill.lock().unwrap_or_else(|e| e.into_inner());
+        stats.hist(kind).drain_into(NameInfo::spill_mut(&mut spill, kind));
+    }
+
+    /// Merges every shard into a snapshot.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let now = self.clock.raw();
+        let shards = self.shards.all();
+        let names = self.names.all();
+
+        // Open spans, and time inside entries still in progress, per name.
+        let mut open = vec![0u64; names.len()];
+        let mut in_progress = vec![0u64; names.len()];
+        for entry in self.table.open_entries() {
+            let name = entry.name.load(Relaxed) as usize;
+            if let Some(n) = open.get_mut(name) {
+                *n += 1;
+                let at = entry.entered_at.load(Relaxed);
+                if at != 0 {
+                    in_progress[name] += self.clock.delta_ns(at, now);
+                }
+            }
+        }
+
+        let mut spans = Vec::with_capacity(names.len());
+        for (index, info) in names.iter().enumerate() {
+            let spill = info.spill.lock().unwrap_or_else(|e| e.into_inner());
+            let mut hists: [Histogram<u64>; KINDS] =
+                std::array::from_fn(|k| spill[k].clone().unwrap_or_else(new_histogram));
+            let mut exact = [Exact::default(); KINDS];
+            let (mut items, mut bytes, mut flops) = (None::<u64>, None::<u64>, None::<u64>);
+            let (mut errors, mut created) = (0, 0);
+            let mut any = false;
+            for shard in &shards {
+                let Some(stats) = shard.existing(index as u32) else {
+                    continue;
+                };
+                any = true;
+                for k in 0..KINDS {
+                    stats.hists[k].add_to(&mut hists[k]);
+                    exact[k].merge(&stats.hists[k].exact());
+                }
+                let add = |acc: &mut Option<u64>, v: u64| {
+                    if v != 0 {
+                        *acc = Some(acc.unwrap_or(0).saturating_add(v));
+                    }
+                };
+                add(&mut items, stats.items.load(Relaxed));
+                add(&mut bytes, stats.bytes.load(Relaxed));
+                add(&mut flops, stats.flops.load(Relaxed));
+                errors += stats.errors.load(Relaxed);
+                created += stats.created.load(Relaxed);
+            }
+            drop(spill);
+            if !any && open[index] == 0 {
+                continue;
+            }
+            let [entry_busy, entry_self, busy, self_time, wall] = hists.map(Some);
+            let stat = |h: Option<Histogram<u64>>, e: Exact| {
+                Stat::new(h.unwrap_or_else(new_histogram), e.sum, e.min, e.max, e.clamped)
+            };
+            spans.push(SpanStats {
+                name: info.name.to_string(),
+                target: info.target.to_string(),
+                calls: exact[Kind::EntryBusy as usize].count,
+                created,
+                instances: exact[Kind::Wall as usize].count,
+                open: open[index],
+                in_progress_ns: in_progress[index],
+                entry_busy: stat(entry_busy, exact[0]),
+                entry_self: stat(entry_self, exact[1]),
+                busy: stat(busy, exact[2]),
+                self_time: stat(self_time, exact[3]),
+                wall: stat(wall, exact[4]),
+                items,
+                bytes,
+                flops,
+                errors,
+            });
+        }
+
+        let start_unix_ns = self
+            .start_wall
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Snapshot {
+            schema: SCHEMA.to_string(),
+            version: SCHEMA_VERSION,
+            run: RunInfo {
+                start_time: humantime::format_rfc3339_micros(self.start_wall).to_string(),
+                start_unix_ns,
+                duration_ns: self.clock.delta_ns(self.start_raw, now),
+                host: host_name(),
+                pid: std::process::id(),
+                command_line: std::env::args().collect(),
+                crate_version: env!("CARGO_PKG_VERSION").to_string(),
+                preset: self.config.preset.as_str().to_string(),
+                filter: self.config.filter.clone(),
+            },
+            histograms: HistogramSpec {
+                unit: "ns".to_string(),
+                significant_digits: SIGNIFICANT_DIGITS,
+                lowest: LOWEST_NS,
+                highest: HIGHEST_NS,
+                encoding: "hdrhistogram-v2-deflate-base64".to_string(),
+            },
+            spans,
+            dropped: Dropped {
+                spans_table_full: self.dropped_table_full.load(Relaxed),
+                spans_too_many_names: self.dropped_too_many_names.load(Relaxed),
+            },
+        }
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .unwrap_or_else(|| "unknown".to_string())
+}

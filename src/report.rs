@@ -1,0 +1,304 @@
+//! The console report: one row per span name, sorted by self time, like `torch.profiler`'s
+//! `key_averages().table()`. Fits a 100-column terminal.
+
+use std::fmt::{self, Write as _};
+
+use crate::snapshot::{Snapshot, SpanStats};
+
+/// A console report of a [`Snapshot`]; `Display` renders it.
+///
+/// ```
+/// # use spanprof::{ProfileLayer, ReportTarget, Report};
+/// # use tracing_subscriber::prelude::*;
+/// let (layer, guard) = ProfileLayer::builder()
+///     .with_env(false)
+///     .with_report(ReportTarget::Off)
+///     .build()?;
+/// let subscriber = tracing_subscriber::registry().with(layer);
+/// tracing::subscriber::with_default(subscriber, || {
+///     tracing::info_span!("work").in_scope(|| std::hint::black_box(1 + 1));
+/// });
+/// let snapshot = guard.snapshot();
+/// let text = Report::new(&snapshot).top(10).to_string();
+/// assert!(text.contains("work"));
+/// # Ok::<(), spanprof::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a> {
+    snapshot: &'a Snapshot,
+    top: usize,
+}
+
+const NAME_WIDTH: usize = 22;
+
+impl<'a> Report<'a> {
+    /// A report of all span names.
+    pub fn new(snapshot: &'a Snapshot) -> Self {
+        Self {
+            snapshot,
+            top: usize::MAX,
+        }
+    }
+
+    /// Shows only the `n` span names with the most self time.
+    pub fn top(self, n: usize) -> Self {
+        Self { top: n, ..self }
+    }
+}
+
+/// Formats nanoseconds in human units with three significant digits (`812 ns`, `1.25 ms`).
+pub fn format_duration(ns: u64) -> String {
+    let ns = ns as f64;
+    let (value, unit) = if ns < 1e3 {
+        return format!("{ns:.0} ns");
+    } else if ns < 1e6 {
+        (ns / 1e3, "µs")
+    } else if ns < 1e9 {
+        (ns / 1e6, "ms")
+    } else if ns < 1e3 * 1e9 {
+        (ns / 1e9, "s")
+    } else if ns < 1e3 * 60e9 {
+        (ns / 60e9, "min")
+    } else {
+        (ns / 3600e9, "h")
+    };
+    three_digits(value, unit)
+}
+
+fn three_digits(value: f64, unit: &str) -> String {
+    if value < 10.0 {
+        format!("{value:.2} {unit}")
+    } else if value < 100.0 {
+        format!("{value:.1} {unit}")
+    } else {
+        format!("{value:.0} {unit}")
+    }
+}
+
+/// Formats a count or rate with an SI prefix (`1.25 k`, `3.40 G`).
+pub fn format_si(value: f64) -> String {
+    let prefixes = [("", 1.0), ("k", 1e3), ("M", 1e6), ("G", 1e9), ("T", 1e12), ("P", 1e15)];
+    let mut chosen = prefixes[0];
+    for p in prefixes {
+        if value >= p.1 {
+            chosen = p;
+        }
+    }
+    if chosen.1 == 1.0 {
+        return if value.fract() == 0.0 {
+            format!("{value:.0}")
+        } else {
+            format!("{value:.2}")
+        };
+    }
+    three_digits(value / chosen.1, chosen.0).trim_end().to_string()
+}
+
+fn short_name(s: &SpanStats) -> String {
+    if s.name.chars().count() <= NAME_WIDTH {
+        s.name.clone()
+    } else {
+        let mut n: String = s.name.chars().take(NAME_WIDTH - 1).collect();
+        n.push('…');
+        n
+    }
+}
+
+impl fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let snap = self.snapshot;
+        let mut rows: Vec<&SpanStats> = snap.spans.iter().collect();
+        rows.sort_by(|a, b| {
+            b.entry_self
+                .total_ns
+                .cmp(&a.entry_self.total_ns)
+                .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
+                .then(a.name.cmp(&b.name))
+        });
+        let all_self: u64 = rows.iter().map(|s| s.entry_self.total_ns).sum();
+        let shown = &rows[..rows.len().min(self.top)];
+
+        writeln!(
+            f,
+            "spanprof: {} span names, {} inside spans, run {} (preset {})",
+            rows.len(),
+            format_duration(all_self),
+            format_duration(snap.run.duration_ns),
+            snap.run.preset
+        )?;
+        writeln!(
+            f,
+            "calls = completed entries (enter→exit); per-call times; self % = share of time in spans"
+        )?;
+        writeln!(
+            f,
+            "{:<nw$} {:>7} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "name", "calls", "total", "self", "self%", "mean", "p50", "p90", "p99", "max",
+            nw = NAME_WIDTH
+        )?;
+        for s in shown {
+            let e = &s.entry_busy;
+            let share = if all_self == 0 {
+                0.0
+            } else {
+                100.0 * s.entry_self.total_ns as f64 / all_self as f64
+            };
+            writeln!(
+                f,
+                "{:<nw$} {:>7} {:>8} {:>8} {:>5.1}% {:>8} {:>8} {:>8} {:>8} {:>8}",
+                short_name(s),
+                format_si(s.calls as f64),
+                format_duration(e.total_ns),
+                format_duration(s.entry_self.total_ns),
+                share,
+                format_duration(e.mean_ns.round() as u64),
+                format_duration(e.p50_ns),
+                format_duration(e.p90_ns),
+                format_duration(e.p99_ns),
+                format_duration(e.max_ns),
+                nw = NAME_WIDTH
+            )?;
+        }
+        if rows.len() > shown.len() {
+            writeln!(
+                f,
+                "… {} more span names (raise SPANPROF_TOP to show them)",
+                rows.len() - shown.len()
+            )?;
+        }
+
+        let throughput: Vec<&&SpanStats> = shown
+            .iter()
+            .filter(|s| s.items.is_some() || s.bytes.is_some() || s.flops.is_some())
+            .collect();
+        if !throughput.is_empty() {
+            writeln!(f)?;
+            writeln!(f, "throughput (field sum ÷ busy time)")?;
+            writeln!(
+                f,
+                "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "name", "items", "items/s", "bytes", "bytes/s", "FLOP", "FLOP/s",
+                nw = NAME_WIDTH
+            )?;
+            for s in throughput {
+                let cell = |v: Option<u64>| v.map(|v| format_si(v as f64)).unwrap_or_else(|| "-".into());
+                let rate = |v: Option<u64>| {
+                    s.rate(v)
+                        .map(format_si)
+                        .unwrap_or_else(|| "-".into())
+                };
+                writeln!(
+                    f,
+                    "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                    short_name(s),
+                    cell(s.items),
+                    rate(s.items),
+                    cell(s.bytes),
+                    rate(s.bytes),
+                    cell(s.flops),
+                    rate(s.flops),
+                    nw = NAME_WIDTH
+                )?;
+            }
+        }
+
+        let errors: Vec<&&SpanStats> = shown.iter().filter(|s| s.errors > 0).collect();
+        if !errors.is_empty() {
+            writeln!(f)?;
+            let mut line = String::from("errors:");
+            for s in errors {
+                let _ = write!(line, " {} {} of {} calls;", s.name, s.errors, s.calls);
+            }
+            writeln!(f, "{}", line.trim_end_matches(';'))?;
+        }
+
+        // Spans whose instances are not one entry each: async tasks, long-lived spans.
+        let multi: Vec<&&SpanStats> = shown
+            .iter()
+            .filter(|s| s.open > 0 || s.instances != s.calls)
+            .collect();
+        if !multi.is_empty() {
+            writeln!(f)?;
+            writeln!(f, "span instances (busy = sum of entries; wall = creation to close)")?;
+            writeln!(
+                f,
+                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                "name", "instances", "open", "calls/ins", "busy", "wall", "busy%", "running",
+                nw = NAME_WIDTH
+            )?;
+            for s in multi {
+                let per = if s.created == 0 {
+                    "-".to_string()
+                } else {
+                    format_si(s.calls as f64 / s.created as f64)
+                };
+                let busy_share = if s.wall.total_ns == 0 {
+                    "-".to_string()
+                } else {
+                    format!("{:.1}%", 100.0 * s.busy.total_ns as f64 / s.wall.total_ns as f64)
+                };
+                let mean = |n: u64, t: u64| if n == 0 { "-".to_string() } else { format_duration(t / n) };
+                writeln!(
+                    f,
+                    "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                    short_name(s),
+                    s.instances,
+                    s.open,
+                    per,
+                    mean(s.busy.count, s.busy.total_ns),
+                    mean(s.wall.count, s.wall.total_ns),
+                    busy_share,
+                    format_duration(s.in_progress_ns),
+                    nw = NAME_WIDTH
+                )?;
+            }
+        }
+
+        let clamped: u64 = snap
+            .spans
+            .iter()
+            .map(|s| s.entry_busy.clamped + s.wall.clamped)
+            .sum();
+        if clamped > 0 {
+            writeln!(
+                f,
+                "note: {clamped} samples longer than {} were recorded as that value",
+                format_duration(snap.histograms.highest)
+            )?;
+        }
+        let d = &snap.dropped;
+        if d.spans_table_full + d.spans_too_many_names > 0 {
+            writeln!(
+                f,
+                "note: not profiled: {} spans (open-span table full), {} spans (too many names)",
+                d.spans_table_full, d.spans_too_many_names
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_human_units() {
+        assert_eq!(format_duration(0), "0 ns");
+        assert_eq!(format_duration(999), "999 ns");
+        assert_eq!(format_duration(1_234), "1.23 µs");
+        assert_eq!(format_duration(12_345_678), "12.3 ms");
+        assert_eq!(format_duration(123_456_789), "123 ms");
+        assert_eq!(format_duration(2_500_000_000), "2.50 s");
+        assert_eq!(format_duration(3_600_000_000_000), "60.0 min");
+        assert_eq!(format_duration(36_000_000_000_000), "600 min");
+        assert_eq!(format_duration(360_000_000_000_000), "100 h");
+    }
+
+    #[test]
+    fn si_counts() {
+        assert_eq!(format_si(12.0), "12");
+        assert_eq!(format_si(1_250.0), "1.25 k");
+        assert_eq!(format_si(3.4e9), "3.40 G");
+    }
+}

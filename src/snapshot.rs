@@ -1,0 +1,277 @@
+//! The plain-data model every output reads: a [`Snapshot`] of a profile, and its JSON form.
+//!
+//! The JSON profile is this model serialised with `serde_json`; its schema is documented in the
+//! README ("JSON profile"). Histograms are stored whole, as HdrHistogram V2 + deflate, base64,
+//! so profiles merge and compare exactly and any HdrHistogram implementation can read them.
+
+use std::path::Path;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The `schema` field of every profile.
+pub const SCHEMA: &str = "spanprof.profile";
+/// The version of the profile schema this crate writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A profile: everything recorded up to one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// Schema version, [`SCHEMA_VERSION`] when written by this crate.
+    pub version: u32,
+    /// What ran, where and when.
+    pub run: RunInfo,
+    /// How the histograms are bounded and encoded.
+    pub histograms: HistogramSpec,
+    /// One entry per span name (name + target), in no particular order.
+    pub spans: Vec<SpanStats>,
+    /// What could not be recorded.
+    pub dropped: Dropped,
+}
+
+/// Metadata of the profiled run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// When profiling started, RFC 3339 (UTC).
+    pub start_time: String,
+    /// When profiling started, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// Time from the start of profiling to this snapshot, ns.
+    pub duration_ns: u64,
+    /// Host name of the machine.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// The program's command line.
+    pub command_line: Vec<String>,
+    /// Version of spanprof that wrote the profile.
+    pub crate_version: String,
+    /// The preset in effect (`basic`, `detailed`, `full`).
+    pub preset: String,
+    /// The span filter in effect (`SPANPROF_FILTER` or the builder's), if any.
+    pub filter: Option<String>,
+}
+
+/// Bounds and encoding of the histograms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistogramSpec {
+    /// Unit of every recorded value: `ns`.
+    pub unit: String,
+    /// Significant decimal digits kept.
+    pub significant_digits: u8,
+    /// Lowest discernible value.
+    pub lowest: u64,
+    /// Highest trackable value; larger values are recorded as this and counted in `clamped`.
+    pub highest: u64,
+    /// `hdrhistogram-v2-deflate-base64`.
+    pub encoding: String,
+}
+
+/// What spanprof had to leave out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// Spans not profiled because the open-span table was full.
+    pub spans_table_full: u64,
+    /// Spans not profiled because [`MAX_SPAN_NAMES`](crate::MAX_SPAN_NAMES) names were in use.
+    pub spans_too_many_names: u64,
+}
+
+/// Statistics of one span name.
+///
+/// Two kinds of sample: an **entry** is one enter→exit interval of a span (the code ran once;
+/// an async span is entered at every poll, a long-lived span at every use); an **instance** is a
+/// span from creation to close. For a span entered once (a plain `#[instrument]` function) the
+/// two are the same.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpanStats {
+    /// Span name.
+    pub name: String,
+    /// Span target (module path unless set).
+    pub target: String,
+    /// Completed entries (enter→exit intervals): how many times the code ran.
+    pub calls: u64,
+    /// Instances created.
+    pub created: u64,
+    /// Instances closed.
+    pub instances: u64,
+    /// Instances open when the snapshot was taken.
+    pub open: u64,
+    /// Time inside entries still in progress when the snapshot was taken, ns (not part of the
+    /// histograms).
+    pub in_progress_ns: u64,
+    /// Busy time of each entry.
+    pub entry_busy: Stat,
+    /// Self time of each entry: busy time minus time in child spans entered during it on the
+    /// same thread.
+    pub entry_self: Stat,
+    /// Busy time of each closed instance: the sum of its entries.
+    pub busy: Stat,
+    /// Self time of each closed instance: the sum of its entries' self time.
+    #[serde(rename = "self")]
+    pub self_time: Stat,
+    /// Wall time of each closed instance, creation to close.
+    pub wall: Stat,
+    /// Sum of the `items` field of the spans, if any span had one.
+    pub items: Option<u64>,
+    /// Sum of the `bytes` field, if any.
+    pub bytes: Option<u64>,
+    /// Sum of the `flops` field, if any.
+    pub flops: Option<u64>,
+    /// `error`-level events inside spans of this name.
+    pub errors: u64,
+}
+
+impl SpanStats {
+    /// Rate of a throughput sum over the busy time of this span's entries (per second).
+    pub fn rate(&self, sum: Option<u64>) -> Option<f64> {
+        let sum = sum?;
+        (self.entry_busy.total_ns > 0).then(|| sum as f64 * 1e9 / self.entry_busy.total_ns as f64)
+    }
+}
+
+/// Statistics of one histogram.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stat {
+    /// Samples.
+    pub count: u64,
+    /// Exact sum of the samples, ns.
+    pub total_ns: u64,
+    /// Exact smallest sample, ns (0 when empty).
+    pub min_ns: u64,
+    /// Exact largest sample, ns (0 when empty).
+    pub max_ns: u64,
+    /// Exact mean, ns.
+    pub mean_ns: f64,
+    /// Standard deviation, from the histogram, ns.
+    pub stddev_ns: f64,
+    /// Median, ns (histogram precision).
+    pub p50_ns: u64,
+    /// 90th percentile, ns.
+    pub p90_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// Samples above the histogram's highest value, recorded as that value.
+    pub clamped: u64,
+    /// The full histogram.
+    #[serde(with = "hdr_base64")]
+    pub histogram: Histogram<u64>,
+}
+
+impl Stat {
+    /// Builds the statistics of a histogram and its exact figures.
+    pub(crate) fn new(histogram: Histogram<u64>, total_ns: u64, min_ns: u64, max_ns: u64, clamped: u64) -> Self {
+        let count = histogram.len();
+        let clamp = |v: u64| v.clamp(min_ns, max_ns.max(min_ns));
+        let q = |q: f64| if count == 0 { 0 } else { clamp(histogram.value_at_quantile(q)) };
+        Stat {
+            count,
+            total_ns,
+            min_ns,
+            max_ns,
+            mean_ns: if count == 0 { 0.0 } else { total_ns as f64 / count as f64 },
+            stddev_ns: if count == 0 { 0.0 } else { histogram.stdev() },
+            p50_ns: q(0.5),
+            p90_ns: q(0.9),
+            p99_ns: q(0.99),
+            p999_ns: q(0.999),
+            clamped,
+            histogram,
+        }
+    }
+}
+
+impl Snapshot {
+    /// Serialises the profile as pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        // UNWRAP: the model holds only strings, integers, finite floats and options.
+        serde_json::to_string_pretty(self).expect("snapshot serialises")
+    }
+
+    /// Parses a profile. `origin` names the input in errors (a path, `stdin`, ...).
+    pub fn from_json(json: &str, origin: &str) -> Result<Self> {
+        let snapshot: Snapshot = serde_json::from_str(json).map_err(|e| Error::InvalidProfile {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        if snapshot.schema != SCHEMA {
+            return Err(Error::InvalidProfile {
+                origin: origin.to_string(),
+                message: format!("schema is {:?}, expected {SCHEMA:?}", snapshot.schema),
+            });
+        }
+        if snapshot.version > SCHEMA_VERSION {
+            return Err(Error::InvalidProfile {
+                origin: origin.to_string(),
+                message: format!(
+                    "schema version {} is newer than this spanprof reads ({SCHEMA_VERSION})",
+                    snapshot.version
+                ),
+            });
+        }
+        Ok(snapshot)
+    }
+
+    /// Writes the profile to a file (creating parent directories).
+    pub fn write_json(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let io = |source| Error::Io {
+            action: "writing profile",
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        std::fs::write(path, self.to_json()).map_err(io)
+    }
+
+    /// Reads a profile from a file.
+    pub fn read_json(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let json = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            action: "reading profile",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_json(&json, &path.display().to_string())
+    }
+
+    /// The statistics of a span name (first match on name; any target).
+    pub fn span(&self, name: &str) -> Option<&SpanStats> {
+        self.spans.iter().find(|s| s.name == name)
+    }
+}
+
+/// HdrHistogram V2 + deflate, base64 (standard alphabet, padded).
+mod hdr_base64 {
+    use base64::Engine;
+    use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+    use hdrhistogram::Histogram;
+    use serde::de::Error as _;
+    use serde::Deserialize;
+
+    pub(super) fn serialize<S: serde::Serializer>(h: &Histogram<u64>, s: S) -> Result<S::Ok, S::Error> {
+        let mut bytes = Vec::new();
+        V2DeflateSerializer::new()
+            .serialize(h, &mut bytes)
+            .map_err(|e| serde::ser::Error::custom(format!("encoding histogram: {e:?}")))?;
+        serde::Serializer::serialize_str(s, &base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Histogram<u64>, D::Error> {
+        let text = String::deserialize(d)?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(|e| D::Error::custom(format!("histogram is not base64: {e}")))?;
+        Deserializer::new()
+            .deserialize(&mut bytes.as_slice())
+            .map_err(|e| D::Error::custom(format!("histogram does not decode: {e:?}")))
+    }
+
+}

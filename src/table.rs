@@ -1,0 +1,245 @@
+//! Per-span timing state, reachable from a span `Id` from any thread without a lock.
+//!
+//! An open-addressing table of cache-line-sized entries keyed by the span id. A span is inserted
+//! when it is created, looked up on enter/exit/close and turned into a tombstone when it closes.
+//! The table grows in segments (each twice the size of the one before) that are never moved, so
+//! a reference to an entry stays valid for the life of the table. Probing is bounded: a key is
+//! in the first segment whose probe window had room for it when it was inserted, and a slot never
+//! becomes empty again, so a lookup stops at the first empty slot it meets.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+const EMPTY: u64 = 0;
+const TOMBSTONE: u64 = u64::MAX;
+const RESERVED: u64 = u64::MAX - 1;
+
+const FIRST_SEGMENT: usize = 4096;
+const SEGMENTS: usize = 12;
+const PROBES: usize = 16;
+
+/// The state of one open span. 64 bytes, one cache line: spans used by different threads never
+/// share a line.
+#[repr(align(64))]
+#[derive(Debug)]
+pub(crate) struct Entry {
+    key: AtomicU64,
+    /// Index of the span's name in the name registry.
+    pub(crate) name: AtomicU32,
+    /// Entries (outermost enter→exit) completed so far, saturating at `u32::MAX`.
+    pub(crate) entries: AtomicU32,
+    /// Clock reading (raw) when the span was created.
+    pub(crate) created: AtomicU64,
+    /// Sum of the completed entries' busy time, ns.
+    pub(crate) busy: AtomicU64,
+    /// Sum of the completed entries' self time, ns.
+    pub(crate) self_ns: AtomicU64,
+    /// Clock reading (raw) of the outermost enter in progress, or 0.
+    pub(crate) entered_at: AtomicU64,
+    /// Token of the last thread that entered the span (re-entry detection), or 0.
+    pub(crate) entered_by: AtomicU64,
+}
+
+impl Entry {
+    const fn new() -> Self {
+        Self {
+            key: AtomicU64::new(EMPTY),
+            name: AtomicU32::new(0),
+            entries: AtomicU32::new(0),
+            created: AtomicU64::new(0),
+            busy: AtomicU64::new(0),
+            self_ns: AtomicU64::new(0),
+            entered_at: AtomicU64::new(0),
+            entered_by: AtomicU64::new(0),
+        }
+    }
+
+    /// The span id this entry holds, if it holds an open span.
+    pub(crate) fn id(&self) -> Option<u64> {
+        match self.key.load(Ordering::Acquire) {
+            EMPTY | TOMBSTONE | RESERVED => None,
+            id => Some(id),
+        }
+    }
+}
+
+/// The table. See the module docs.
+pub(crate) struct SpanTable {
+    segments: [OnceLock<Box<[Entry]>>; SEGMENTS],
+}
+
+impl std::fmt::Debug for SpanTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let segments = self.segments.iter().filter(|s| s.get().is_some()).count();
+        f.debug_struct("SpanTable")
+            .field("segments", &segments)
+            .finish()
+    }
+}
+
+/// Where a key starts probing. `tracing_subscriber::Registry` ids are a slab address in the low
+/// 38 bits, a shard (thread) index above it and a generation on top: using the address and the
+/// shard but not the generation puts a reused slab slot back on its old tombstone and keeps the
+/// spans of different threads apart. Any other id scheme is still correct, only probes more.
+///
+/// Later segments (used only when a probe window of the first is full) hash the whole id, so
+/// keys that collide in the first segment spread out there.
+#[inline(always)]
+fn home(id: u64, segment: usize) -> usize {
+    if segment == 0 {
+        let address = id & ((1 << 38) - 1);
+        let shard = (id >> 38) & 0x1FFF;
+        address.wrapping_add(shard.wrapping_mul(61)) as usize
+    } else {
+        let mut x = id ^ (id >> 30);
+        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x ^= x >> 27;
+        x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
+        (x ^ (x >> 31)) as usize
+    }
+}
+
+impl SpanTable {
+    pub(crate) fn new() -> Self {
+        let table = Self {
+            segments: Default::default(),
+        };
+        table.segment(0);
+        table
+    }
+
+    fn segment(&self, k: usize) -> &[Entry] {
+        self.segments[k].get_or_init(|| {
+            (0..FIRST_SEGMENT << k)
+                .map(|_| Entry::new())
+                .collect::<Vec<_>>()
+                .into_boxed_slice()
+        })
+    }
+
+    /// Claims an entry for `id` and initialises it with `init` before publishing it. Returns
+    /// `None` when every segment's probe window is full (the span is then not profiled).
+    #[inline]
+    pub(crate) fn insert(&self, id: u64, init: impl FnOnce(&Entry)) -> Option<&Entry> {
+        debug_assert!(id != EMPTY && id != TOMBSTONE && id != RESERVED);
+        for k in 0..SEGMENTS {
+            let segment = self.segment(k);
+            let start = home(id, k);
+            let mask = segment.len() - 1;
+            for probe in 0..PROBES {
+                let entry = &segment[(start + probe) & mask];
+                let key = entry.key.load(Ordering::Relaxed);
+                if (key == EMPTY || key == TOMBSTONE)
+                    && entry
+                        .key
+                        .compare_exchange(key, RESERVED, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    init(entry);
+                    entry.key.store(id, Ordering::Release);
+                    return Some(entry);
+                }
+            }
+        }
+        None
+    }
+
+    /// The entry of an open span, or `None` if `id` was never inserted (not profiled).
+    #[inline]
+    pub(crate) fn get(&self, id: u64) -> Option<&Entry> {
+        for (k, slot) in self.segments.iter().enumerate() {
+            let segment = slot.get()?;
+            let start = home(id, k);
+            let mask = segment.len() - 1;
+            for probe in 0..PROBES {
+                let entry = &segment[(start + probe) & mask];
+                match entry.key.load(Ordering::Acquire) {
+                    key if key == id => return Some(entry),
+                    EMPTY => return None,
+                    _ => {}
+                }
+            }
+        }
+        None
+    }
+
+    /// Frees the entry of a closed span.
+    #[inline]
+    pub(crate) fn remove(&self, entry: &Entry) {
+        entry.key.store(TOMBSTONE, Ordering::Release);
+    }
+
+    /// Every entry that holds an open span (for snapshots).
+    pub(crate) fn open_entries(&self) -> impl Iterator<Item = &Entry> {
+        self.segments
+            .iter()
+            .filter_map(|s| s.get())
+            .flat_map(|s| s.iter())
+            .filter(|e| e.id().is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_get_remove() {
+        let t = SpanTable::new();
+        for id in 1..=10_000u64 {
+            let e = t.insert(id, |e| e.name.store(id as u32, Ordering::Relaxed));
+            assert!(e.is_some());
+        }
+        for id in 1..=10_000u64 {
+            let e = t.get(id).expect("present");
+            assert_eq!(e.name.load(Ordering::Relaxed), id as u32);
+        }
+        assert!(t.get(10_001).is_none());
+        for id in (1..=10_000u64).step_by(2) {
+            let e = t.get(id).unwrap();
+            t.remove(e);
+        }
+        assert!(t.get(1).is_none());
+        assert!(t.get(2).is_some());
+        assert_eq!(t.open_entries().count(), 5_000);
+    }
+
+    #[test]
+    fn colliding_keys_spill_into_later_segments() {
+        let t = SpanTable::new();
+        // Same home slot for all: address 5 of shard 0 with different generations.
+        let ids: Vec<u64> = (1..2000u64).map(|g| (g << 51) | 5).collect();
+        for &id in &ids {
+            t.insert(id, |_| {}).expect("room");
+        }
+        for &id in &ids {
+            assert_eq!(t.get(id).and_then(Entry::id), Some(id));
+        }
+    }
+
+    #[test]
+    fn concurrent_inserts_are_unique() {
+        let t = std::sync::Arc::new(SpanTable::new());
+        let threads: Vec<_> = (0..4u64)
+            .map(|thread| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for i in 1..=2000u64 {
+                        let id = (thread << 38) | i;
+                        t.insert(id, |e| e.busy.store(id, Ordering::Relaxed))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().unwrap();
+        }
+        for thread in 0..4u64 {
+            for i in 1..=2000u64 {
+                let id = (thread << 38) | i;
+                assert_eq!(t.get(id).unwrap().busy.load(Ordering::Relaxed), id);
+            }
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Filtering, presets, throughput and error fields, the JSON profile and the guard's outputs.
+
+use spanprof::{Clock, Error, Preset, ProfileLayer, ReportTarget, Snapshot};
+use tracing::Dispatch;
+use tracing_subscriber::prelude::*;
+
+fn run_with(builder: spanprof::Builder, work: impl FnOnce()) -> Snapshot {
+    let (layer, guard) = builder
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .build()
+        .unwrap();
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, work);
+    guard.snapshot()
+}
+
+fn workload() {
+    tracing::info_span!(target: "app::model", "forward").in_scope(|| {
+        tracing::debug_span!(target: "app::model", "matmul").in_scope(|| {});
+        tracing::trace_span!(target: "app::model", "kernel").in_scope(|| {});
+    });
+    tracing::info_span!(target: "dep::io", "read").in_scope(|| {});
+}
+
+fn names(s: &Snapshot) -> Vec<&str> {
+    let mut n: Vec<&str> = s.spans.iter().map(|s| s.name.as_str()).collect();
+    n.sort();
+    n
+}
+
+#[test]
+fn filter_directives_select_targets_and_levels() {
+    let all = run_with(ProfileLayer::builder(), workload);
+    assert_eq!(names(&all), ["forward", "kernel", "matmul", "read"]);
+
+    let app = run_with(ProfileLayer::builder().with_filter("app=trace").unwrap(), workload);
+    assert_eq!(names(&app), ["forward", "kernel", "matmul"]);
+
+    let app_debug = run_with(ProfileLayer::builder().with_filter("app=debug").unwrap(), workload);
+    assert_eq!(names(&app_debug), ["forward", "matmul"]);
+
+    let info = run_with(ProfileLayer::builder().with_filter("info").unwrap(), workload);
+    assert_eq!(names(&info), ["forward", "read"]);
+
+    let off = run_with(ProfileLayer::builder().with_filter("off").unwrap(), workload);
+    assert!(off.spans.is_empty());
+
+    let dep_off = run_with(ProfileLayer::builder().with_filter("trace,dep=off").unwrap(), workload);
+    assert_eq!(names(&dep_off), ["forward", "kernel", "matmul"]);
+}
+
+#[test]
+fn span_name_directive_profiles_that_span() {
+    let snap = run_with(ProfileLayer::builder().with_filter("[forward]=trace").unwrap(), workload);
+    assert!(names(&snap).contains(&"forward"), "{:?}", names(&snap));
+    assert!(!names(&snap).contains(&"read"), "{:?}", names(&snap));
+}
+
+#[test]
+fn spanprof_filter_does_not_change_what_other_layers_see() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    struct Count(Arc<AtomicUsize>);
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
+        fn on_new_span(&self, _: &tracing::span::Attributes<'_>, _: &tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let seen = Arc::new(AtomicUsize::new(0));
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .with_filter("nothing=trace")
+        .unwrap()
+        .build()
+        .unwrap();
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(Count(seen.clone())).with(layer));
+    tracing::dispatcher::with_default(&dispatch, workload);
+    assert_eq!(seen.load(Ordering::Relaxed), 4);
+    assert!(guard.snapshot().spans.is_empty());
+}
+
+#[test]
+fn off_preset_records_nothing() {
+    let snap = run_with(ProfileLayer::builder().with_preset(Preset::Off), workload);
+    assert!(snap.spans.is_empty());
+    assert_eq!(snap.run.preset, "off");
+}
+
+#[test]
+fn throughput_fields_and_errors() {
+    #[tracing::instrument(err)]
+    fn validate(i: u32) -> Result<(), String> {
+        if i % 4 == 0 {
+            Err(format!("batch {i} rejected"))
+        } else {
+            Ok(())
+        }
+    }
+    let snap = run_with(ProfileLayer::builder(), || {
+        for i in 0..12u32 {
+            let step = tracing::info_span!("step", items = 32u64, bytes = tracing::field::Empty, flops = 1.5e3);
+            step.record("bytes", 4096u64);
+            step.in_scope(|| {
+                let _ = validate(i);
+            });
+        }
+        tracing::info_span!("plain").in_scope(|| {});
+    });
+    let step = snap.span("step").unwrap();
+    assert_eq!(step.items, Some(12 * 32));
+    assert_eq!(step.bytes, Some(12 * 4096));
+    assert_eq!(step.flops, Some(12 * 1500));
+    assert!(step.rate(step.items).unwrap() > 0.0);
+    assert_eq!(step.errors, 0);
+    assert_eq!(snap.span("validate").unwrap().errors, 3);
+    let plain = snap.span("plain").unwrap();
+    assert_eq!((plain.items, plain.bytes, plain.flops), (None, None, None));
+}
+
+#[test]
+fn json_profile_round_trips_exactly_and_hdr_payloads_decode() {
+    use base64::Engine;
+    let (clock, mock) = Clock::mock();
+    let snap = run_with(ProfileLayer::builder().with_clock(clock), || {
+        for i in 0..500u64 {
+            tracing::info_span!("step", items = i).in_scope(|| {
+                mock.advance(std::time::Duration::from_nanos(1000 + i * 37));
+                tracing::info_span!("inner").in_scope(|| mock.advance(std::time::Duration::from_nanos(i)));
+            });
+        }
+    });
+    let json = snap.to_json();
+    let back = Snapshot::from_json(&json, "test").unwrap();
+    assert_eq!(back, snap);
+
+    // The histograms are HdrHistogram V2 + deflate payloads any HdrHistogram library reads.
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let step = value["spans"].as_array().unwrap().iter().find(|s| s["name"] == "step").unwrap();
+    let b64 = step["entry_busy"]["histogram"].as_str().unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
+    assert_eq!(&bytes[..4], &[0x1c, 0x84, 0x93, 0x14], "V2 compressed cookie");
+    let h: hdrhistogram::Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .unwrap();
+    assert_eq!(h.len(), 500);
+    assert_eq!(step["calls"], 500);
+    assert_eq!(h, snap.span("step").unwrap().entry_busy.histogram);
+    assert_eq!(value["schema"], "spanprof.profile");
+    assert_eq!(value["version"], 1);
+    assert!(value["run"]["pid"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn corrupt_profiles_are_clear_errors() {
+    let err = Snapshot::from_json("{not json", "broken.json").unwrap_err();
+    assert!(matches!(err, Error::InvalidProfile { .. }));
+    assert!(err.to_string().contains("broken.json"), "{err}");
+
+    let snap = run_with(ProfileLayer::builder(), workload);
+    let wrong_schema = snap.to_json().replace("spanprof.profile", "other");
+    let err = Snapshot::from_json(&wrong_schema, "x.json").unwrap_err();
+    assert!(err.to_string().contains("schema"), "{err}");
+
+    let bad_hist = {
+        let mut v: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+        v["spans"][0]["wall"]["histogram"] = "AAAA".into();
+        v.to_string()
+    };
+    let err = Snapshot::from_json(&bad_hist, "h.json").unwrap_err();
+    assert!(err.to_string().contains("histogram"), "{err}");
+
+    let err = Snapshot::read_json("/nonexistent/dir/profile.json").unwrap_err();
+    assert!(matches!(err, Error::Io { .. }));
+    assert!(err.to_string().contains("/nonexistent/dir/profile.json"), "{err}");
+}
+
+#[test]
+fn guard_writes_report_and_profile() {
+    let dir = std::env::temp_dir().join(format!("spanprof-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_output_dir(dir.join("out"))
+        .with_report(ReportTarget::File(dir.join("report.txt")))
+        .build()
+        .unwrap();
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, workload);
+    let outputs = guard.finish().unwrap();
+    let profile = outputs.profile.unwrap();
+    assert_eq!(profile, dir.join("out").join("profile.json"));
+    let back = Snapshot::read_json(&profile).unwrap();
+    assert_eq!(back.spans.len(), 4);
+    let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    assert!(report.contains("forward") && report.contains("self%"), "{report}");
+    for line in report.lines() {
+        assert!(line.chars().count() <= 100, "line too wide: {line:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unwritable_output_is_reported_not_fatal() {
+    let blocker = std::env::temp_dir().join(format!("spanprof-blocker-{}", std::process::id()));
+    std::fs::write(&blocker, b"a file, not a directory").unwrap();
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .with_output_dir(blocker.join("sub"))
+        .build()
+        .unwrap();
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, workload);
+    let err = guard.finish().unwrap_err();
+    assert!(matches!(err, Error::Io { .. }));
+    assert!(err.to_string().contains(&blocker.display().to_string()), "{err}");
+    let _ = std::fs::remove_file(&blocker);
+}
