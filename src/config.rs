@@ -220,6 +220,7 @@ impl Builder {
         let inner = Arc::new(Inner::new(config, clock, filter));
         Ok((
             ProfileLayer {
+                recording: inner.config.preset.records(),
                 inner: inner.clone(),
             },
             ProfileGuard::new(ProfileHandle { inner }),

@@ -19,7 +19,7 @@ use tracing_subscriber::Layer;
 use crate::config::Builder;
 use crate::names::{throughput_fields, Decision, Kind, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS};
 use crate::profiler::Inner;
-use crate::store::{bump, with_local, Frame, Local, NameStats};
+use crate::store::{bump, thread_token, with_local, Frame, Local, NameStats};
 
 /// The profiling layer. Build it with [`ProfileLayer::builder`] and add it to a
 /// `tracing_subscriber::registry()`.
@@ -29,6 +29,8 @@ use crate::store::{bump, with_local, Frame, Local, NameStats};
 #[derive(Clone)]
 pub struct ProfileLayer {
     pub(crate) inner: Arc<Inner>,
+    /// False for the `off` preset: every callback returns at once.
+    pub(crate) recording: bool,
 }
 
 impl fmt::Debug for ProfileLayer {
@@ -80,9 +82,155 @@ impl ProfileLayer {
         decision
     }
 
+    fn new_span<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        if !self.inner.active.load(Relaxed) {
+            return;
+        }
+        let meta = attrs.metadata();
+        let decision = match self.inner.names.cached(meta) {
+            Some(d) => d,
+            None => self.decide::<S>(meta),
+        };
+        if decision.is_skip() {
+            return;
+        }
+        if decision.is_dynamic() {
+            if let Some(filter) = &self.inner.filter {
+                if !<tracing_subscriber::EnvFilter as Layer<S>>::enabled(filter, meta, ctx) {
+                    return;
+                }
+            }
+        }
+        let name = decision.name();
+        let owner = thread_token();
+        let now = self.inner.clock.raw();
+        let inserted = self.inner.table.insert(id.into_u64(), |e| {
+            e.name.store(name, Relaxed);
+            e.owner.store(owner, Relaxed);
+            e.created.store(now, Relaxed);
+            e.busy.store(0, Relaxed);
+            e.self_ns.store(0, Relaxed);
+            e.shared_busy.store(0, Relaxed);
+            e.shared_self.store(0, Relaxed);
+            e.entered_at.store(0, Relaxed);
+        });
+        if inserted.is_none() {
+            self.inner.dropped_table_full.fetch_add(1, Relaxed);
+            return;
+        }
+        let fields = decision.fields();
+        if fields != 0 {
+            self.local(|local| {
+                let stats = local.shard.stats(name);
+                attrs.record(&mut Throughput { stats, fields });
+            });
+        }
+    }
+
+    fn enter(&self, id: &Id) {
+        let id = id.into_u64();
+        let Some(entry) = self.inner.table.get(id) else {
+            return;
+        };
+        self.local(|local| {
+            if entry.entered_at.load(Relaxed) != 0 {
+                // Entered somewhere: if on this thread, this is a re-entry.
+                if let Some(frame) = local.stack.iter_mut().rev().find(|f| f.id == id) {
+                    frame.reentries += 1;
+                    return;
+                }
+            }
+            let now = self.inner.clock.raw();
+            entry.entered_at.store(now, Relaxed);
+            local.stack.push(Frame {
+                id,
+                name: entry.name.load(Relaxed),
+                start: now,
+                child_ns: 0,
+                reentries: 0,
+            });
+        });
+    }
+
+    fn exit(&self, id: &Id) {
+        let id = id.into_u64();
+        // Spans not profiled leave here, before touching thread-local state.
+        let Some(entry) = self.inner.table.get(id) else {
+            return;
+        };
+        self.local(|local| {
+            // Fast path: the span on top of this thread's stack (no table probe).
+            let top = match local.stack.last() {
+                Some(top) if top.id == id && top.reentries == 0 => local.stack.len() - 1,
+                _ => match self.find_frame(local, id) {
+                    Some(pos) => pos,
+                    None => return,
+                },
+            };
+            let now = self.inner.clock.raw();
+            let stack = &mut local.stack;
+            let frame = if top + 1 == stack.len() {
+                stack.pop()
+            } else {
+                Some(stack.remove(top))
+            };
+            let Some(frame) = frame else { return };
+            let busy = self.inner.clock.delta_ns(frame.start, now);
+            let self_ns = busy.saturating_sub(frame.child_ns);
+            if let Some(parent) = top.checked_sub(1).and_then(|p| stack.get_mut(p)) {
+                parent.child_ns += busy;
+            }
+            if local.token != 0 && entry.owner.load(Relaxed) == local.token {
+                bump(&entry.busy, busy);
+                bump(&entry.self_ns, self_ns);
+            } else {
+                entry.shared_busy.fetch_add(busy, Relaxed);
+                entry.shared_self.fetch_add(self_ns, Relaxed);
+            }
+            entry.entered_at.store(0, Relaxed);
+            let stats = local.shard.stats(frame.name);
+            self.record(local, stats, frame.name, Kind::EntryBusy, busy);
+            self.record(local, stats, frame.name, Kind::EntrySelf, self_ns);
+        });
+    }
+
+    fn close(&self, id: Id) {
+        let Some(entry) = self.inner.table.get(id.into_u64()) else {
+            return;
+        };
+        let now = self.inner.clock.raw();
+        let name = entry.name.load(Relaxed);
+        let wall = self.inner.clock.delta_ns(entry.created.load(Relaxed), now);
+        let busy = entry.busy.load(Relaxed) + entry.shared_busy.load(Relaxed);
+        let self_ns = entry.self_ns.load(Relaxed) + entry.shared_self.load(Relaxed);
+        self.inner.table.remove(entry);
+        self.local(|local| {
+            let stats = local.shard.stats(name);
+            self.record(local, stats, name, Kind::Busy, busy);
+            self.record(local, stats, name, Kind::SelfTime, self_ns);
+            self.record(local, stats, name, Kind::Wall, wall);
+        });
+    }
+
+    /// The frame an exit closes when it is not the plain top of the stack: `None` for spans
+    /// not profiled, or a re-entry's exit (which only counts down).
+    #[cold]
+    #[inline(never)]
+    fn find_frame(&self, local: &mut Local, id: u64) -> Option<usize> {
+        let pos = local.stack.iter().rposition(|f| f.id == id)?;
+        let frame = &mut local.stack[pos];
+        if frame.reentries > 0 {
+            frame.reentries -= 1;
+            return None;
+        }
+        Some(pos)
+    }
+
     #[inline(always)]
-    fn record(&self, local: &Local, name: u32, kind: Kind, value: u64) {
-        let stats = local.shard.stats(name);
+    fn record(&self, local: &Local, stats: &NameStats, name: u32, kind: Kind, value: u64) {
         if stats.hist(kind).record(value) {
             self.inner.drain(&local.shard, name, kind);
         }
@@ -131,51 +279,17 @@ impl<S> Layer<S> for ProfileLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
+    #[inline(always)]
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        if !self.inner.active.load(Relaxed) {
-            return;
+        if self.recording {
+            self.new_span(attrs, id, ctx);
         }
-        let meta = attrs.metadata();
-        let decision = match self.inner.names.cached(meta) {
-            Some(d) => d,
-            None => self.decide::<S>(meta),
-        };
-        if decision.is_skip() {
-            return;
-        }
-        if decision.is_dynamic() {
-            if let Some(filter) = &self.inner.filter {
-                if !<tracing_subscriber::EnvFilter as Layer<S>>::enabled(filter, meta, ctx) {
-                    return;
-                }
-            }
-        }
-        let name = decision.name();
-        let now = self.inner.clock.raw();
-        let inserted = self.inner.table.insert(id.into_u64(), |e| {
-            e.name.store(name, Relaxed);
-            e.created.store(now, Relaxed);
-            e.busy.store(0, Relaxed);
-            e.self_ns.store(0, Relaxed);
-            e.entries.store(0, Relaxed);
-            e.entered_at.store(0, Relaxed);
-            e.entered_by.store(0, Relaxed);
-        });
-        if inserted.is_none() {
-            self.inner.dropped_table_full.fetch_add(1, Relaxed);
-            return;
-        }
-        let fields = decision.fields();
-        self.local(|local| {
-            let stats = local.shard.stats(name);
-            bump(&stats.created, 1);
-            if fields != 0 {
-                attrs.record(&mut Throughput { stats, fields });
-            }
-        });
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
+        if !self.recording {
+            return;
+        }
         let Some(entry) = self.inner.table.get(id.into_u64()) else {
             return;
         };
@@ -188,94 +302,35 @@ where
         });
     }
 
+    #[inline(always)]
     fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
-        let id = id.into_u64();
-        let Some(entry) = self.inner.table.get(id) else {
-            return;
-        };
-        self.local(|local| {
-            if entry.entered_by.load(Relaxed) == local.token {
-                // Possibly a re-entry of a span this thread is already inside.
-                if let Some(frame) = local.stack.iter_mut().rev().find(|f| f.id == id) {
-                    frame.reentries += 1;
-                    return;
-                }
-            }
-            entry.entered_by.store(local.token, Relaxed);
-            let now = self.inner.clock.raw();
-            entry.entered_at.store(now, Relaxed);
-            local.stack.push(Frame {
-                id,
-                name: entry.name.load(Relaxed),
-                start: now,
-                child_ns: 0,
-                reentries: 0,
-            });
-        });
+        if self.recording {
+            self.enter(id);
+        }
     }
 
+    #[inline(always)]
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
-        let now = self.inner.clock.raw();
-        let id = id.into_u64();
-        let Some(entry) = self.inner.table.get(id) else {
-            return;
-        };
-        self.local(|local| {
-            let stack = &mut local.stack;
-            let Some(pos) = stack.iter().rposition(|f| f.id == id) else {
-                return;
-            };
-            if stack[pos].reentries > 0 {
-                stack[pos].reentries -= 1;
-                return;
-            }
-            let frame = if pos + 1 == stack.len() {
-                stack.pop()
-            } else {
-                Some(stack.remove(pos))
-            };
-            let Some(frame) = frame else { return };
-            let busy = self.inner.clock.delta_ns(frame.start, now);
-            let self_ns = busy.saturating_sub(frame.child_ns);
-            if let Some(parent) = pos.checked_sub(1).and_then(|p| stack.get_mut(p)) {
-                parent.child_ns += busy;
-            }
-            entry.busy.fetch_add(busy, Relaxed);
-            entry.self_ns.fetch_add(self_ns, Relaxed);
-            let entries = entry.entries.load(Relaxed);
-            entry.entries.store(entries.saturating_add(1), Relaxed);
-            entry.entered_at.store(0, Relaxed);
-            if entry.entered_by.load(Relaxed) == local.token {
-                entry.entered_by.store(0, Relaxed);
-            }
-            self.record(local, frame.name, Kind::EntryBusy, busy);
-            self.record(local, frame.name, Kind::EntrySelf, self_ns);
-        });
+        if self.recording {
+            self.exit(id);
+        }
     }
 
+    #[inline(always)]
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
-        let now = self.inner.clock.raw();
-        let Some(entry) = self.inner.table.get(id.into_u64()) else {
-            return;
-        };
-        let name = entry.name.load(Relaxed);
-        let wall = self.inner.clock.delta_ns(entry.created.load(Relaxed), now);
-        let busy = entry.busy.load(Relaxed);
-        let self_ns = entry.self_ns.load(Relaxed);
-        self.inner.table.remove(entry);
-        self.local(|local| {
-            self.record(local, name, Kind::Busy, busy);
-            self.record(local, name, Kind::SelfTime, self_ns);
-            self.record(local, name, Kind::Wall, wall);
-        });
+        if self.recording {
+            self.close(id);
+        }
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if *event.metadata().level() != Level::ERROR {
+        if !self.recording || *event.metadata().level() != Level::ERROR {
             return;
         }
         let explicit = event.parent().map(|id| id.into_u64());
-        let from_table = explicit.and_then(|id| self.inner.table.get(id)).map(|e| e.name.load(Relaxed));
+        let from_table = explicit
+            .and_then(|id| self.inner.table.get(id))
+            .map(|e| e.name.load(Relaxed));
         self.local(|local| {
             let name = if explicit.is_some() {
                 from_table

@@ -94,7 +94,7 @@ impl Inner {
                 std::array::from_fn(|k| spill[k].clone().unwrap_or_else(new_histogram));
             let mut exact = [Exact::default(); KINDS];
             let (mut items, mut bytes, mut flops) = (None::<u64>, None::<u64>, None::<u64>);
-            let (mut errors, mut created) = (0, 0);
+            let mut errors = 0;
             let mut any = false;
             for shard in &shards {
                 let Some(stats) = shard.existing(index as u32) else {
@@ -114,7 +114,6 @@ impl Inner {
                 add(&mut bytes, stats.bytes.load(Relaxed));
                 add(&mut flops, stats.flops.load(Relaxed));
                 errors += stats.errors.load(Relaxed);
-                created += stats.created.load(Relaxed);
             }
             drop(spill);
             if !any && open[index] == 0 {
@@ -128,7 +127,7 @@ impl Inner {
                 name: info.name.to_string(),
                 target: info.target.to_string(),
                 calls: exact[Kind::EntryBusy as usize].count,
-                created,
+                created: exact[Kind::Wall as usize].count + open[index],
                 instances: exact[Kind::Wall as usize].count,
                 open: open[index],
                 in_progress_ns: in_progress[index],

@@ -237,7 +237,7 @@ impl fmt::Display for Report<'_> {
                 } else {
                     format!("{:.1}%", 100.0 * s.busy.total_ns as f64 / s.wall.total_ns as f64)
                 };
-                let mean = |n: u64, t: u64| if n == 0 { "-".to_string() } else { format_duration(t / n) };
+                let mean = |n: u64, t: u64| t.checked_div(n).map_or_else(|| "-".to_string(), format_duration);
                 writeln!(
                     f,
                     "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",

@@ -5,8 +5,8 @@
 //! instance keeps every shard in a list, so a thread that exits loses nothing; a new thread
 //! adopts a shard left by an exited one, so memory is bounded by the most threads alive at once.
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::hist::AtomicHist;
@@ -23,7 +23,6 @@ pub(crate) struct NameStats {
     pub(crate) bytes: AtomicU64,
     pub(crate) flops: AtomicU64,
     pub(crate) errors: AtomicU64,
-    pub(crate) created: AtomicU64,
 }
 
 impl NameStats {
@@ -34,7 +33,6 @@ impl NameStats {
             bytes: AtomicU64::new(0),
             flops: AtomicU64::new(0),
             errors: AtomicU64::new(0),
-            created: AtomicU64::new(0),
         }
     }
 
@@ -50,10 +48,13 @@ pub(crate) fn bump(counter: &AtomicU64, by: u64) {
     counter.store(counter.load(Relaxed).wrapping_add(by), Relaxed);
 }
 
+/// A chunk of [`CHUNK`] names' stats, each created on first use.
+type Chunk = Box<[OnceLock<Box<NameStats>>]>;
+
 /// One thread's records.
 #[derive(Debug)]
 pub(crate) struct Shard {
-    chunks: [OnceLock<Box<[OnceLock<Box<NameStats>>]>>; CHUNKS],
+    chunks: [OnceLock<Chunk>; CHUNKS],
     /// Set when the owning thread exited; the next new thread may adopt the shard.
     retired: AtomicBool,
 }
@@ -131,8 +132,8 @@ pub(crate) struct Local {
     instance: u64,
     pub(crate) shard: Arc<Shard>,
     pub(crate) stack: Vec<Frame>,
-    /// Unique token of this (thread, instance), for re-entry detection.
-    pub(crate) token: u64,
+    /// This thread's token ([`thread_token`]).
+    pub(crate) token: u32,
     _owner: Weak<Shards>,
 }
 
@@ -148,9 +149,27 @@ const CACHED_INSTANCES: usize = 8;
 
 thread_local! {
     static LOCALS: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
+    static TOKEN: Cell<u32> = const { Cell::new(0) };
 }
 
-static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+/// This thread's token: non-zero and unique among live threads. Marks the spans a thread owns.
+#[inline(always)]
+pub(crate) fn thread_token() -> u32 {
+    TOKEN
+        .try_with(|t| {
+            let token = t.get();
+            if token != 0 {
+                token
+            } else {
+                let token = next_token();
+                t.set(token);
+                token
+            }
+        })
+        .unwrap_or(0)
+}
+
+static NEXT_TOKEN: AtomicU32 = AtomicU32::new(1);
 
 /// Runs `f` with this thread's state for `instance`. Returns `None` (and does nothing) when the
 /// thread is being torn down or the state is already borrowed (a callback re-entered spanprof),
@@ -175,6 +194,15 @@ pub(crate) fn with_local<R>(
         .flatten()
 }
 
+fn next_token() -> u32 {
+    loop {
+        let token = NEXT_TOKEN.fetch_add(1, Relaxed);
+        if token != 0 {
+            return token;
+        }
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn slow_local<'a>(locals: &'a mut Vec<Local>, instance: u64, shards: &Arc<Shards>) -> &'a mut Local {
@@ -190,7 +218,7 @@ fn slow_local<'a>(locals: &'a mut Vec<Local>, instance: u64, shards: &Arc<Shards
             instance,
             shard: shards.acquire(),
             stack: Vec::with_capacity(32),
-            token: NEXT_TOKEN.fetch_add(1, Relaxed),
+            token: thread_token(),
             _owner: Arc::downgrade(shards),
         };
         locals.insert(0, local);

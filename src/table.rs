@@ -20,24 +20,31 @@ const PROBES: usize = 16;
 
 /// The state of one open span. 64 bytes, one cache line: spans used by different threads never
 /// share a line.
+///
+/// The thread that created the span (its *owner*) adds its entries to `busy` and `self_ns`
+/// with plain loads and stores; other threads add theirs to `shared_busy` and `shared_self`
+/// with atomic read-modify-writes. A span that never leaves its thread costs no locked
+/// instruction, and concurrent entries from several threads lose nothing.
 #[repr(align(64))]
 #[derive(Debug)]
 pub(crate) struct Entry {
     key: AtomicU64,
     /// Index of the span's name in the name registry.
     pub(crate) name: AtomicU32,
-    /// Entries (outermost enter→exit) completed so far, saturating at `u32::MAX`.
-    pub(crate) entries: AtomicU32,
+    /// Token of the owning thread (see `store::Local::token`).
+    pub(crate) owner: AtomicU32,
     /// Clock reading (raw) when the span was created.
     pub(crate) created: AtomicU64,
-    /// Sum of the completed entries' busy time, ns.
+    /// Sum of the owner's completed entries' busy time, ns.
     pub(crate) busy: AtomicU64,
-    /// Sum of the completed entries' self time, ns.
+    /// Sum of the owner's completed entries' self time, ns.
     pub(crate) self_ns: AtomicU64,
+    /// Sum of other threads' completed entries' busy time, ns.
+    pub(crate) shared_busy: AtomicU64,
+    /// Sum of other threads' completed entries' self time, ns.
+    pub(crate) shared_self: AtomicU64,
     /// Clock reading (raw) of the outermost enter in progress, or 0.
     pub(crate) entered_at: AtomicU64,
-    /// Token of the last thread that entered the span (re-entry detection), or 0.
-    pub(crate) entered_by: AtomicU64,
 }
 
 impl Entry {
@@ -45,12 +52,13 @@ impl Entry {
         Self {
             key: AtomicU64::new(EMPTY),
             name: AtomicU32::new(0),
-            entries: AtomicU32::new(0),
+            owner: AtomicU32::new(0),
             created: AtomicU64::new(0),
             busy: AtomicU64::new(0),
             self_ns: AtomicU64::new(0),
+            shared_busy: AtomicU64::new(0),
+            shared_self: AtomicU64::new(0),
             entered_at: AtomicU64::new(0),
-            entered_by: AtomicU64::new(0),
         }
     }
 
@@ -65,12 +73,15 @@ impl Entry {
 
 /// The table. See the module docs.
 pub(crate) struct SpanTable {
-    segments: [OnceLock<Box<[Entry]>>; SEGMENTS],
+    /// Segment 0, always there.
+    first: Box<[Entry]>,
+    /// Segments 1.., each twice the size of the one before, made when first needed.
+    rest: [OnceLock<Box<[Entry]>>; SEGMENTS - 1],
 }
 
 impl std::fmt::Debug for SpanTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let segments = self.segments.iter().filter(|s| s.get().is_some()).count();
+        let segments = 1 + self.rest.iter().filter(|s| s.get().is_some()).count();
         f.debug_struct("SpanTable")
             .field("segments", &segments)
             .finish()
@@ -99,22 +110,25 @@ fn home(id: u64, segment: usize) -> usize {
     }
 }
 
+fn new_segment(len: usize) -> Box<[Entry]> {
+    (0..len).map(|_| Entry::new()).collect()
+}
+
 impl SpanTable {
     pub(crate) fn new() -> Self {
-        let table = Self {
-            segments: Default::default(),
-        };
-        table.segment(0);
-        table
+        Self {
+            first: new_segment(FIRST_SEGMENT),
+            rest: Default::default(),
+        }
     }
 
-    fn segment(&self, k: usize) -> &[Entry] {
-        self.segments[k].get_or_init(|| {
-            (0..FIRST_SEGMENT << k)
-                .map(|_| Entry::new())
-                .collect::<Vec<_>>()
-                .into_boxed_slice()
-        })
+    #[inline(always)]
+    fn segment(&self, k: usize) -> Option<&[Entry]> {
+        if k == 0 {
+            Some(&self.first)
+        } else {
+            self.rest[k - 1].get().map(|s| &**s)
+        }
     }
 
     /// Claims an entry for `id` and initialises it with `init` before publishing it. Returns
@@ -123,11 +137,15 @@ impl SpanTable {
     pub(crate) fn insert(&self, id: u64, init: impl FnOnce(&Entry)) -> Option<&Entry> {
         debug_assert!(id != EMPTY && id != TOMBSTONE && id != RESERVED);
         for k in 0..SEGMENTS {
-            let segment = self.segment(k);
+            let segment = match self.segment(k) {
+                Some(s) => s,
+                None => self.rest[k - 1].get_or_init(|| new_segment(FIRST_SEGMENT << k)),
+            };
             let start = home(id, k);
             let mask = segment.len() - 1;
             for probe in 0..PROBES {
-                let entry = &segment[(start + probe) & mask];
+                let index = (start + probe) & mask;
+                let entry = &segment[index];
                 let key = entry.key.load(Ordering::Relaxed);
                 if (key == EMPTY || key == TOMBSTONE)
                     && entry
@@ -145,14 +163,27 @@ impl SpanTable {
     }
 
     /// The entry of an open span, or `None` if `id` was never inserted (not profiled).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get(&self, id: u64) -> Option<&Entry> {
-        for (k, slot) in self.segments.iter().enumerate() {
-            let segment = slot.get()?;
+        let index = home(id, 0) & (FIRST_SEGMENT - 1);
+        let entry = &self.first[index];
+        match entry.key.load(Ordering::Acquire) {
+            key if key == id => Some(entry),
+            EMPTY => None,
+            _ => self.get_probing(id),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn get_probing(&self, id: u64) -> Option<&Entry> {
+        for k in 0..SEGMENTS {
+            let segment = self.segment(k)?;
             let start = home(id, k);
             let mask = segment.len() - 1;
             for probe in 0..PROBES {
-                let entry = &segment[(start + probe) & mask];
+                let index = (start + probe) & mask;
+                let entry = &segment[index];
                 match entry.key.load(Ordering::Acquire) {
                     key if key == id => return Some(entry),
                     EMPTY => return None,
@@ -171,13 +202,14 @@ impl SpanTable {
 
     /// Every entry that holds an open span (for snapshots).
     pub(crate) fn open_entries(&self) -> impl Iterator<Item = &Entry> {
-        self.segments
-            .iter()
-            .filter_map(|s| s.get())
+        (0..SEGMENTS)
+            .filter_map(|k| self.segment(k))
             .flat_map(|s| s.iter())
             .filter(|e| e.id().is_some())
     }
 }
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 64);
 
 #[cfg(test)]
 mod tests {

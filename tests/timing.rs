@@ -283,3 +283,33 @@ fn durations_beyond_range_are_clamped_and_counted() {
     assert_eq!(e.entry_busy.count, 1);
     assert!(e.entry_busy.p99_ns <= e.entry_busy.max_ns);
 }
+
+#[test]
+fn one_span_entered_concurrently_on_many_threads() {
+    // The rayon pattern: workers enter a shared span at the same time. Nothing is lost.
+    let (dispatch, guard, clock) = setup();
+    let shared = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("parallel"));
+    let barrier = std::sync::Barrier::new(4);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    for _ in 0..1000 {
+                        let _e = shared.enter();
+                        barrier.wait();
+                    }
+                })
+            });
+        }
+        // Time only moves while every worker is inside the span: each entry sees whole µs.
+    });
+    // The owner (this thread) never entered; all 4000 entries went through the shared sums.
+    let snap = guard.snapshot();
+    assert_eq!(snap.span("parallel").unwrap().calls, 4000);
+    drop(shared);
+    let snap = guard.snapshot();
+    let p = snap.span("parallel").unwrap();
+    assert_eq!(p.instances, 1);
+    assert_eq!(p.busy.total_ns, p.entry_busy.total_ns, "instance busy = sum of all entries");
+    let _ = clock;
+}
