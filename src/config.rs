@@ -310,8 +310,10 @@ mod tests {
     use std::ffi::OsString;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let pairs: Vec<(String, String)> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |var| {
             pairs
                 .iter()
@@ -326,8 +328,15 @@ mod tests {
 
     #[test]
     fn presets_parse_case_insensitively() {
-        for (v, p) in [("off", Preset::Off), ("BASIC", Preset::Basic), (" Detailed ", Preset::Detailed), ("full", Preset::Full)] {
-            let b = Builder::default().apply_env(env(&[("SPANPROF", v)])).unwrap();
+        for (v, p) in [
+            ("off", Preset::Off),
+            ("BASIC", Preset::Basic),
+            (" Detailed ", Preset::Detailed),
+            ("full", Preset::Full),
+        ] {
+            let b = Builder::default()
+                .apply_env(env(&[("SPANPROF", v)]))
+                .unwrap();
             assert_eq!(b.preset, p);
         }
     }
@@ -336,15 +345,35 @@ mod tests {
     fn bad_preset_names_variable_value_and_choices() {
         let e = err(&[("SPANPROF", "verbose")]);
         let msg = e.to_string();
-        assert!(matches!(e, Error::InvalidEnv { var: "SPANPROF", .. }));
-        assert!(msg.contains("SPANPROF") && msg.contains("\"verbose\"") && msg.contains("off, basic, detailed, full"), "{msg}");
+        assert!(matches!(
+            e,
+            Error::InvalidEnv {
+                var: "SPANPROF",
+                ..
+            }
+        ));
+        assert!(
+            msg.contains("SPANPROF")
+                && msg.contains("\"verbose\"")
+                && msg.contains("off, basic, detailed, full"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn bad_filter_names_variable_and_value() {
         let e = err(&[("SPANPROF_FILTER", "my_app=notalevel")]);
         let msg = e.to_string();
-        assert!(matches!(e, Error::InvalidFilter { origin: "SPANPROF_FILTER", .. }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidFilter {
+                    origin: "SPANPROF_FILTER",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert!(msg.contains("my_app=notalevel"), "{msg}");
         assert!(std::error::Error::source(&e).is_some());
     }
@@ -352,10 +381,31 @@ mod tests {
     #[test]
     fn bad_top_report_and_out() {
         for v in ["0", "-3", "many", ""] {
-            assert!(matches!(err(&[("SPANPROF_TOP", v)]), Error::InvalidEnv { var: "SPANPROF_TOP", .. }), "{v}");
+            assert!(
+                matches!(
+                    err(&[("SPANPROF_TOP", v)]),
+                    Error::InvalidEnv {
+                        var: "SPANPROF_TOP",
+                        ..
+                    }
+                ),
+                "{v}"
+            );
         }
-        assert!(matches!(err(&[("SPANPROF_REPORT", " ")]), Error::InvalidEnv { var: "SPANPROF_REPORT", .. }));
-        assert!(matches!(err(&[("SPANPROF_OUT", "")]), Error::InvalidEnv { var: "SPANPROF_OUT", .. }));
+        assert!(matches!(
+            err(&[("SPANPROF_REPORT", " ")]),
+            Error::InvalidEnv {
+                var: "SPANPROF_REPORT",
+                ..
+            }
+        ));
+        assert!(matches!(
+            err(&[("SPANPROF_OUT", "")]),
+            Error::InvalidEnv {
+                var: "SPANPROF_OUT",
+                ..
+            }
+        ));
     }
 
     #[cfg(unix)]
@@ -365,7 +415,13 @@ mod tests {
         let e = Builder::default()
             .apply_env(|v| (v == "SPANPROF").then(|| OsString::from_vec(vec![0x66, 0xff])))
             .unwrap_err();
-        assert!(matches!(e, Error::InvalidEnv { var: "SPANPROF", .. }));
+        assert!(matches!(
+            e,
+            Error::InvalidEnv {
+                var: "SPANPROF",
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -386,13 +442,24 @@ mod tests {
         assert_eq!(b.report, ReportTarget::Off);
         assert_eq!(b.output_dir, Some(PathBuf::from("out/dir")));
         assert_eq!(b.filter.as_deref(), Some("my_app=trace"));
-        let file = Builder::default().apply_env(env(&[("SPANPROF_REPORT", "r.txt")])).unwrap();
+        let file = Builder::default()
+            .apply_env(env(&[("SPANPROF_REPORT", "r.txt")]))
+            .unwrap();
         assert_eq!(file.report, ReportTarget::File("r.txt".into()));
     }
 
     #[test]
     fn builder_filter_is_validated() {
         let e = Builder::default().with_filter("=[").unwrap_err();
-        assert!(matches!(e, Error::InvalidFilter { origin: "the builder", .. }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidFilter {
+                    origin: "the builder",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 }

@@ -119,10 +119,12 @@ impl ProfileGuard {
             ReportTarget::Stderr => {
                 let _ = std::io::stderr().lock().write_all(report().as_bytes());
             }
-            ReportTarget::File(path) => match write_file(path, report().as_bytes(), "writing report") {
-                Ok(()) => outputs.report = Some(path.clone()),
-                Err(e) => first_error = Some(e),
-            },
+            ReportTarget::File(path) => {
+                match write_file(path, report().as_bytes(), "writing report") {
+                    Ok(()) => outputs.report = Some(path.clone()),
+                    Err(e) => first_error = Some(e),
+                }
+            }
         }
         if let Some(dir) = &config.output_dir {
             let path = dir.join(PROFILE_FILE);

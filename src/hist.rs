@@ -138,7 +138,8 @@ impl AtomicHist {
         bucket.store(bucket.load(Relaxed).wrapping_add(1), Relaxed);
         let count = self.count.load(Relaxed) + 1;
         self.count.store(count, Relaxed);
-        self.sum.store(self.sum.load(Relaxed).wrapping_add(value_ns), Relaxed);
+        self.sum
+            .store(self.sum.load(Relaxed).wrapping_add(value_ns), Relaxed);
         if value_ns < self.min.load(Relaxed) {
             self.min.store(value_ns, Relaxed);
         }
@@ -154,7 +155,11 @@ impl AtomicHist {
         Exact {
             count,
             sum: self.sum.load(Relaxed),
-            min: if count == 0 { 0 } else { self.min.load(Relaxed) },
+            min: if count == 0 {
+                0
+            } else {
+                self.min.load(Relaxed)
+            },
             max: self.max.load(Relaxed),
             clamped: self.clamped.load(Relaxed),
         }
@@ -207,7 +212,10 @@ mod tests {
             assert_eq!(value_of(idx), h.lowest_equivalent(v), "value {v}");
             v = v * 3 / 2 + 1;
         }
-        assert_eq!(value_of(index_of(HIGHEST_NS)), h.lowest_equivalent(HIGHEST_NS));
+        assert_eq!(
+            value_of(index_of(HIGHEST_NS)),
+            h.lowest_equivalent(HIGHEST_NS)
+        );
     }
 
     #[test]
@@ -235,7 +243,10 @@ mod tests {
         a.record(HIGHEST_NS * 5);
         a.record(7);
         let e = a.exact();
-        assert_eq!((e.count, e.clamped, e.max, e.min), (2, 1, HIGHEST_NS * 5, 7));
+        assert_eq!(
+            (e.count, e.clamped, e.max, e.min),
+            (2, 1, HIGHEST_NS * 5, 7)
+        );
         let mut out = new_histogram();
         a.add_to(&mut out);
         assert_eq!(out.len(), 2);

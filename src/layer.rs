@@ -63,7 +63,8 @@ impl ProfileLayer {
         let dynamic = match &self.inner.filter {
             None => false,
             Some(filter) => {
-                let interest = <tracing_subscriber::EnvFilter as Layer<S>>::register_callsite(filter, meta);
+                let interest =
+                    <tracing_subscriber::EnvFilter as Layer<S>>::register_callsite(filter, meta);
                 if interest.is_never() {
                     self.inner.names.remember(meta, Decision::SKIP);
                     return Decision::SKIP;

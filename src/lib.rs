@@ -69,14 +69,18 @@ mod store;
 mod table;
 
 pub use clock::{Clock, MockClock};
-pub use config::{Builder, Preset, ReportTarget, ENV_FILTER, ENV_OUT, ENV_PRESET, ENV_REPORT, ENV_TOP};
+pub use config::{
+    Builder, Preset, ReportTarget, ENV_FILTER, ENV_OUT, ENV_PRESET, ENV_REPORT, ENV_TOP,
+};
 pub use error::{Error, Result};
 pub use guard::{Outputs, ProfileGuard, ProfileHandle, PROFILE_FILE};
 pub use hist::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
 pub use layer::ProfileLayer;
 pub use names::MAX_SPAN_NAMES;
 pub use report::{format_duration, format_si, Report};
-pub use snapshot::{Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION};
+pub use snapshot::{
+    Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
+};
 
 /// Target for lightweight performance spans and spanprof's summaries and warnings.
 pub const PERF_TARGET: &str = "spanprof::perf";

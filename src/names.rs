@@ -81,7 +81,10 @@ pub(crate) struct NameInfo {
 }
 
 impl NameInfo {
-    pub(crate) fn spill_mut(spill: &mut [Option<Histogram<u64>>; KINDS], kind: Kind) -> &mut Histogram<u64> {
+    pub(crate) fn spill_mut(
+        spill: &mut [Option<Histogram<u64>>; KINDS],
+        kind: Kind,
+    ) -> &mut Histogram<u64> {
         spill[kind as usize].get_or_insert_with(new_histogram)
     }
 }
@@ -111,7 +114,9 @@ impl Names {
         Self {
             list: RwLock::new(Vec::new()),
             by_key: Mutex::new(HashMap::new()),
-            keys: (0..CALLSITE_SLOTS).map(|_| AtomicUsize::new(EMPTY)).collect(),
+            keys: (0..CALLSITE_SLOTS)
+                .map(|_| AtomicUsize::new(EMPTY))
+                .collect(),
             decisions: (0..CALLSITE_SLOTS).map(|_| AtomicU32::new(0)).collect(),
         }
     }
@@ -124,7 +129,9 @@ impl Names {
         for probe in 0..CALLSITE_SLOTS {
             let slot = (start + probe) & (CALLSITE_SLOTS - 1);
             match self.keys[slot].load(Ordering::Acquire) {
-                k if k == key => return Some(Decision(self.decisions[slot].load(Ordering::Relaxed))),
+                k if k == key => {
+                    return Some(Decision(self.decisions[slot].load(Ordering::Relaxed)))
+                }
                 EMPTY => return None,
                 _ => {}
             }

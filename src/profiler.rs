@@ -12,7 +12,9 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::hist::{new_histogram, Exact, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
 use crate::names::{Kind, NameInfo, Names, KINDS};
-use crate::snapshot::{Dropped, HistogramSpec, RunInfo, SpanStats, Stat, Snapshot, SCHEMA, SCHEMA_VERSION};
+use crate::snapshot::{
+    Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
+};
 use crate::store::{Shard, Shards};
 use crate::table::SpanTable;
 
@@ -64,7 +66,9 @@ impl Inner {
             return;
         };
         let mut spill = info.spill.lock().unwrap_or_else(|e| e.into_inner());
-        stats.hist(kind).drain_into(NameInfo::spill_mut(&mut spill, kind));
+        stats
+            .hist(kind)
+            .drain_into(NameInfo::spill_mut(&mut spill, kind));
     }
 
     /// Merges every shard into a snapshot.
@@ -121,7 +125,13 @@ impl Inner {
             }
             let [entry_busy, entry_self, busy, self_time, wall] = hists.map(Some);
             let stat = |h: Option<Histogram<u64>>, e: Exact| {
-                Stat::new(h.unwrap_or_else(new_histogram), e.sum, e.min, e.max, e.clamped)
+                Stat::new(
+                    h.unwrap_or_else(new_histogram),
+                    e.sum,
+                    e.min,
+                    e.max,
+                    e.clamped,
+                )
             };
             spans.push(SpanStats {
                 name: info.name.to_string(),

@@ -77,7 +77,14 @@ fn three_digits(value: f64, unit: &str) -> String {
 
 /// Formats a count or rate with an SI prefix (`1.25 k`, `3.40 G`).
 pub fn format_si(value: f64) -> String {
-    let prefixes = [("", 1.0), ("k", 1e3), ("M", 1e6), ("G", 1e9), ("T", 1e12), ("P", 1e15)];
+    let prefixes = [
+        ("", 1.0),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+    ];
     let mut chosen = prefixes[0];
     for p in prefixes {
         if value >= p.1 {
@@ -91,7 +98,18 @@ pub fn format_si(value: f64) -> String {
             format!("{value:.2}")
         };
     }
-    three_digits(value / chosen.1, chosen.0).trim_end().to_string()
+    three_digits(value / chosen.1, chosen.0)
+        .trim_end()
+        .to_string()
+}
+
+/// Exact counts where they fit a 7-character column, SI prefixes beyond.
+fn format_count(n: u64) -> String {
+    if n < 10_000_000 {
+        n.to_string()
+    } else {
+        format_si(n as f64)
+    }
 }
 
 fn short_name(s: &SpanStats) -> String {
@@ -133,7 +151,16 @@ impl fmt::Display for Report<'_> {
         writeln!(
             f,
             "{:<nw$} {:>7} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "name", "calls", "total", "self", "self%", "mean", "p50", "p90", "p99", "max",
+            "name",
+            "calls",
+            "total",
+            "self",
+            "self%",
+            "mean",
+            "p50",
+            "p90",
+            "p99",
+            "max",
             nw = NAME_WIDTH
         )?;
         for s in shown {
@@ -147,7 +174,7 @@ impl fmt::Display for Report<'_> {
                 f,
                 "{:<nw$} {:>7} {:>8} {:>8} {:>5.1}% {:>8} {:>8} {:>8} {:>8} {:>8}",
                 short_name(s),
-                format_si(s.calls as f64),
+                format_count(s.calls),
                 format_duration(e.total_ns),
                 format_duration(s.entry_self.total_ns),
                 share,
@@ -177,16 +204,19 @@ impl fmt::Display for Report<'_> {
             writeln!(
                 f,
                 "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                "name", "items", "items/s", "bytes", "bytes/s", "FLOP", "FLOP/s",
+                "name",
+                "items",
+                "items/s",
+                "bytes",
+                "bytes/s",
+                "FLOP",
+                "FLOP/s",
                 nw = NAME_WIDTH
             )?;
             for s in throughput {
-                let cell = |v: Option<u64>| v.map(|v| format_si(v as f64)).unwrap_or_else(|| "-".into());
-                let rate = |v: Option<u64>| {
-                    s.rate(v)
-                        .map(format_si)
-                        .unwrap_or_else(|| "-".into())
-                };
+                let cell =
+                    |v: Option<u64>| v.map(|v| format_si(v as f64)).unwrap_or_else(|| "-".into());
+                let rate = |v: Option<u64>| s.rate(v).map(format_si).unwrap_or_else(|| "-".into());
                 writeln!(
                     f,
                     "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -219,11 +249,21 @@ impl fmt::Display for Report<'_> {
             .collect();
         if !multi.is_empty() {
             writeln!(f)?;
-            writeln!(f, "span instances (busy = sum of entries; wall = creation to close)")?;
+            writeln!(
+                f,
+                "span instances (busy = sum of entries; wall = creation to close)"
+            )?;
             writeln!(
                 f,
                 "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                "name", "instances", "open", "calls/ins", "busy", "wall", "busy%", "running",
+                "name",
+                "instances",
+                "open",
+                "calls/ins",
+                "busy",
+                "wall",
+                "busy%",
+                "running",
                 nw = NAME_WIDTH
             )?;
             for s in multi {
@@ -235,9 +275,15 @@ impl fmt::Display for Report<'_> {
                 let busy_share = if s.wall.total_ns == 0 {
                     "-".to_string()
                 } else {
-                    format!("{:.1}%", 100.0 * s.busy.total_ns as f64 / s.wall.total_ns as f64)
+                    format!(
+                        "{:.1}%",
+                        100.0 * s.busy.total_ns as f64 / s.wall.total_ns as f64
+                    )
                 };
-                let mean = |n: u64, t: u64| t.checked_div(n).map_or_else(|| "-".to_string(), format_duration);
+                let mean = |n: u64, t: u64| {
+                    t.checked_div(n)
+                        .map_or_else(|| "-".to_string(), format_duration)
+                };
                 writeln!(
                     f,
                     "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",

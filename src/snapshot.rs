@@ -165,16 +165,32 @@ pub struct Stat {
 
 impl Stat {
     /// Builds the statistics of a histogram and its exact figures.
-    pub(crate) fn new(histogram: Histogram<u64>, total_ns: u64, min_ns: u64, max_ns: u64, clamped: u64) -> Self {
+    pub(crate) fn new(
+        histogram: Histogram<u64>,
+        total_ns: u64,
+        min_ns: u64,
+        max_ns: u64,
+        clamped: u64,
+    ) -> Self {
         let count = histogram.len();
         let clamp = |v: u64| v.clamp(min_ns, max_ns.max(min_ns));
-        let q = |q: f64| if count == 0 { 0 } else { clamp(histogram.value_at_quantile(q)) };
+        let q = |q: f64| {
+            if count == 0 {
+                0
+            } else {
+                clamp(histogram.value_at_quantile(q))
+            }
+        };
         Stat {
             count,
             total_ns,
             min_ns,
             max_ns,
-            mean_ns: if count == 0 { 0.0 } else { total_ns as f64 / count as f64 },
+            mean_ns: if count == 0 {
+                0.0
+            } else {
+                total_ns as f64 / count as f64
+            },
             stddev_ns: if count == 0 { 0.0 } else { histogram.stdev() },
             p50_ns: q(0.5),
             p90_ns: q(0.9),
@@ -256,15 +272,23 @@ mod hdr_base64 {
     use serde::de::Error as _;
     use serde::Deserialize;
 
-    pub(super) fn serialize<S: serde::Serializer>(h: &Histogram<u64>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: serde::Serializer>(
+        h: &Histogram<u64>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         let mut bytes = Vec::new();
         V2DeflateSerializer::new()
             .serialize(h, &mut bytes)
             .map_err(|e| serde::ser::Error::custom(format!("encoding histogram: {e:?}")))?;
-        serde::Serializer::serialize_str(s, &base64::engine::general_purpose::STANDARD.encode(bytes))
+        serde::Serializer::serialize_str(
+            s,
+            &base64::engine::general_purpose::STANDARD.encode(bytes),
+        )
     }
 
-    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Histogram<u64>, D::Error> {
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Histogram<u64>, D::Error> {
         let text = String::deserialize(d)?;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(text.as_bytes())
@@ -273,5 +297,4 @@ mod hdr_base64 {
             .deserialize(&mut bytes.as_slice())
             .map_err(|e| D::Error::custom(format!("histogram does not decode: {e:?}")))
     }
-
 }

@@ -205,7 +205,11 @@ fn next_token() -> u32 {
 
 #[cold]
 #[inline(never)]
-fn slow_local<'a>(locals: &'a mut Vec<Local>, instance: u64, shards: &Arc<Shards>) -> &'a mut Local {
+fn slow_local<'a>(
+    locals: &'a mut Vec<Local>,
+    instance: u64,
+    shards: &Arc<Shards>,
+) -> &'a mut Local {
     if let Some(pos) = locals.iter().position(|l| l.instance == instance) {
         locals.swap(0, pos);
     } else {

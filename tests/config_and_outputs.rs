@@ -34,25 +34,47 @@ fn filter_directives_select_targets_and_levels() {
     let all = run_with(ProfileLayer::builder(), workload);
     assert_eq!(names(&all), ["forward", "kernel", "matmul", "read"]);
 
-    let app = run_with(ProfileLayer::builder().with_filter("app=trace").unwrap(), workload);
+    let app = run_with(
+        ProfileLayer::builder().with_filter("app=trace").unwrap(),
+        workload,
+    );
     assert_eq!(names(&app), ["forward", "kernel", "matmul"]);
 
-    let app_debug = run_with(ProfileLayer::builder().with_filter("app=debug").unwrap(), workload);
+    let app_debug = run_with(
+        ProfileLayer::builder().with_filter("app=debug").unwrap(),
+        workload,
+    );
     assert_eq!(names(&app_debug), ["forward", "matmul"]);
 
-    let info = run_with(ProfileLayer::builder().with_filter("info").unwrap(), workload);
+    let info = run_with(
+        ProfileLayer::builder().with_filter("info").unwrap(),
+        workload,
+    );
     assert_eq!(names(&info), ["forward", "read"]);
 
-    let off = run_with(ProfileLayer::builder().with_filter("off").unwrap(), workload);
+    let off = run_with(
+        ProfileLayer::builder().with_filter("off").unwrap(),
+        workload,
+    );
     assert!(off.spans.is_empty());
 
-    let dep_off = run_with(ProfileLayer::builder().with_filter("trace,dep=off").unwrap(), workload);
+    let dep_off = run_with(
+        ProfileLayer::builder()
+            .with_filter("trace,dep=off")
+            .unwrap(),
+        workload,
+    );
     assert_eq!(names(&dep_off), ["forward", "kernel", "matmul"]);
 }
 
 #[test]
 fn span_name_directive_profiles_that_span() {
-    let snap = run_with(ProfileLayer::builder().with_filter("[forward]=trace").unwrap(), workload);
+    let snap = run_with(
+        ProfileLayer::builder()
+            .with_filter("[forward]=trace")
+            .unwrap(),
+        workload,
+    );
     assert!(names(&snap).contains(&"forward"), "{:?}", names(&snap));
     assert!(!names(&snap).contains(&"read"), "{:?}", names(&snap));
 }
@@ -63,7 +85,12 @@ fn spanprof_filter_does_not_change_what_other_layers_see() {
     use std::sync::Arc;
     struct Count(Arc<AtomicUsize>);
     impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
-        fn on_new_span(&self, _: &tracing::span::Attributes<'_>, _: &tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+        fn on_new_span(
+            &self,
+            _: &tracing::span::Attributes<'_>,
+            _: &tracing::span::Id,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -75,7 +102,11 @@ fn spanprof_filter_does_not_change_what_other_layers_see() {
         .unwrap()
         .build()
         .unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(Count(seen.clone())).with(layer));
+    let dispatch = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(Count(seen.clone()))
+            .with(layer),
+    );
     tracing::dispatcher::with_default(&dispatch, workload);
     assert_eq!(seen.load(Ordering::Relaxed), 4);
     assert!(guard.snapshot().spans.is_empty());
@@ -100,7 +131,12 @@ fn throughput_fields_and_errors() {
     }
     let snap = run_with(ProfileLayer::builder(), || {
         for i in 0..12u32 {
-            let step = tracing::info_span!("step", items = 32u64, bytes = tracing::field::Empty, flops = 1.5e3);
+            let step = tracing::info_span!(
+                "step",
+                items = 32u64,
+                bytes = tracing::field::Empty,
+                flops = 1.5e3
+            );
             step.record("bytes", 4096u64);
             step.in_scope(|| {
                 let _ = validate(i);
@@ -127,7 +163,8 @@ fn json_profile_round_trips_exactly_and_hdr_payloads_decode() {
         for i in 0..500u64 {
             tracing::info_span!("step", items = i).in_scope(|| {
                 mock.advance(std::time::Duration::from_nanos(1000 + i * 37));
-                tracing::info_span!("inner").in_scope(|| mock.advance(std::time::Duration::from_nanos(i)));
+                tracing::info_span!("inner")
+                    .in_scope(|| mock.advance(std::time::Duration::from_nanos(i)));
             });
         }
     });
@@ -137,10 +174,21 @@ fn json_profile_round_trips_exactly_and_hdr_payloads_decode() {
 
     // The histograms are HdrHistogram V2 + deflate payloads any HdrHistogram library reads.
     let value: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let step = value["spans"].as_array().unwrap().iter().find(|s| s["name"] == "step").unwrap();
+    let step = value["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "step")
+        .unwrap();
     let b64 = step["entry_busy"]["histogram"].as_str().unwrap();
-    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
-    assert_eq!(&bytes[..4], &[0x1c, 0x84, 0x93, 0x14], "V2 compressed cookie");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    assert_eq!(
+        &bytes[..4],
+        &[0x1c, 0x84, 0x93, 0x14],
+        "V2 compressed cookie"
+    );
     let h: hdrhistogram::Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
         .deserialize(&mut bytes.as_slice())
         .unwrap();
@@ -173,7 +221,10 @@ fn corrupt_profiles_are_clear_errors() {
 
     let err = Snapshot::read_json("/nonexistent/dir/profile.json").unwrap_err();
     assert!(matches!(err, Error::Io { .. }));
-    assert!(err.to_string().contains("/nonexistent/dir/profile.json"), "{err}");
+    assert!(
+        err.to_string().contains("/nonexistent/dir/profile.json"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -194,7 +245,10 @@ fn guard_writes_report_and_profile() {
     let back = Snapshot::read_json(&profile).unwrap();
     assert_eq!(back.spans.len(), 4);
     let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
-    assert!(report.contains("forward") && report.contains("self%"), "{report}");
+    assert!(
+        report.contains("forward") && report.contains("self%"),
+        "{report}"
+    );
     for line in report.lines() {
         assert!(line.chars().count() <= 100, "line too wide: {line:?}");
     }
@@ -215,6 +269,9 @@ fn unwritable_output_is_reported_not_fatal() {
     tracing::dispatcher::with_default(&dispatch, workload);
     let err = guard.finish().unwrap_err();
     assert!(matches!(err, Error::Io { .. }));
-    assert!(err.to_string().contains(&blocker.display().to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&blocker.display().to_string()),
+        "{err}"
+    );
     let _ = std::fs::remove_file(&blocker);
 }

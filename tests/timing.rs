@@ -15,7 +15,11 @@ fn setup() -> (Dispatch, ProfileGuard, MockClock) {
         .with_clock(clock)
         .build()
         .unwrap();
-    (Dispatch::new(tracing_subscriber::registry().with(layer)), guard, mock)
+    (
+        Dispatch::new(tracing_subscriber::registry().with(layer)),
+        guard,
+        mock,
+    )
 }
 
 fn us(n: u64) -> Duration {
@@ -23,8 +27,12 @@ fn us(n: u64) -> Duration {
 }
 
 fn span<'a>(snap: &'a Snapshot, name: &str) -> &'a SpanStats {
-    snap.span(name)
-        .unwrap_or_else(|| panic!("span {name} missing from {:?}", snap.spans.iter().map(|s| &s.name).collect::<Vec<_>>()))
+    snap.span(name).unwrap_or_else(|| {
+        panic!(
+            "span {name} missing from {:?}",
+            snap.spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        )
+    })
 }
 
 const US: u64 = 1_000;
@@ -66,7 +74,10 @@ fn nested_spans_busy_self_wall() {
     assert_eq!(inner.entry_self.total_ns, 21 * US);
     assert_eq!(inner.wall.total_ns, 28 * US);
     let leaf = span(&snap, "leaf");
-    assert_eq!((leaf.entry_busy.total_ns, leaf.entry_self.total_ns), (7 * US, 7 * US));
+    assert_eq!(
+        (leaf.entry_busy.total_ns, leaf.entry_self.total_ns),
+        (7 * US, 7 * US)
+    );
     // Percentiles come from the histogram: within its precision of the exact value.
     assert_eq!(outer.entry_busy.min_ns, 43 * US);
     assert!(outer.entry_busy.p50_ns.abs_diff(43 * US) <= 43 * US / 128);
@@ -95,7 +106,11 @@ fn long_lived_span_entered_many_times() {
     assert_eq!(l.entry_busy.min_ns, US);
     assert_eq!(l.entry_busy.max_ns, 100 * US);
     let f = span(&snap, "forward");
-    assert_eq!(f.entry_self.total_ns, 100 * US, "children's time is not forward's self time");
+    assert_eq!(
+        f.entry_self.total_ns,
+        100 * US,
+        "children's time is not forward's self time"
+    );
     drop(linear);
     let snap = guard.snapshot();
     let l = span(&snap, "linear");
@@ -246,7 +261,10 @@ fn many_threads_exact_counts_after_threads_exit() {
     }
     let snap = guard.snapshot();
     let w = span(&snap, "work");
-    assert_eq!((w.calls, w.instances, w.created, w.open), (THREADS * SPANS, THREADS * SPANS, THREADS * SPANS, 0));
+    assert_eq!(
+        (w.calls, w.instances, w.created, w.open),
+        (THREADS * SPANS, THREADS * SPANS, THREADS * SPANS, 0)
+    );
     assert_eq!(w.items, Some(2 * THREADS * SPANS));
     assert_eq!(w.errors, SPANS / 1000);
     assert_eq!(w.entry_busy.histogram.len(), THREADS * SPANS);
@@ -279,7 +297,11 @@ fn durations_beyond_range_are_clamped_and_counted() {
     let snap = guard.snapshot();
     let e = span(&snap, "epoch");
     assert_eq!(e.entry_busy.clamped, 1);
-    assert_eq!(e.entry_busy.max_ns, 2 * 3600 * 1_000_000_000, "exact max is kept");
+    assert_eq!(
+        e.entry_busy.max_ns,
+        2 * 3600 * 1_000_000_000,
+        "exact max is kept"
+    );
     assert_eq!(e.entry_busy.count, 1);
     assert!(e.entry_busy.p99_ns <= e.entry_busy.max_ns);
 }
@@ -310,6 +332,9 @@ fn one_span_entered_concurrently_on_many_threads() {
     let snap = guard.snapshot();
     let p = snap.span("parallel").unwrap();
     assert_eq!(p.instances, 1);
-    assert_eq!(p.busy.total_ns, p.entry_busy.total_ns, "instance busy = sum of all entries");
+    assert_eq!(
+        p.busy.total_ns, p.entry_busy.total_ns,
+        "instance busy = sum of all entries"
+    );
     let _ = clock;
 }
