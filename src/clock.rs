@@ -60,3 +60,28 @@ impl MockClock {
         self.mock.increment(by);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_readings_convert_to_real_time() {
+        let clock = Clock::new();
+        let start = clock.raw();
+        let wall = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
+        let ns = clock.delta_ns(start, clock.raw());
+        let real = wall.elapsed().as_nanos() as u64;
+        assert!(ns.abs_diff(real) < real / 10 + 2_000_000, "clock {ns} ns vs Instant {real} ns");
+    }
+
+    #[test]
+    fn mock_moves_only_when_told() {
+        let (clock, mock) = Clock::mock();
+        let a = clock.raw();
+        assert_eq!(clock.raw(), a);
+        mock.advance(Duration::from_nanos(250));
+        assert_eq!(clock.delta_ns(a, clock.raw()), 250);
+    }
+}

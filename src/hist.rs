@@ -40,10 +40,6 @@ const fn bucket_count() -> usize {
 /// Number of counters per histogram.
 pub(crate) const COUNTS_LEN: usize = (bucket_count() + 1) * SUB_BUCKET_HALF;
 
-/// Samples a histogram takes between two drains (a power of two, so the check is a mask): no
-/// `u16` counter can overflow before it.
-const DRAIN_EVERY: u64 = 1 << 15;
-
 #[inline(always)]
 fn index_of(value: u64) -> usize {
     let bucket = LEADING_ZERO_BASE - (value | SUB_BUCKET_MASK).leading_zeros();
@@ -67,37 +63,49 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS).expect("valid bounds")
 }
 
-/// Exact running figures kept beside the buckets (the buckets only know values to 2 digits).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Exact running figures kept beside the buckets (the buckets only know values to 2 digits;
+/// the number of samples is the buckets' total).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Exact {
-    pub(crate) count: u64,
     pub(crate) sum: u64,
+    /// `u64::MAX` while empty.
     pub(crate) min: u64,
     pub(crate) max: u64,
     pub(crate) clamped: u64,
 }
 
+impl Default for Exact {
+    fn default() -> Self {
+        Self {
+            sum: 0,
+            min: u64::MAX,
+            max: 0,
+            clamped: 0,
+        }
+    }
+}
+
 impl Exact {
     pub(crate) fn merge(&mut self, other: &Exact) {
-        if other.count == 0 {
-            return;
-        }
-        self.min = if self.count == 0 {
-            other.min
-        } else {
-            self.min.min(other.min)
-        };
+        self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
-        self.count += other.count;
         self.sum = self.sum.saturating_add(other.sum);
         self.clamped += other.clamped;
+    }
+
+    /// The smallest sample, 0 when empty.
+    pub(crate) fn min_or_zero(&self) -> u64 {
+        if self.min == u64::MAX {
+            0
+        } else {
+            self.min
+        }
     }
 }
 
 /// A histogram one thread records into and any thread may read.
 pub(crate) struct AtomicHist {
     counts: Box<[AtomicU16]>,
-    count: AtomicU64,
     sum: AtomicU64,
     min: AtomicU64,
     max: AtomicU64,
@@ -107,7 +115,7 @@ pub(crate) struct AtomicHist {
 impl std::fmt::Debug for AtomicHist {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AtomicHist")
-            .field("count", &self.count.load(Relaxed))
+            .field("sum", &self.sum.load(Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -116,7 +124,6 @@ impl AtomicHist {
     pub(crate) fn new() -> Self {
         Self {
             counts: (0..COUNTS_LEN).map(|_| AtomicU16::new(0)).collect(),
-            count: AtomicU64::new(0),
             sum: AtomicU64::new(0),
             min: AtomicU64::new(u64::MAX),
             max: AtomicU64::new(0),
@@ -124,8 +131,9 @@ impl AtomicHist {
         }
     }
 
-    /// Records one value. Only the owning thread may call this. Returns `true` when the buckets
-    /// must be drained (with [`AtomicHist::drain_into`]) before the next record.
+    /// Records one value. Only the owning thread may call this. Returns `true` when a counter
+    /// is full and the buckets must be drained (with [`AtomicHist::drain_into`]) before the
+    /// next record.
     #[inline(always)]
     pub(crate) fn record(&self, value_ns: u64) -> bool {
         let value = if value_ns > HIGHEST_NS {
@@ -135,31 +143,23 @@ impl AtomicHist {
             value_ns
         };
         let bucket = &self.counts[index_of(value)];
-        bucket.store(bucket.load(Relaxed).wrapping_add(1), Relaxed);
-        let count = self.count.load(Relaxed) + 1;
-        self.count.store(count, Relaxed);
-        self.sum
-            .store(self.sum.load(Relaxed).wrapping_add(value_ns), Relaxed);
+        let n = bucket.load(Relaxed).wrapping_add(1);
+        bucket.store(n, Relaxed);
+        self.sum.store(self.sum.load(Relaxed).wrapping_add(value_ns), Relaxed);
         if value_ns < self.min.load(Relaxed) {
             self.min.store(value_ns, Relaxed);
         }
         if value_ns > self.max.load(Relaxed) {
             self.max.store(value_ns, Relaxed);
         }
-        count & (DRAIN_EVERY - 1) == 0
+        n == u16::MAX
     }
 
     /// The exact figures as of now.
     pub(crate) fn exact(&self) -> Exact {
-        let count = self.count.load(Relaxed);
         Exact {
-            count,
             sum: self.sum.load(Relaxed),
-            min: if count == 0 {
-                0
-            } else {
-                self.min.load(Relaxed)
-            },
+            min: self.min.load(Relaxed),
             max: self.max.load(Relaxed),
             clamped: self.clamped.load(Relaxed),
         }
@@ -170,7 +170,7 @@ impl AtomicHist {
         for (index, bucket) in self.counts.iter().enumerate() {
             let n = bucket.load(Relaxed);
             if n != 0 {
-                // UNWRAP-free: saturating_record_n cannot fail; the value is in range by layout.
+                // saturating_record_n cannot fail; the value is in range by construction.
                 into.saturating_record_n(value_of(index), u64::from(n));
             }
         }
@@ -234,7 +234,7 @@ mod tests {
         let mut out = new_histogram();
         a.add_to(&mut out);
         assert_eq!(out, reference);
-        assert_eq!(a.exact().count, 10_000);
+        assert_eq!(out.len(), 10_000);
     }
 
     #[test]
@@ -243,10 +243,7 @@ mod tests {
         a.record(HIGHEST_NS * 5);
         a.record(7);
         let e = a.exact();
-        assert_eq!(
-            (e.count, e.clamped, e.max, e.min),
-            (2, 1, HIGHEST_NS * 5, 7)
-        );
+        assert_eq!((e.clamped, e.max, e.min), (1, HIGHEST_NS * 5, 7));
         let mut out = new_histogram();
         a.add_to(&mut out);
         assert_eq!(out.len(), 2);

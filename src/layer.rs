@@ -19,6 +19,7 @@ use tracing_subscriber::Layer;
 use crate::config::Builder;
 use crate::names::{throughput_fields, Decision, Kind, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS};
 use crate::profiler::Inner;
+use crate::table::Entry;
 use crate::store::{bump, thread_token, with_local, Frame, Local, NameStats};
 
 /// The profiling layer. Build it with [`ProfileLayer::builder`] and add it to a
@@ -83,7 +84,7 @@ impl ProfileLayer {
         decision
     }
 
-    fn new_span<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>)
+    fn new_span<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>, decision: Option<Decision>)
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
@@ -91,7 +92,7 @@ impl ProfileLayer {
             return;
         }
         let meta = attrs.metadata();
-        let decision = match self.inner.names.cached(meta) {
+        let decision = match decision {
             Some(d) => d,
             None => self.decide::<S>(meta),
         };
@@ -131,11 +132,7 @@ impl ProfileLayer {
         }
     }
 
-    fn enter(&self, id: &Id) {
-        let id = id.into_u64();
-        let Some(entry) = self.inner.table.get(id) else {
-            return;
-        };
+    fn enter(&self, id: u64, entry: &Entry) {
         self.local(|local| {
             if entry.entered_at.load(Relaxed) != 0 {
                 // Entered somewhere: if on this thread, this is a re-entry.
@@ -156,12 +153,7 @@ impl ProfileLayer {
         });
     }
 
-    fn exit(&self, id: &Id) {
-        let id = id.into_u64();
-        // Spans not profiled leave here, before touching thread-local state.
-        let Some(entry) = self.inner.table.get(id) else {
-            return;
-        };
+    fn exit(&self, id: u64, entry: &Entry) {
         self.local(|local| {
             // Fast path: the span on top of this thread's stack (no table probe).
             let top = match local.stack.last() {
@@ -198,10 +190,7 @@ impl ProfileLayer {
         });
     }
 
-    fn close(&self, id: Id) {
-        let Some(entry) = self.inner.table.get(id.into_u64()) else {
-            return;
-        };
+    fn close(&self, entry: &Entry) {
         let now = self.inner.clock.raw();
         let name = entry.name.load(Relaxed);
         let wall = self.inner.clock.delta_ns(entry.created.load(Relaxed), now);
@@ -283,7 +272,11 @@ where
     #[inline(always)]
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         if self.recording {
-            self.new_span(attrs, id, ctx);
+            // Callsites spanprof does not profile leave here: one inlined cache probe.
+            let decision = self.inner.names.cached(attrs.metadata());
+            if !matches!(decision, Some(d) if d.is_skip()) {
+                self.new_span(attrs, id, ctx, decision);
+            }
         }
     }
 
@@ -305,22 +298,32 @@ where
 
     #[inline(always)]
     fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
+        // Spans not profiled leave here: one inlined table probe, no call.
         if self.recording {
-            self.enter(id);
+            let id = id.into_u64();
+            if let Some(entry) = self.inner.table.get(id) {
+                self.enter(id, entry);
+            }
         }
     }
 
     #[inline(always)]
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
+        // Spans not profiled leave here: one inlined table probe, no call.
         if self.recording {
-            self.exit(id);
+            let id = id.into_u64();
+            if let Some(entry) = self.inner.table.get(id) {
+                self.exit(id, entry);
+            }
         }
     }
 
     #[inline(always)]
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
         if self.recording {
-            self.close(id);
+            if let Some(entry) = self.inner.table.get(id.into_u64()) {
+                self.close(entry);
+            }
         }
     }
 

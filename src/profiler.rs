@@ -123,6 +123,8 @@ impl Inner {
             if !any && open[index] == 0 {
                 continue;
             }
+            let calls = hists[Kind::EntryBusy as usize].len();
+            let closed = hists[Kind::Wall as usize].len();
             let [entry_busy, entry_self, busy, self_time, wall] = hists.map(Some);
             let stat = |h: Option<Histogram<u64>>, e: Exact| {
                 Stat::new(
@@ -136,9 +138,9 @@ impl Inner {
             spans.push(SpanStats {
                 name: info.name.to_string(),
                 target: info.target.to_string(),
-                calls: exact[Kind::EntryBusy as usize].count,
-                created: exact[Kind::Wall as usize].count + open[index],
-                instances: exact[Kind::Wall as usize].count,
+                calls,
+                created: closed + open[index],
+                instances: closed,
                 open: open[index],
                 in_progress_ns: in_progress[index],
                 entry_busy: stat(entry_busy, exact[0]),
