@@ -21,8 +21,10 @@
 //! | `registry_identity`     | `registry().with(Identity::new())`: the floor any registry layer pays      |
 //! | `naive_instant_layer`   | registry + a 15-line layer: `Instant` in extensions at enter, elapsed into an `AtomicU64` at exit |
 //! | `spanprof_basic`        | registry + spanprof, `Preset::Basic`                                       |
+//! | `spanprof_filter_matches` | registry + spanprof with a filter set (`overhead=trace`) that selects the span |
 //! | `spanprof_filtered_out` | registry + spanprof whose filter (`nothing_matches=trace`) excludes the span |
 //! | `spanprof_off`          | registry + spanprof, `Preset::Off`                                         |
+//! | `spanprof_span_disabled_globally` | registry + `LevelFilter::WARN` + spanprof: an `info` span no layer wants |
 //! | `tracing_timing`        | registry + tracing-timing 0.7 layer, `span_close_events()`, events grouped `ByName` |
 //! | `tracing_chrome`        | registry + tracing-chrome 0.7 writing JSON to a byte-counting sink; timed on the instrumented thread, its writer thread serialises concurrently and is drained (untimed) after each sample so its unbounded queue cannot grow by GBs |
 //! | `puffin_scope`          | puffin 0.20 `profile_scope!`, scopes on, `new_frame()` every 1024 scopes (cost included) |
@@ -297,16 +299,23 @@ fn spanprof_calls(guard: &spanprof::ProfileGuard, name: &str) -> u64 {
         .sum()
 }
 
+/// A SPANPROF_FILTER that selects the bench spans (set, and matching).
+const MATCHING_FILTER: &str = "overhead=trace";
+
 fn spanprof_basic() -> (Dispatch, spanprof::ProfileGuard) {
-    let (dispatch, guard) = spanprof_layer(spanprof::Preset::Basic, None);
+    spanprof_recording("spanprof_basic", None)
+}
+
+fn spanprof_recording(case: &str, filter: Option<&str>) -> (Dispatch, spanprof::ProfileGuard) {
+    let (dispatch, guard) = spanprof_layer(spanprof::Preset::Basic, filter);
     let before = spanprof_calls(&guard, "bench_span");
     tracing::dispatcher::with_default(&dispatch, || run_spans(PREFLIGHT));
     let after = spanprof_calls(&guard, "bench_span");
     assert!(
         after >= before + PREFLIGHT,
-        "spanprof_basic: expected >= {PREFLIGHT} bench_span calls after pre-flight, got {after}"
+        "{case}: expected >= {PREFLIGHT} bench_span calls after pre-flight, got {after}"
     );
-    eprintln!("check: spanprof_basic recorded {after} bench_span calls in pre-flight");
+    eprintln!("check: {case} recorded {after} bench_span calls in pre-flight");
     (dispatch, guard)
 }
 
@@ -338,6 +347,13 @@ fn flat_spanprof(g: &mut BenchmarkGroup<'_, WallTime>) {
         }
     }
     {
+        let case = "spanprof_filter_matches";
+        let (dispatch, guard) = spanprof_recording(case, Some(MATCHING_FILTER));
+        if bench_flat(g, case, &dispatch) {
+            assert!(spanprof_calls(&guard, "bench_span") > PREFLIGHT);
+        }
+    }
+    {
         let case = "spanprof_filtered_out";
         let (dispatch, guard) =
             spanprof_not_recording(case, spanprof::Preset::Basic, Some("nothing_matches=trace"));
@@ -353,13 +369,18 @@ fn flat_spanprof(g: &mut BenchmarkGroup<'_, WallTime>) {
 }
 
 fn nested_spanprof(g: &mut BenchmarkGroup<'_, WallTime>) {
-    let (dispatch, guard) = spanprof_basic();
-    if bench_nested(g, "spanprof_basic", &dispatch) {
-        for name in ["bench_outer", "bench_mid", "bench_span"] {
-            assert!(
-                spanprof_calls(&guard, name) > 0,
-                "nested: {name} not recorded"
-            );
+    for (case, filter) in [
+        ("spanprof_basic", None),
+        ("spanprof_filter_matches", Some(MATCHING_FILTER)),
+    ] {
+        let (dispatch, guard) = spanprof_recording(case, filter);
+        if bench_nested(g, case, &dispatch) {
+            for name in ["bench_outer", "bench_mid", "bench_span"] {
+                assert!(
+                    spanprof_calls(&guard, name) > 0,
+                    "nested {case}: {name} not recorded"
+                );
+            }
         }
     }
 }
@@ -638,8 +659,25 @@ fn flat(c: &mut Criterion) {
         black_box(total.load(Ordering::Relaxed));
     }
 
-    // 4 + 5. spanprof: basic, filtered out, off.
+    // 4 + 5. spanprof: basic, with a matching filter, filtered out, off.
     flat_spanprof(&mut g);
+
+    // A span no layer wants (a global filter disables it) beside spanprof: should cost what
+    // it costs with no subscriber.
+    {
+        let (layer, guard) = spanprof::ProfileLayer::builder()
+            .with_env(false)
+            .with_report(spanprof::ReportTarget::Off)
+            .build()
+            .expect("spanprof layer builds");
+        let dispatch = Dispatch::new(
+            tracing_subscriber::registry()
+                .with(tracing_subscriber::filter::LevelFilter::WARN)
+                .with(layer),
+        );
+        bench_flat(&mut g, "spanprof_span_disabled_globally", &dispatch);
+        assert_spanprof_records_nothing("spanprof_span_disabled_globally", "after bench", &guard);
+    }
 
     // 6-8. Peers.
     flat_tracing_timing(&mut g);
