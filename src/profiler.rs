@@ -130,7 +130,7 @@ impl Inner {
                 Stat::new(
                     h.unwrap_or_else(new_histogram),
                     e.sum,
-                    e.min,
+                    e.min_or_zero(),
                     e.max,
                     e.clamped,
                 )
