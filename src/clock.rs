@@ -73,7 +73,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let ns = clock.delta_ns(start, clock.raw());
         let real = wall.elapsed().as_nanos() as u64;
-        assert!(ns.abs_diff(real) < real / 10 + 2_000_000, "clock {ns} ns vs Instant {real} ns");
+        assert!(
+            ns.abs_diff(real) < real / 10 + 2_000_000,
+            "clock {ns} ns vs Instant {real} ns"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! real [`Histogram`] that any HdrHistogram implementation can read.
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 
 use hdrhistogram::Histogram;
 
@@ -103,9 +104,10 @@ impl Exact {
     }
 }
 
-/// A histogram one thread records into and any thread may read.
+/// A histogram one thread records into and any thread may read. Its counters are allocated on
+/// the first record, so kinds a span name never uses cost no memory.
 pub(crate) struct AtomicHist {
-    counts: Box<[AtomicU16]>,
+    counts: OnceLock<Box<[AtomicU16]>>,
     sum: AtomicU64,
     min: AtomicU64,
     max: AtomicU64,
@@ -123,7 +125,7 @@ impl std::fmt::Debug for AtomicHist {
 impl AtomicHist {
     pub(crate) fn new() -> Self {
         Self {
-            counts: (0..COUNTS_LEN).map(|_| AtomicU16::new(0)).collect(),
+            counts: OnceLock::new(),
             sum: AtomicU64::new(0),
             min: AtomicU64::new(u64::MAX),
             max: AtomicU64::new(0),
@@ -142,10 +144,14 @@ impl AtomicHist {
         } else {
             value_ns
         };
-        let bucket = &self.counts[index_of(value)];
+        let counts = self
+            .counts
+            .get_or_init(|| (0..COUNTS_LEN).map(|_| AtomicU16::new(0)).collect());
+        let bucket = &counts[index_of(value)];
         let n = bucket.load(Relaxed).wrapping_add(1);
         bucket.store(n, Relaxed);
-        self.sum.store(self.sum.load(Relaxed).wrapping_add(value_ns), Relaxed);
+        self.sum
+            .store(self.sum.load(Relaxed).wrapping_add(value_ns), Relaxed);
         if value_ns < self.min.load(Relaxed) {
             self.min.store(value_ns, Relaxed);
         }
@@ -167,7 +173,10 @@ impl AtomicHist {
 
     /// Adds the buckets to `into` (a histogram made by [`new_histogram`]).
     pub(crate) fn add_to(&self, into: &mut Histogram<u64>) {
-        for (index, bucket) in self.counts.iter().enumerate() {
+        let Some(counts) = self.counts.get() else {
+            return;
+        };
+        for (index, bucket) in counts.iter().enumerate() {
             let n = bucket.load(Relaxed);
             if n != 0 {
                 // saturating_record_n cannot fail; the value is in range by construction.
@@ -180,7 +189,10 @@ impl AtomicHist {
     /// only while holding the lock that guards `into` (readers hold it too, so a reader never
     /// sees a sample in both places or in neither).
     pub(crate) fn drain_into(&self, into: &mut Histogram<u64>) {
-        for (index, bucket) in self.counts.iter().enumerate() {
+        let Some(counts) = self.counts.get() else {
+            return;
+        };
+        for (index, bucket) in counts.iter().enumerate() {
             let n = bucket.load(Relaxed);
             if n != 0 {
                 into.saturating_record_n(value_of(index), u64::from(n));
@@ -198,8 +210,8 @@ mod tests {
     fn layout_matches_hdrhistogram() {
         let h = new_histogram();
         assert_eq!(h.distinct_values(), COUNTS_LEN);
-        // 9 KiB per histogram, five per (span name × thread): under 64 KiB.
-        const { assert!(5 * COUNTS_LEN * 2 < 64 * 1024) };
+        // 9 KiB per histogram, at most seven per (span name × thread): under 64 KiB.
+        const { assert!(crate::names::KINDS * COUNTS_LEN * 2 < 64 * 1024) };
     }
 
     #[test]

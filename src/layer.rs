@@ -6,7 +6,7 @@
 //! no formatting.
 
 use std::fmt;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 
 use tracing_core::field::{Field, Visit};
@@ -19,8 +19,8 @@ use tracing_subscriber::Layer;
 use crate::config::Builder;
 use crate::names::{throughput_fields, Decision, Kind, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS};
 use crate::profiler::Inner;
-use crate::table::Entry;
 use crate::store::{bump, thread_token, with_local, Frame, Local, NameStats};
+use crate::table::{Entry, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, ENTRIES_WRITING};
 
 /// The profiling layer. Build it with [`ProfileLayer::builder`] and add it to a
 /// `tracing_subscriber::registry()`.
@@ -84,8 +84,13 @@ impl ProfileLayer {
         decision
     }
 
-    fn new_span<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>, decision: Option<Decision>)
-    where
+    fn new_span<S>(
+        &self,
+        attrs: &Attributes<'_>,
+        id: &Id,
+        ctx: Context<'_, S>,
+        decision: Option<Decision>,
+    ) where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
         if !self.inner.active.load(Relaxed) {
@@ -110,7 +115,9 @@ impl ProfileLayer {
         let owner = thread_token();
         let now = self.inner.clock.raw();
         let inserted = self.inner.table.insert(id.into_u64(), |e| {
-            e.name.store(name, Relaxed);
+            // MAX_SPAN_NAMES fits u16 (asserted in `names`).
+            e.name.store(name as u16, Relaxed);
+            e.entries.store(ENTRIES_NONE, Relaxed);
             e.owner.store(owner, Relaxed);
             e.created.store(now, Relaxed);
             e.busy.store(0, Relaxed);
@@ -145,7 +152,7 @@ impl ProfileLayer {
             entry.entered_at.store(now, Relaxed);
             local.stack.push(Frame {
                 id,
-                name: entry.name.load(Relaxed),
+                name: u32::from(entry.name.load(Relaxed)),
                 start: now,
                 child_ns: 0,
                 reentries: 0,
@@ -176,14 +183,53 @@ impl ProfileLayer {
             if let Some(parent) = top.checked_sub(1).and_then(|p| stack.get_mut(p)) {
                 parent.child_ns += busy;
             }
-            if local.token != 0 && entry.owner.load(Relaxed) == local.token {
-                bump(&entry.busy, busy);
-                bump(&entry.self_ns, self_ns);
-            } else {
-                entry.shared_busy.fetch_add(busy, Relaxed);
-                entry.shared_self.fetch_add(self_ns, Relaxed);
-            }
             entry.entered_at.store(0, Relaxed);
+            let owned = local.token != 0 && entry.owner.load(Relaxed) == local.token;
+            // The first entry is only added to the span's sums: if it stays the only one, close
+            // records it once as both entry and instance. From the second entry on, every entry
+            // (the first one included) goes to the entry histograms.
+            let mut spins = 0u32;
+            loop {
+                match entry.entries.load(Acquire) {
+                    ENTRIES_NONE => {
+                        if entry
+                            .entries
+                            .compare_exchange(ENTRIES_NONE, ENTRIES_WRITING, Acquire, Relaxed)
+                            .is_ok()
+                        {
+                            add_entry(entry, owned, busy, self_ns);
+                            entry.entries.store(ENTRIES_ONE, Release);
+                            return;
+                        }
+                    }
+                    ENTRIES_WRITING => {
+                        // Another thread is adding the first entry (two stores away).
+                        spins += 1;
+                        if spins < 64 {
+                            std::hint::spin_loop();
+                        } else {
+                            std::thread::yield_now();
+                        }
+                    }
+                    ENTRIES_ONE => {
+                        let first_busy = entry.busy.load(Relaxed) + entry.shared_busy.load(Relaxed);
+                        let first_self =
+                            entry.self_ns.load(Relaxed) + entry.shared_self.load(Relaxed);
+                        if entry
+                            .entries
+                            .compare_exchange(ENTRIES_ONE, ENTRIES_MANY, Acquire, Relaxed)
+                            .is_ok()
+                        {
+                            let stats = local.shard.stats(frame.name);
+                            self.record(local, stats, frame.name, Kind::EntryBusy, first_busy);
+                            self.record(local, stats, frame.name, Kind::EntrySelf, first_self);
+                            break;
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            add_entry(entry, owned, busy, self_ns);
             let stats = local.shard.stats(frame.name);
             self.record(local, stats, frame.name, Kind::EntryBusy, busy);
             self.record(local, stats, frame.name, Kind::EntrySelf, self_ns);
@@ -192,15 +238,19 @@ impl ProfileLayer {
 
     fn close(&self, entry: &Entry) {
         let now = self.inner.clock.raw();
-        let name = entry.name.load(Relaxed);
+        let name = u32::from(entry.name.load(Relaxed));
         let wall = self.inner.clock.delta_ns(entry.created.load(Relaxed), now);
         let busy = entry.busy.load(Relaxed) + entry.shared_busy.load(Relaxed);
         let self_ns = entry.self_ns.load(Relaxed) + entry.shared_self.load(Relaxed);
+        let (busy_kind, self_kind) = match entry.entries.load(Acquire) {
+            ENTRIES_ONE => (Kind::SingleBusy, Kind::SingleSelf),
+            _ => (Kind::Busy, Kind::SelfTime),
+        };
         self.inner.table.remove(entry);
         self.local(|local| {
             let stats = local.shard.stats(name);
-            self.record(local, stats, name, Kind::Busy, busy);
-            self.record(local, stats, name, Kind::SelfTime, self_ns);
+            self.record(local, stats, name, busy_kind, busy);
+            self.record(local, stats, name, self_kind, self_ns);
             self.record(local, stats, name, Kind::Wall, wall);
         });
     }
@@ -224,6 +274,19 @@ impl ProfileLayer {
         if stats.hist(kind).record(value) {
             self.inner.drain(&local.shard, name, kind);
         }
+    }
+}
+
+/// Adds a completed entry to its span's sums: plain stores by the owning thread, atomic adds
+/// by others.
+#[inline(always)]
+fn add_entry(entry: &Entry, owned: bool, busy: u64, self_ns: u64) {
+    if owned {
+        bump(&entry.busy, busy);
+        bump(&entry.self_ns, self_ns);
+    } else {
+        entry.shared_busy.fetch_add(busy, Relaxed);
+        entry.shared_self.fetch_add(self_ns, Relaxed);
     }
 }
 
@@ -287,7 +350,7 @@ where
         let Some(entry) = self.inner.table.get(id.into_u64()) else {
             return;
         };
-        let name = entry.name.load(Relaxed);
+        let name = u32::from(entry.name.load(Relaxed));
         self.local(|local| {
             values.record(&mut Throughput {
                 stats: local.shard.stats(name),
@@ -334,7 +397,7 @@ where
         let explicit = event.parent().map(|id| id.into_u64());
         let from_table = explicit
             .and_then(|id| self.inner.table.get(id))
-            .map(|e| e.name.load(Relaxed));
+            .map(|e| u32::from(e.name.load(Relaxed)));
         self.local(|local| {
             let name = if explicit.is_some() {
                 from_table

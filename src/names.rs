@@ -16,22 +16,34 @@ use crate::hist::new_histogram;
 
 /// Most distinct span names one profile holds; spans of further names are counted as dropped.
 pub const MAX_SPAN_NAMES: usize = 4096;
+const _: () = assert!(MAX_SPAN_NAMES <= u16::MAX as usize);
 
 const CALLSITE_SLOTS: usize = 8192;
 const EMPTY: usize = 0;
 const RESERVED: usize = 1;
 
 /// Which histogram of a span name.
+///
+/// Most spans are entered once (a plain `#[instrument]` function): their one entry *is* the
+/// instance, so it is recorded once, at close, in the `Single*` pair, which a snapshot adds to
+/// both the entry and the instance statistics. Spans entered more than once record each entry
+/// at exit (`Entry*`) and their instance totals at close (`Busy`, `SelfTime`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
+    /// Entries of instances entered more than once.
     EntryBusy = 0,
     EntrySelf = 1,
+    /// Closed instances entered zero or several times.
     Busy = 2,
     SelfTime = 3,
-    Wall = 4,
+    /// Closed instances entered exactly once (entry = instance).
+    SingleBusy = 4,
+    SingleSelf = 5,
+    /// Every closed instance.
+    Wall = 6,
 }
 
-pub(crate) const KINDS: usize = 5;
+pub(crate) const KINDS: usize = 7;
 
 /// Throughput field flags.
 pub(crate) const FIELD_ITEMS: u32 = 1;

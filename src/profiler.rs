@@ -1,7 +1,10 @@
 //! The state shared by the layer, the guard and handles, and the merge of shards into a
 //! [`Snapshot`].
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64,
+    Ordering::{Acquire, Relaxed},
+};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -16,7 +19,7 @@ use crate::snapshot::{
     Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
 };
 use crate::store::{Shard, Shards};
-use crate::table::SpanTable;
+use crate::table::{SpanTable, ENTRIES_ONE};
 
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 
@@ -77,17 +80,22 @@ impl Inner {
         let shards = self.shards.all();
         let names = self.names.all();
 
-        // Open spans, and time inside entries still in progress, per name.
-        let mut open = vec![0u64; names.len()];
-        let mut in_progress = vec![0u64; names.len()];
+        // Open spans: how many, time inside entries in progress, and the single completed
+        // entry of spans entered once so far (recorded nowhere until they close or re-enter).
+        let mut open = vec![OpenSpans::default(); names.len()];
         for entry in self.table.open_entries() {
-            let name = entry.name.load(Relaxed) as usize;
-            if let Some(n) = open.get_mut(name) {
-                *n += 1;
-                let at = entry.entered_at.load(Relaxed);
-                if at != 0 {
-                    in_progress[name] += self.clock.delta_ns(at, now);
-                }
+            let Some(o) = open.get_mut(usize::from(entry.name.load(Relaxed))) else {
+                continue;
+            };
+            o.count += 1;
+            let at = entry.entered_at.load(Relaxed);
+            if at != 0 {
+                o.in_progress += self.clock.delta_ns(at, now);
+            }
+            if entry.entries.load(Acquire) == ENTRIES_ONE {
+                let busy = entry.busy.load(Relaxed) + entry.shared_busy.load(Relaxed);
+                let self_ns = entry.self_ns.load(Relaxed) + entry.shared_self.load(Relaxed);
+                o.first_entries.push((busy, self_ns));
             }
         }
 
@@ -120,34 +128,36 @@ impl Inner {
                 errors += stats.errors.load(Relaxed);
             }
             drop(spill);
-            if !any && open[index] == 0 {
+            let open = &open[index];
+            if !any && open.count == 0 {
                 continue;
             }
-            let calls = hists[Kind::EntryBusy as usize].len();
-            let closed = hists[Kind::Wall as usize].len();
-            let [entry_busy, entry_self, busy, self_time, wall] = hists.map(Some);
-            let stat = |h: Option<Histogram<u64>>, e: Exact| {
-                Stat::new(
-                    h.unwrap_or_else(new_histogram),
-                    e.sum,
-                    e.min_or_zero(),
-                    e.max,
-                    e.clamped,
-                )
-            };
+            let h = Merged { hists, exact };
+            // Entries: multi-entry spans' entries, single-entry instances, and the first entry
+            // of open spans entered once. Instances: closed ones of either kind.
+            let mut entry_busy = h.sum(&[Kind::EntryBusy, Kind::SingleBusy]);
+            let mut entry_self = h.sum(&[Kind::EntrySelf, Kind::SingleSelf]);
+            for &(busy, self_ns) in &open.first_entries {
+                entry_busy.record(busy);
+                entry_self.record(self_ns);
+            }
+            let busy = h.sum(&[Kind::Busy, Kind::SingleBusy]);
+            let self_time = h.sum(&[Kind::SelfTime, Kind::SingleSelf]);
+            let wall = h.sum(&[Kind::Wall]);
+            let closed = wall.histogram.len();
             spans.push(SpanStats {
                 name: info.name.to_string(),
                 target: info.target.to_string(),
-                calls,
-                created: closed + open[index],
+                calls: entry_busy.histogram.len(),
+                created: closed + open.count,
                 instances: closed,
-                open: open[index],
-                in_progress_ns: in_progress[index],
-                entry_busy: stat(entry_busy, exact[0]),
-                entry_self: stat(entry_self, exact[1]),
-                busy: stat(busy, exact[2]),
-                self_time: stat(self_time, exact[3]),
-                wall: stat(wall, exact[4]),
+                open: open.count,
+                in_progress_ns: open.in_progress,
+                entry_busy: entry_busy.stat(),
+                entry_self: entry_self.stat(),
+                busy: busy.stat(),
+                self_time: self_time.stat(),
+                wall: wall.stat(),
                 items,
                 bytes,
                 flops,
@@ -187,6 +197,66 @@ impl Inner {
                 spans_too_many_names: self.dropped_too_many_names.load(Relaxed),
             },
         }
+    }
+}
+
+/// Open spans of one name, found by scanning the span table.
+#[derive(Debug, Clone, Default)]
+struct OpenSpans {
+    count: u64,
+    in_progress: u64,
+    /// (busy, self) of the one completed entry of spans entered exactly once so far.
+    first_entries: Vec<(u64, u64)>,
+}
+
+/// The merged histograms of one span name, per kind.
+struct Merged {
+    hists: [Histogram<u64>; KINDS],
+    exact: [Exact; KINDS],
+}
+
+impl Merged {
+    /// The union of some kinds (each kind is used by at most one union per statistic).
+    fn sum(&self, kinds: &[Kind]) -> Partial {
+        let mut out = Partial {
+            histogram: new_histogram(),
+            exact: Exact::default(),
+        };
+        for &k in kinds {
+            // UNWRAP-free: histograms with identical bounds always add.
+            let _ = out.histogram.add(&self.hists[k as usize]);
+            out.exact.merge(&self.exact[k as usize]);
+        }
+        out
+    }
+}
+
+/// A histogram and its exact figures, on the way to a [`Stat`].
+struct Partial {
+    histogram: Histogram<u64>,
+    exact: Exact,
+}
+
+impl Partial {
+    fn record(&mut self, value: u64) {
+        let clamped = value.min(HIGHEST_NS);
+        self.histogram.saturating_record(clamped);
+        self.exact.merge(&Exact {
+            sum: value,
+            min: value,
+            max: value,
+            clamped: u64::from(value > HIGHEST_NS),
+        });
+    }
+
+    fn stat(self) -> Stat {
+        Stat::new(
+            self.histogram,
+            self.exact.sum,
+            self.exact.min_or_zero(),
+            self.exact.max,
+            self.exact.clamped,
+        )
     }
 }
 

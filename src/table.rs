@@ -7,12 +7,21 @@
 //! in the first segment whose probe window had room for it when it was inserted, and a slot never
 //! becomes empty again, so a lookup stops at the first empty slot it meets.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 const EMPTY: u64 = 0;
 const TOMBSTONE: u64 = u64::MAX;
 const RESERVED: u64 = u64::MAX - 1;
+
+/// No entry completed yet.
+pub(crate) const ENTRIES_NONE: u16 = 0;
+/// The first entry is being added to the sums by the thread that completed it.
+pub(crate) const ENTRIES_WRITING: u16 = 1;
+/// Exactly one entry completed; the sums hold it and it is not recorded anywhere yet.
+pub(crate) const ENTRIES_ONE: u16 = 2;
+/// Several entries completed; each is recorded in the entry histograms.
+pub(crate) const ENTRIES_MANY: u16 = 3;
 
 const FIRST_SEGMENT: usize = 4096;
 const SEGMENTS: usize = 12;
@@ -30,8 +39,11 @@ const PROBES: usize = 16;
 pub(crate) struct Entry {
     key: AtomicU64,
     /// Index of the span's name in the name registry.
-    pub(crate) name: AtomicU32,
-    /// Token of the owning thread (see `store::Local::token`).
+    pub(crate) name: AtomicU16,
+    /// How many entries completed: [`ENTRIES_NONE`], [`ENTRIES_WRITING`], [`ENTRIES_ONE`],
+    /// [`ENTRIES_MANY`].
+    pub(crate) entries: AtomicU16,
+    /// Token of the owning thread (see `store::thread_token`).
     pub(crate) owner: AtomicU32,
     /// Clock reading (raw) when the span was created.
     pub(crate) created: AtomicU64,
@@ -51,7 +63,8 @@ impl Entry {
     const fn new() -> Self {
         Self {
             key: AtomicU64::new(EMPTY),
-            name: AtomicU32::new(0),
+            name: AtomicU16::new(0),
+            entries: AtomicU16::new(ENTRIES_NONE),
             owner: AtomicU32::new(0),
             created: AtomicU64::new(0),
             busy: AtomicU64::new(0),
@@ -219,12 +232,12 @@ mod tests {
     fn insert_get_remove() {
         let t = SpanTable::new();
         for id in 1..=10_000u64 {
-            let e = t.insert(id, |e| e.name.store(id as u32, Ordering::Relaxed));
+            let e = t.insert(id, |e| e.busy.store(id, Ordering::Relaxed));
             assert!(e.is_some());
         }
         for id in 1..=10_000u64 {
             let e = t.get(id).expect("present");
-            assert_eq!(e.name.load(Ordering::Relaxed), id as u32);
+            assert_eq!(e.busy.load(Ordering::Relaxed), id);
         }
         assert!(t.get(10_001).is_none());
         for id in (1..=10_000u64).step_by(2) {

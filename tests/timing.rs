@@ -339,7 +339,10 @@ fn one_span_entered_concurrently_on_many_threads() {
     let p = snap.span("parallel").unwrap();
     assert_eq!((p.instances, p.calls), (1, 2000));
     assert!(p.entry_busy.total_ns > 0);
-    assert_eq!(p.busy.total_ns, p.entry_busy.total_ns, "instance busy = sum of all entries");
+    assert_eq!(
+        p.busy.total_ns, p.entry_busy.total_ns,
+        "instance busy = sum of all entries"
+    );
     assert_eq!(p.self_time.total_ns, p.entry_self.total_ns);
 }
 
@@ -351,7 +354,10 @@ fn open_span_has_empty_instance_stats() {
     let snap = guard.snapshot();
     let o = span_of_name(&snap, "open");
     assert_eq!((o.instances, o.open, o.calls), (0, 1, 1));
-    assert_eq!((o.wall.count, o.wall.min_ns, o.wall.max_ns, o.wall.p99_ns), (0, 0, 0, 0));
+    assert_eq!(
+        (o.wall.count, o.wall.min_ns, o.wall.max_ns, o.wall.p99_ns),
+        (0, 0, 0, 0)
+    );
     assert_eq!(o.entry_busy.min_ns, 5 * US);
     drop(span);
 
