@@ -64,6 +64,7 @@ mod layer;
 mod names;
 mod profiler;
 mod report;
+mod samplers;
 mod snapshot;
 mod store;
 mod table;
@@ -78,6 +79,8 @@ pub use hist::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
 pub use layer::ProfileLayer;
 pub use names::MAX_SPAN_NAMES;
 pub use report::{format_duration, format_si, Report};
+pub use samplers::gpu::{GpuDevice, GpuSample, GpuSource, ScriptedSource};
+pub use samplers::nvml::NvmlSource;
 pub use snapshot::{
     Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
 };

@@ -1,0 +1,386 @@
+//! The NVML backend against a fake `libnvidia-ml.so.1` (tests/fake_nvml/fake_nvml.c), built
+//! here with the system C compiler: no GPU or driver needed.
+//!
+//! Each test compiles its own copy of the fake into its own directory and configures it with a
+//! `fake_nvml.conf` file there, which the fake reads at every call. Copies loaded from different
+//! paths share nothing, so the tests run in parallel without touching the environment.
+#![cfg(target_os = "linux")]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use spanprof::{GpuDevice, GpuSample, GpuSource, NvmlSource};
+
+const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_nvml/fake_nvml.c");
+
+/// A C compiler: `$CC`, else the first of cc, gcc, clang that runs.
+fn compiler() -> Option<&'static str> {
+    static CC: OnceLock<Option<String>> = OnceLock::new();
+    CC.get_or_init(|| {
+        let from_env = std::env::var("CC").ok().filter(|cc| !cc.trim().is_empty());
+        from_env
+            .into_iter()
+            .chain(["cc", "gcc", "clang"].map(String::from))
+            .find(|cc| {
+                Command::new(cc)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            })
+    })
+    .as_deref()
+}
+
+/// One test's copy of the fake library, removed with its directory on drop.
+struct Fake {
+    dir: PathBuf,
+    lib: PathBuf,
+}
+
+impl Fake {
+    /// Compiles the fake with these `-D` defines into a directory of its own, or returns `None`
+    /// (after saying so) when there is no C compiler.
+    fn build(test: &str, defines: &[&str]) -> Option<Fake> {
+        let Some(cc) = compiler() else {
+            // Straight to stderr: the test harness captures `eprintln!` of passing tests.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: no C compiler (tried $CC, cc, gcc, clang): \
+                 cannot build the fake libnvidia-ml.so.1 for `{test}`"
+            );
+            return None;
+        };
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("nvml_fake")
+            .join(format!("{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join("libnvidia-ml.so.1");
+        let out = Command::new(cc)
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-o"])
+            .arg(&lib)
+            .arg(SOURCE)
+            .args(defines.iter().map(|d| format!("-D{d}")))
+            .args(["-lpthread", "-ldl"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cc} failed to build the fake NVML:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(Fake { dir, lib })
+    }
+
+    /// Replaces the fake's configuration (`KEY=VALUE` lines), read at its next call.
+    fn configure(&self, lines: &str) {
+        std::fs::write(self.dir.join("fake_nvml.conf"), lines).unwrap();
+    }
+
+    fn source(&self) -> NvmlSource {
+        NvmlSource::with_library(&self.lib)
+            .unwrap_or_else(|e| panic!("the fake NVML did not initialise: {e}"))
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Builds the fake or returns from the test (skipped) without a C compiler.
+macro_rules! fake {
+    ($test:expr $(, $define:expr)*) => {
+        match Fake::build($test, &[$($define),*]) {
+            Some(fake) => fake,
+            None => return,
+        }
+    };
+}
+
+#[test]
+fn finds_the_configured_devices() {
+    let fake = fake!("devices");
+    fake.configure(
+        "DEVICES=2\n\
+         # comments and a FAKE_NVML_ prefix are allowed\n\
+         FAKE_NVML_NAME_0=Fake H100\n\
+         NAME_1=Fake A100\n\
+         UUID_0=GPU-aaaa\n\
+         MEM_TOTAL_0=85899345920\n\
+         MEM_TOTAL_1=42949672960\n\
+         POWER_LIMIT_MW=700000\n",
+    );
+    let mut source = fake.source();
+    assert_eq!(source.backend(), "nvml");
+    assert_eq!(source.library(), fake.lib.to_str().unwrap());
+    assert_eq!(
+        source.devices(),
+        Ok(vec![
+            GpuDevice {
+                index: 0,
+                name: "Fake H100".into(),
+                uuid: Some("GPU-aaaa".into()),
+                memory_total_bytes: Some(85_899_345_920),
+                power_limit_mw: Some(700_000),
+            },
+            GpuDevice {
+                index: 1,
+                name: "Fake A100".into(),
+                uuid: Some("GPU-fake-1".into()),
+                memory_total_bytes: Some(42_949_672_960),
+                power_limit_mw: Some(700_000),
+            },
+        ])
+    );
+}
+
+#[test]
+fn samples_carry_the_configured_readings() {
+    let fake = fake!("samples");
+    fake.configure(
+        "DEVICES=2\n\
+         UTIL=37\n\
+         MEM_USED=1234567890\n\
+         POWER_MW=150000\n\
+         TEMP_C=71\n\
+         SM_CLOCK_MHZ=1980\n\
+         COMPUTE_PROCS=self:1000000,1:999,self:24\n\
+         GRAPHICS_PROCS=self:4096\n\
+         UTIL_1=99\n\
+         POWER_MW_1=400000\n\
+         COMPUTE_PROCS_1=1:5\n\
+         GRAPHICS_PROCS_1=\n",
+    );
+    let mut source = fake.source();
+    assert_eq!(source.devices().map(|d| d.len()), Ok(2));
+
+    // Sampled on another thread, as spanprof's sampler thread does.
+    let (source, zero, one, missing) = std::thread::spawn(move || {
+        let (zero, one, missing) = (source.sample(0), source.sample(1), source.sample(2));
+        (source, zero, one, missing)
+    })
+    .join()
+    .unwrap();
+    let mut source = source;
+    let energy = zero.energy_mj.expect("energy counter");
+    assert_eq!(
+        zero,
+        GpuSample {
+            utilization_pct: Some(37),
+            memory_used_bytes: Some(1_234_567_890),
+            power_mw: Some(150_000),
+            energy_mj: Some(energy),
+            temperature_c: Some(71),
+            sm_clock_mhz: Some(1980),
+            // Its two compute entries summed; the larger of compute and graphics.
+            process_memory_bytes: Some(1_000_024),
+        }
+    );
+    assert_eq!(one.utilization_pct, Some(99));
+    assert_eq!(one.power_mw, Some(400_000));
+    assert_eq!(one.memory_used_bytes, Some(1_234_567_890));
+    // This process is not listed on device 1.
+    assert_eq!(one.process_memory_bytes, None);
+    assert_eq!(missing, GpuSample::default(), "no device 2");
+
+    // Values are read at each call.
+    fake.configure(
+        "UTIL=5\nPOWER_MW=60000\nCOMPUTE_PROCS=self:na\nGRAPHICS_PROCS=self:na,self:na\n",
+    );
+    let later = source.sample(0);
+    assert_eq!(later.utilization_pct, Some(5));
+    assert_eq!(later.power_mw, Some(60_000));
+    assert_eq!(later.memory_used_bytes, Some(1_073_741_824), "the default");
+    assert_eq!(later.process_memory_bytes, None, "listed, amount unknown");
+    assert!(later.energy_mj >= Some(energy));
+}
+
+#[test]
+fn energy_counter_grows_at_the_configured_power() {
+    let fake = fake!("energy");
+    fake.configure("POWER_MW=150000\n");
+    let mut source = fake.source();
+    // Each reading is bracketed by clock reads, so the bounds hold however late the thread
+    // runs: the fake reads the same monotonic clock.
+    let read = |source: &mut NvmlSource| {
+        let before = Instant::now();
+        let energy = source.sample(0).energy_mj.expect("energy counter");
+        (before, energy, Instant::now())
+    };
+    let (a0, e0, b0) = read(&mut source);
+    std::thread::sleep(Duration::from_millis(200));
+    let (a1, e1, b1) = read(&mut source);
+    let mj = |d: Duration| 150_000.0 * d.as_secs_f64(); // 150 W = 150 000 mW
+    let (low, high) = (mj(a1 - b0) - 2.0, mj(b1 - a0) + 2.0); // ±1 mJ rounding per reading
+    let got = (e1 - e0) as f64;
+    assert!(
+        low <= got && got <= high,
+        "{got} mJ at 150 W in about {:?}: expected {low}..={high} mJ",
+        a1 - a0
+    );
+    assert!(got >= 0.8 * mj(Duration::from_millis(200)), "{got} mJ");
+}
+
+#[test]
+fn a_failing_function_degrades_only_its_reading() {
+    let fake = fake!("fail");
+    fake.configure("FAIL=power\nCOMPUTE_PROCS=self:7\n");
+    let mut source = fake.source();
+    assert!(source.devices().is_ok());
+    let s = source.sample(0);
+    assert_eq!(s.power_mw, None);
+    assert!(
+        s.utilization_pct.is_some()
+            && s.memory_used_bytes.is_some()
+            && s.energy_mj.is_some()
+            && s.temperature_c.is_some()
+            && s.sm_clock_mhz.is_some()
+            && s.process_memory_bytes == Some(7),
+        "{s:?}"
+    );
+
+    // Device discovery degrades the same way.
+    fake.configure("FAIL=name,uuid,memory,power_limit,temperature,compute_procs\n");
+    assert_eq!(
+        source.devices(),
+        Ok(vec![GpuDevice {
+            index: 0,
+            name: "unknown".into(),
+            uuid: None,
+            memory_total_bytes: None,
+            power_limit_mw: None,
+        }])
+    );
+    let s = source.sample(0);
+    assert_eq!((s.memory_used_bytes, s.temperature_c), (None, None));
+    assert_eq!(s.power_mw, Some(100_000));
+
+    // Everything failing gives an empty sample, not a panic.
+    fake.configure("FAIL=all\n");
+    assert_eq!(source.sample(0), GpuSample::default());
+    // No device handle: the same.
+    fake.configure("FAIL=handle\n");
+    assert_eq!(source.sample(0), GpuSample::default());
+    assert!(source
+        .devices()
+        .unwrap_err()
+        .contains("none could be opened"));
+}
+
+#[test]
+fn a_library_without_the_energy_function_still_samples() {
+    let fake = fake!("omit-energy", "OMIT_ENERGY");
+    fake.configure("POWER_MW=123000\nUTIL=12\n");
+    let mut source = fake.source();
+    assert_eq!(source.devices().map(|d| d.len()), Ok(1));
+    let s = source.sample(0);
+    assert_eq!(s.energy_mj, None);
+    assert_eq!(s.power_mw, Some(123_000));
+    assert_eq!(s.utilization_pct, Some(12));
+    assert!(s.memory_used_bytes.is_some() && s.temperature_c.is_some() && s.sm_clock_mhz.is_some());
+}
+
+#[test]
+fn no_gpu_is_an_error_with_a_reason() {
+    let fake = fake!("no-gpu");
+    fake.configure("DEVICES=0\n");
+    assert_eq!(
+        fake.source().devices(),
+        Err("NVML reports no GPU".to_string())
+    );
+    fake.configure("FAIL=count\n");
+    let e = fake.source().devices().unwrap_err();
+    assert!(e.starts_with("NVML could not count the GPUs"), "{e}");
+}
+
+#[test]
+fn driver_not_loaded_is_an_error_with_a_reason() {
+    let fake = fake!("no-driver");
+    fake.configure("INIT_ERROR=9\n"); // NVML_ERROR_DRIVER_NOT_LOADED
+    let e = NvmlSource::with_library(&fake.lib).unwrap_err();
+    assert!(e.starts_with("NVIDIA driver not loaded"), "{e}");
+    assert!(e.contains("libnvidia-ml.so.1"), "{e}");
+}
+
+#[test]
+fn a_library_without_nvml_init_is_an_error() {
+    let fake = fake!("omit-init", "OMIT_INIT");
+    let e = NvmlSource::with_library(&fake.lib).unwrap_err();
+    assert!(e.contains("is not a usable NVML library"), "{e}");
+    assert!(e.contains("nvmlInit_v2"), "{e}");
+}
+
+#[test]
+fn a_library_without_nvml_shutdown_drops_without_panicking() {
+    let fake = fake!("omit-shutdown", "OMIT_SHUTDOWN");
+    let mut source = fake.source();
+    assert!(source.devices().is_ok());
+    // nvml-wrapper's Drop panics on the missing symbol; NvmlSource keeps it in.
+    drop(source);
+}
+
+#[test]
+fn a_missing_library_is_an_error_with_a_reason() {
+    let e = NvmlSource::with_library("/nonexistent/libnvidia-ml.so.1").unwrap_err();
+    assert!(
+        e.starts_with("NVML library not found (/nonexistent/libnvidia-ml.so.1)"),
+        "{e}"
+    );
+
+    // Not a shared library at all.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("nvml_fake")
+        .join(format!("{}-not-a-library", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bogus = dir.join("libnvidia-ml.so.1");
+    std::fs::write(&bogus, "not an ELF file").unwrap();
+    let e = NvmlSource::with_library(&bogus).unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(e.starts_with("NVML library could not be loaded"), "{e}");
+}
+
+/// Whether a real `libnvidia-ml.so.1` is where the dynamic loader would look.
+fn real_nvml_installed() -> bool {
+    let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"]
+        .iter()
+        .find_map(|l| Command::new(l).arg("-p").output().ok())
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("libnvidia-ml.so.1"))
+        .unwrap_or(false);
+    let ld_path = std::env::var_os("LD_LIBRARY_PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("libnvidia-ml.so.1").exists()))
+        .unwrap_or(false);
+    let usual = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+        "/lib64",
+        "/usr/local/nvidia/lib64",
+        "/usr/local/cuda/lib64/stubs",
+    ]
+    .iter()
+    .any(|d| Path::new(d).join("libnvidia-ml.so.1").exists());
+    ldconfig || ld_path || usual
+}
+
+#[test]
+fn default_library_without_a_driver_is_an_error() {
+    match NvmlSource::new() {
+        // A machine with NVIDIA's library and driver: nothing to check but that it works.
+        Ok(mut source) => eprintln!("NVML found: {:?}", source.devices()),
+        Err(e) => {
+            eprintln!("NvmlSource::new(): {e}");
+            if !real_nvml_installed() {
+                assert!(
+                    e.starts_with("NVML library not found (libnvidia-ml.so.1)"),
+                    "{e}"
+                );
+            }
+        }
+    }
+}
