@@ -15,8 +15,10 @@ use crate::names::{Kind, KINDS, MAX_SPAN_NAMES};
 const CHUNK: usize = 64;
 const CHUNKS: usize = MAX_SPAN_NAMES / CHUNK;
 
-/// What one thread recorded for one span name.
+/// What one thread recorded for one span name. Aligned so that two threads' stats never share
+/// a cache line.
 #[derive(Debug)]
+#[repr(align(128))]
 pub(crate) struct NameStats {
     pub(crate) hists: [AtomicHist; KINDS],
     pub(crate) items: AtomicU64,

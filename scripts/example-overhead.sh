@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Overhead of spanprof on the training example: interleaved runs with and without the layer
+# (same registry and EnvFilter either way), comparing the "training took" times.
+#
+#   scripts/example-overhead.sh [RUNS] [PRESET]      (defaults: 10 runs, SPANPROF=basic)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-10}
+preset=${2:-basic}
+cargo build --release --example training_loop >/dev/null 2>&1
+bin=target/release/examples/training_loop
+out=$(mktemp -d)
+took() { grep -Eo 'training took [0-9.]+ s' | awk '{print $3}'; }
+base=() prof=()
+for i in $(seq "$runs"); do
+  base+=("$("$bin" --no-profile --out "$out" 2>&1 >/dev/null | took)")
+  prof+=("$(SPANPROF=$preset SPANPROF_REPORT=off "$bin" --out "$out" 2>&1 >/dev/null | took)")
+done
+python3 - "$preset" "${base[*]}" "${prof[*]}" "$out/profile.json" <<'PY'
+import json, statistics, sys
+preset, base, prof, profile = sys.argv[1], list(map(float, sys.argv[2].split())), list(map(float, sys.argv[3].split())), sys.argv[4]
+spans = json.load(open(profile))["spans"]
+created, entries = sum(s["created"] for s in spans), sum(s["calls"] for s in spans)
+def show(name, xs): print(f"{name:>12}: min {min(xs):.3f} s  median {statistics.median(xs):.3f} s  ({len(xs)} runs)")
+show("no spanprof", base); show(f"SPANPROF={preset}", prof)
+print(f"overhead: min {100*(min(prof)/min(base)-1):+.2f} %  median {100*(statistics.median(prof)/statistics.median(base)-1):+.2f} %")
+print(f"per run: {created} spans created, {entries} entries")
+PY
