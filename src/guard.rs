@@ -110,6 +110,7 @@ impl ProfileGuard {
         let inner = &self.handle.inner;
         inner.active.store(false, Relaxed);
         let snapshot = inner.snapshot();
+        summary_event(&snapshot);
         let config = &inner.config;
         let mut outputs = Outputs::default();
         let mut first_error = None;
@@ -143,6 +144,28 @@ impl ProfileGuard {
             None => Ok(outputs),
         }
     }
+}
+
+/// One summary event at the performance target: how much was profiled and the hottest span.
+fn summary_event(snapshot: &Snapshot) {
+    let inside: u64 = snapshot.spans.iter().map(|s| s.entry_self.total_ns).sum();
+    let hottest = snapshot.spans.iter().max_by_key(|s| s.entry_self.total_ns);
+    let (name, share) = hottest.map_or(("-", 0.0), |s| {
+        let share = if inside == 0 {
+            0.0
+        } else {
+            100.0 * s.entry_self.total_ns as f64 / inside as f64
+        };
+        (s.name.as_str(), share)
+    });
+    tracing::info!(
+        target: PERF_TARGET,
+        span_names = snapshot.spans.len(),
+        run_ms = snapshot.run.duration_ns / 1_000_000,
+        hottest = name,
+        hottest_self_pct = share,
+        "spanprof summary"
+    );
 }
 
 fn write_file(path: &PathBuf, bytes: &[u8], action: &'static str) -> Result<()> {
