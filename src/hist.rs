@@ -123,7 +123,7 @@ impl std::fmt::Debug for AtomicHist {
 }
 
 impl AtomicHist {
-    pub(crate) fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             counts: OnceLock::new(),
             sum: AtomicU64::new(0),

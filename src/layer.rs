@@ -133,7 +133,7 @@ impl ProfileLayer {
         let fields = decision.fields();
         if fields != 0 {
             self.local(|local| {
-                let stats = local.shard.stats(name);
+                let stats = local.stats(name);
                 attrs.record(&mut Throughput { stats, fields });
             });
         }
@@ -220,9 +220,9 @@ impl ProfileLayer {
                             .compare_exchange(ENTRIES_ONE, ENTRIES_MANY, Acquire, Relaxed)
                             .is_ok()
                         {
-                            let stats = local.shard.stats(frame.name);
-                            self.record(local, stats, frame.name, Kind::EntryBusy, first_busy);
-                            self.record(local, stats, frame.name, Kind::EntrySelf, first_self);
+                            let stats = local.stats(frame.name);
+                            self.record(stats, frame.name, Kind::EntryBusy, first_busy);
+                            self.record(stats, frame.name, Kind::EntrySelf, first_self);
                             break;
                         }
                     }
@@ -230,9 +230,9 @@ impl ProfileLayer {
                 }
             }
             add_entry(entry, owned, busy, self_ns);
-            let stats = local.shard.stats(frame.name);
-            self.record(local, stats, frame.name, Kind::EntryBusy, busy);
-            self.record(local, stats, frame.name, Kind::EntrySelf, self_ns);
+            let stats = local.stats(frame.name);
+            self.record(stats, frame.name, Kind::EntryBusy, busy);
+            self.record(stats, frame.name, Kind::EntrySelf, self_ns);
         });
     }
 
@@ -248,10 +248,10 @@ impl ProfileLayer {
         };
         self.inner.table.remove(entry);
         self.local(|local| {
-            let stats = local.shard.stats(name);
-            self.record(local, stats, name, busy_kind, busy);
-            self.record(local, stats, name, self_kind, self_ns);
-            self.record(local, stats, name, Kind::Wall, wall);
+            let stats = local.stats(name);
+            self.record(stats, name, busy_kind, busy);
+            self.record(stats, name, self_kind, self_ns);
+            self.record(stats, name, Kind::Wall, wall);
         });
     }
 
@@ -270,9 +270,9 @@ impl ProfileLayer {
     }
 
     #[inline(always)]
-    fn record(&self, local: &Local, stats: &NameStats, name: u32, kind: Kind, value: u64) {
+    fn record(&self, stats: &NameStats, name: u32, kind: Kind, value: u64) {
         if stats.hist(kind).record(value) {
-            self.inner.drain(&local.shard, name, kind);
+            self.inner.drain(stats, name, kind);
         }
     }
 }
@@ -353,7 +353,7 @@ where
         let name = u32::from(entry.name.load(Relaxed));
         self.local(|local| {
             values.record(&mut Throughput {
-                stats: local.shard.stats(name),
+                stats: local.stats(name),
                 fields: FIELD_ITEMS | FIELD_BYTES | FIELD_FLOPS,
             });
         });
@@ -407,7 +407,7 @@ where
                 None
             };
             if let Some(name) = name {
-                bump(&local.shard.stats(name).errors, 1);
+                bump(&local.stats(name).errors, 1);
             }
         });
     }

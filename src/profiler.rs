@@ -18,7 +18,7 @@ use crate::names::{Kind, NameInfo, Names, KINDS};
 use crate::snapshot::{
     Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
 };
-use crate::store::{Shard, Shards};
+use crate::store::{NameStats, Shards};
 use crate::table::{SpanTable, ENTRIES_ONE};
 
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
@@ -64,8 +64,8 @@ impl Inner {
     /// samples of that histogram).
     #[cold]
     #[inline(never)]
-    pub(crate) fn drain(&self, shard: &Shard, name: u32, kind: Kind) {
-        let (Some(info), Some(stats)) = (self.names.get(name), shard.existing(name)) else {
+    pub(crate) fn drain(&self, stats: &NameStats, name: u32, kind: Kind) {
+        let Some(info) = self.names.get(name) else {
             return;
         };
         let mut spill = info.spill.lock().unwrap_or_else(|e| e.into_inner());
@@ -77,7 +77,7 @@ impl Inner {
     /// Merges every shard into a snapshot.
     pub(crate) fn snapshot(&self) -> Snapshot {
         let now = self.clock.raw();
-        let shards = self.shards.all();
+        let shards: Vec<_> = self.shards.all().iter().map(|s| s.names()).collect();
         let names = self.names.all();
 
         // Open spans: how many, time inside entries in progress, and the single completed
@@ -109,7 +109,7 @@ impl Inner {
             let mut errors = 0;
             let mut any = false;
             for shard in &shards {
-                let Some(stats) = shard.existing(index as u32) else {
+                let Some(Some(stats)) = shard.get(index) else {
                     continue;
                 };
                 any = true;

@@ -7,13 +7,10 @@
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::hist::AtomicHist;
-use crate::names::{Kind, KINDS, MAX_SPAN_NAMES};
-
-const CHUNK: usize = 64;
-const CHUNKS: usize = MAX_SPAN_NAMES / CHUNK;
+use crate::names::{Kind, KINDS};
 
 /// What one thread recorded for one span name. Aligned so that two threads' stats never share
 /// a cache line.
@@ -27,10 +24,13 @@ pub(crate) struct NameStats {
     pub(crate) errors: AtomicU64,
 }
 
+/// Never recorded into in practice (see [`Local::stats`]).
+static UNUSED: NameStats = NameStats::new();
+
 impl NameStats {
-    fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
-            hists: std::array::from_fn(|_| AtomicHist::new()),
+            hists: [const { AtomicHist::new() }; KINDS],
             items: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             flops: AtomicU64::new(0),
@@ -50,43 +50,20 @@ pub(crate) fn bump(counter: &AtomicU64, by: u64) {
     counter.store(counter.load(Relaxed).wrapping_add(by), Relaxed);
 }
 
-/// A chunk of [`CHUNK`] names' stats, each created on first use.
-type Chunk = Box<[OnceLock<Box<NameStats>>]>;
-
-/// One thread's records.
-#[derive(Debug)]
+/// One thread's records: the stats of every span name it recorded. The owning thread reaches
+/// them through its [`Local`] without a lock; the list here is for snapshots (and for a thread
+/// that adopts the shard), and is locked only when a thread records a name for the first time.
+#[derive(Debug, Default)]
 pub(crate) struct Shard {
-    chunks: [OnceLock<Chunk>; CHUNKS],
+    names: Mutex<Vec<Option<Arc<NameStats>>>>,
     /// Set when the owning thread exited; the next new thread may adopt the shard.
     retired: AtomicBool,
 }
 
 impl Shard {
-    fn new() -> Self {
-        Self {
-            chunks: std::array::from_fn(|_| OnceLock::new()),
-            retired: AtomicBool::new(false),
-        }
-    }
-
-    /// The stats of a name, created on first use (by the owning thread).
-    #[inline(always)]
-    pub(crate) fn stats(&self, name: u32) -> &NameStats {
-        let name = name as usize;
-        let chunk = self.chunks[(name / CHUNK) % CHUNKS]
-            .get_or_init(|| (0..CHUNK).map(|_| OnceLock::new()).collect());
-        chunk[name % CHUNK].get_or_init(|| Box::new(NameStats::new()))
-    }
-
-    /// The stats of a name if this shard has any.
-    pub(crate) fn existing(&self, name: u32) -> Option<&NameStats> {
-        let name = name as usize;
-        self.chunks
-            .get(name / CHUNK)?
-            .get()?
-            .get(name % CHUNK)?
-            .get()
-            .map(|b| &**b)
+    /// The stats of every name this shard recorded, by name index.
+    pub(crate) fn names(&self) -> Vec<Option<Arc<NameStats>>> {
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -118,7 +95,7 @@ impl Shards {
                 return shard.clone();
             }
         }
-        let shard = Arc::new(Shard::new());
+        let shard = Arc::new(Shard::default());
         list.push(shard.clone());
         shard
     }
@@ -132,11 +109,45 @@ impl Shards {
 #[derive(Debug)]
 pub(crate) struct Local {
     instance: u64,
-    pub(crate) shard: Arc<Shard>,
+    shard: Arc<Shard>,
+    /// This thread's view of `shard`'s stats, indexed by name: no lock, no atomic.
+    stats: Vec<Option<Arc<NameStats>>>,
     pub(crate) stack: Vec<Frame>,
     /// This thread's token ([`thread_token`]).
     pub(crate) token: u32,
     _owner: Weak<Shards>,
+}
+
+impl Local {
+    /// The stats of a span name, created on first use.
+    #[inline(always)]
+    pub(crate) fn stats(&mut self, name: u32) -> &NameStats {
+        let index = name as usize;
+        if !matches!(self.stats.get(index), Some(Some(_))) {
+            self.new_stats(index);
+        }
+        // `new_stats` filled the slot; the fallback is never used.
+        self.stats
+            .get(index)
+            .and_then(Option::as_deref)
+            .unwrap_or(&UNUSED)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_stats(&mut self, index: usize) {
+        let stats = Arc::new(NameStats::new());
+        let mut shared = self.shard.names.lock().unwrap_or_else(|e| e.into_inner());
+        if shared.len() <= index {
+            shared.resize(index + 1, None);
+        }
+        let stats = shared[index].get_or_insert(stats).clone();
+        drop(shared);
+        if self.stats.len() <= index {
+            self.stats.resize(index + 1, None);
+        }
+        self.stats[index] = Some(stats);
+    }
 }
 
 impl Drop for Local {
@@ -220,9 +231,11 @@ fn slow_local<'a>(
         }
         // Drop state of instances that no longer exist.
         locals.retain(|l| l._owner.strong_count() > 0);
+        let shard = shards.acquire();
         let local = Local {
             instance,
-            shard: shards.acquire(),
+            stats: shard.names(),
+            shard,
             stack: Vec::with_capacity(32),
             token: thread_token(),
             _owner: Arc::downgrade(shards),

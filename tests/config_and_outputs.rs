@@ -283,7 +283,10 @@ fn own_messages_go_to_the_documented_targets() {
     struct Targets(Arc<Mutex<Vec<String>>>);
     impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Targets {
         fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-            self.0.lock().unwrap().push(e.metadata().target().to_string());
+            self.0
+                .lock()
+                .unwrap()
+                .push(e.metadata().target().to_string());
         }
     }
     let dir = std::env::temp_dir().join(format!("spanprof-targets-{}", std::process::id()));
@@ -294,14 +297,27 @@ fn own_messages_go_to_the_documented_targets() {
         .with_output_dir(&dir)
         .build()
         .unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(seen.clone()).with(layer));
+    let dispatch = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(seen.clone())
+            .with(layer),
+    );
     tracing::dispatcher::with_default(&dispatch, || {
         workload();
         guard.finish().unwrap();
     });
     let targets = seen.0.lock().unwrap().clone();
-    assert!(targets.iter().any(|t| t == spanprof::PERF_TARGET), "{targets:?}");
-    assert!(targets.iter().any(|t| t == spanprof::PROFILING_TARGET), "{targets:?}");
-    assert!(targets.iter().all(|t| t.starts_with("spanprof::")), "{targets:?}");
+    assert!(
+        targets.iter().any(|t| t == spanprof::PERF_TARGET),
+        "{targets:?}"
+    );
+    assert!(
+        targets.iter().any(|t| t == spanprof::PROFILING_TARGET),
+        "{targets:?}"
+    );
+    assert!(
+        targets.iter().all(|t| t.starts_with("spanprof::")),
+        "{targets:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
