@@ -19,7 +19,7 @@ use tracing_subscriber::Layer;
 use crate::config::Builder;
 use crate::names::{throughput_fields, Decision, Kind, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS};
 use crate::profiler::Inner;
-use crate::store::{bump, thread_token, with_local, Frame, Local, NameStats};
+use crate::store::{bump, with_local, Frame, Local, NameStats};
 use crate::table::{Entry, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, ENTRIES_WRITING};
 
 /// The profiling layer. Build it with [`ProfileLayer::builder`] and add it to a
@@ -112,13 +112,12 @@ impl ProfileLayer {
             }
         }
         let name = decision.name();
-        let owner = thread_token();
         let now = self.inner.clock.raw();
         let inserted = self.inner.table.insert(id.into_u64(), |e| {
             // MAX_SPAN_NAMES fits u16 (asserted in `names`).
             e.name.store(name as u16, Relaxed);
             e.entries.store(ENTRIES_NONE, Relaxed);
-            e.owner.store(owner, Relaxed);
+            e.owner.store(0, Relaxed);
             e.created.store(now, Relaxed);
             e.busy.store(0, Relaxed);
             e.self_ns.store(0, Relaxed);
@@ -184,7 +183,6 @@ impl ProfileLayer {
                 parent.child_ns += busy;
             }
             entry.entered_at.store(0, Relaxed);
-            let owned = local.token != 0 && entry.owner.load(Relaxed) == local.token;
             // The first entry is only added to the span's sums: if it stays the only one, close
             // records it once as both entry and instance. From the second entry on, every entry
             // (the first one included) goes to the entry histograms.
@@ -197,7 +195,9 @@ impl ProfileLayer {
                             .compare_exchange(ENTRIES_NONE, ENTRIES_WRITING, Acquire, Relaxed)
                             .is_ok()
                         {
-                            add_entry(entry, owned, busy, self_ns);
+                            // The thread that completes the first entry owns the span's sums.
+                            entry.owner.store(local.token, Relaxed);
+                            add_entry(entry, local.token != 0, busy, self_ns);
                             entry.entries.store(ENTRIES_ONE, Release);
                             return;
                         }
@@ -229,6 +229,7 @@ impl ProfileLayer {
                     _ => break,
                 }
             }
+            let owned = local.token != 0 && entry.owner.load(Relaxed) == local.token;
             add_entry(entry, owned, busy, self_ns);
             let stats = local.stats(frame.name);
             self.record(stats, frame.name, Kind::EntryBusy, busy);

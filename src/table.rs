@@ -30,9 +30,9 @@ const PROBES: usize = 16;
 /// The state of one open span. 64 bytes, one cache line: spans used by different threads never
 /// share a line.
 ///
-/// The thread that created the span (its *owner*) adds its entries to `busy` and `self_ns`
-/// with plain loads and stores; other threads add theirs to `shared_busy` and `shared_self`
-/// with atomic read-modify-writes. A span that never leaves its thread costs no locked
+/// The thread that completed the span's first entry (its *owner*) adds its entries to `busy`
+/// and `self_ns` with plain loads and stores; other threads add theirs to `shared_busy` and
+/// `shared_self` with atomic read-modify-writes. A span that never leaves its thread costs no locked
 /// instruction, and concurrent entries from several threads lose nothing.
 #[repr(align(64))]
 #[derive(Debug)]
@@ -43,7 +43,7 @@ pub(crate) struct Entry {
     /// How many entries completed: [`ENTRIES_NONE`], [`ENTRIES_WRITING`], [`ENTRIES_ONE`],
     /// [`ENTRIES_MANY`].
     pub(crate) entries: AtomicU16,
-    /// Token of the owning thread (see `store::thread_token`).
+    /// Token of the owning thread (see `store::thread_token`), 0 until the first entry.
     pub(crate) owner: AtomicU32,
     /// Clock reading (raw) when the span was created.
     pub(crate) created: AtomicU64,
