@@ -17,6 +17,19 @@
 //! N = 16 and 256 bytes (the common small sizes, served from malloc's per-thread cache, where
 //! the relative overhead is highest) and 64 KiB (crosses the process-view flush every time on
 //! a 64 KiB net change: alternating +64 KiB / −64 KiB, so a flush each allocation and free).
+//!
+//! ## Results on the development machine
+//!
+//! 2-vCPU Firecracker VM on AMD EPYC, Linux 6.18, glibc 2.36 malloc;
+//! `--warm-up-time 1 --measurement-time 3`, criterion's median estimate, per allocation + free:
+//!
+//! | N | `system` | `counting` | added | `box_global` |
+//! |---|---|---|---|---|
+//! | 16 B | 16.0 ns | 17.7 ns | +1.7 ns | 38 ns |
+//! | 256 B | 15.3 ns | 18.7 ns | +3.4 ns | 74 ns |
+//! | 64 KiB (a process-view flush on every call) | 32.2 ns | 36.0 ns | +3.8 ns | 1.18 µs |
+//!
+//! So about 1–2 ns per allocation or free.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;

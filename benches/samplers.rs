@@ -17,6 +17,22 @@
 //! | `rss_bytes` | open, read, close `/proc/self/statm` |
 //! | `rss_reader` | `pread` of a kept-open `/proc/self/statm` (what the sampler does) |
 //! | `rapl_read` | `Rapl::read` on the real `/sys/class/powercap` if readable, else on a stand-in tree in the temp directory (one package) |
+//!
+//! ## Results on the development machine
+//!
+//! 2-vCPU Firecracker VM on AMD EPYC, Linux 6.18, glibc 2.36, shared with other builds;
+//! `--warm-up-time 1 --measurement-time 3..5`, medians of criterion's estimates over two runs:
+//!
+//! | case | per call |
+//! |---|---|
+//! | `instant_now` | 24 ns |
+//! | `thread_cpu_ns` | 550–600 ns |
+//! | `thread_user_sys_ns` | 330–390 ns |
+//! | `process_cpu_ns` | 810 ns |
+//! | `peak_rss_bytes` | 0.7–1.1 µs |
+//! | `rss_bytes` | 6.6 µs |
+//! | `rss_reader` | 2.0 µs |
+//! | `rapl_read` | 0.86 µs (stand-in tree: the VM has no RAPL) |
 
 use std::hint::black_box;
 use std::time::Instant;

@@ -3,8 +3,9 @@
 //! Linux (and Android) only; elsewhere [`thread_cpu_ns`] returns 0 and the others `None`
 //! ([`SUPPORTED`] says which).
 //!
-//! Costs measured on the development machine (2-vCPU Firecracker VM, Linux 6.18, glibc 2.36,
-//! `cargo bench --bench samplers`): see each function.
+//! Costs per call measured on the development machine (2-vCPU Firecracker VM on AMD EPYC, Linux
+//! 6.18, glibc 2.36; `cargo bench --bench samplers`, where `Instant::now()` costs 24 ns): see
+//! each function. System calls are expensive in this VM; expect less on bare metal.
 
 /// Whether this platform has the readers of this module (Linux and Android).
 pub const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
@@ -13,9 +14,10 @@ pub const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android")
 /// 0 where unsupported or if the clock fails.
 ///
 /// Nanosecond resolution: the kernel accounts the running thread's time up to the call. This is
-/// a real system call (the vDSO does not serve CPU-time clocks): it costs ~180 ns per call on
-/// the development machine, where `Instant::now()` costs ~25 ns; see `benches/samplers.rs`.
-/// spanprof reads it at span enter and exit at the `detailed` preset only.
+/// a real system call (the vDSO does not serve CPU-time clocks, and the kernel takes the run
+/// queue lock to account the current slice): **~560 ns per call** on the development machine
+/// (23× `Instant::now()`). spanprof reads it on the span hot path only at the `detailed` preset
+/// and up.
 #[inline]
 pub fn thread_cpu_ns() -> u64 {
     imp::thread_cpu_ns()
@@ -23,12 +25,17 @@ pub fn thread_cpu_ns() -> u64 {
 
 /// User and system CPU time of the calling thread, in nanoseconds (`getrusage(RUSAGE_THREAD)`,
 /// microsecond resolution). `None` where unsupported.
+///
+/// Cheaper than [`thread_cpu_ns`] (~350 ns) but less precise: it does not include the current
+/// time slice, and the user/system split is estimated from tick samples.
 pub fn thread_user_sys_ns() -> Option<(u64, u64)> {
     imp::thread_user_sys_ns()
 }
 
 /// User and system CPU time of the whole process (every thread, including exited ones), in
 /// nanoseconds (`getrusage(RUSAGE_SELF)`, microsecond resolution). `None` where unsupported.
+///
+/// ~800 ns per call (it sums over the process's threads).
 pub fn process_cpu_ns() -> Option<(u64, u64)> {
     imp::process_cpu_ns()
 }
@@ -111,19 +118,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn thread_clock_is_monotonic_and_close_to_rusage() {
+    fn readers_agree() {
         let a = thread_cpu_ns();
-        let mut x = 0u64;
-        let start = std::time::Instant::now();
-        while start.elapsed() < std::time::Duration::from_millis(20) {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
         let b = thread_cpu_ns();
-        assert!(b > a);
+        assert!(a > 0 && b >= a);
         let (u, s) = thread_user_sys_ns().unwrap();
-        // getrusage's split is scaled from the same runtime, to microseconds.
-        assert!(u + s <= b + 1_000_000_000, "{u} + {s} vs {b}");
         let (pu, ps) = process_cpu_ns().unwrap();
-        assert!(pu + ps >= u + s - 10_000_000);
+        let c = thread_cpu_ns();
+        // getrusage leaves out the current slice: the precise clock is ahead, or within 10 ms.
+        assert!(u + s <= c + 10_000_000, "{u} + {s} vs {c}");
+        // The process has used at least what this thread has.
+        assert!(pu + ps + 10_000_000 >= u + s, "{pu} + {ps} vs {u} + {s}");
     }
 }

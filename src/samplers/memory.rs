@@ -10,9 +10,9 @@ use std::os::unix::fs::FileExt;
 /// The process's resident set size in bytes: resident pages (`/proc/self/statm`, second field)
 /// times the page size. `None` where unsupported or unreadable.
 ///
-/// Opens, reads and closes the file: ~5 µs per call on the development machine
+/// Opens, reads and closes the file: ~6.5 µs per call on the development machine
 /// (2-vCPU Firecracker VM, Linux 6.18; `benches/samplers.rs`). [`RssReader`] keeps the file open
-/// and costs less.
+/// and costs a third of that.
 pub fn rss_bytes() -> Option<u64> {
     RssReader::open()?.read()
 }
@@ -24,7 +24,7 @@ pub fn rss_bytes() -> Option<u64> {
 /// growth it can be a little (observed: 250 KiB) below what [`rss_bytes`] reads; the sampler
 /// publishes the larger of the two.
 ///
-/// ~0.4 µs per call on the development machine (`benches/samplers.rs`).
+/// ~0.7–1.1 µs per call on the development machine (`benches/samplers.rs`).
 pub fn peak_rss_bytes() -> Option<u64> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
