@@ -1,4 +1,20 @@
-//! Resource samplers: readings taken off the hot path, by a background thread.
+//! Resource samplers: readers of memory, CPU time and energy, the GPU source interface and its
+//! NVML backend, and the background thread that samples them into lock-free latest readings
+//! and a bounded timeline.
+//!
+//! The readers are public so that programs can use them directly; spanprof's layer only reads
+//! what the sampler thread published (no system call on the span hot path), except the thread
+//! CPU clock at the `detailed` preset and up.
 
-pub(crate) mod gpu;
+pub mod cpu;
+pub mod energy;
+pub mod gpu;
+pub mod memory;
 pub(crate) mod nvml;
+#[allow(dead_code)] // wired into the layer in the next commit
+pub(crate) mod thread;
+#[allow(dead_code)]
+pub(crate) mod timeline;
+
+pub use thread::DEFAULT_INTERVAL;
+pub use timeline::Sample;
