@@ -111,8 +111,8 @@ impl Session {
         })
     }
 
-    /// Where resource samples for the counter tracks come from. Set once, before the first
-    /// window closes; later calls are ignored.
+    /// Where resource samples for the counter tracks come from. Set it once, before the first
+    /// window opens (windows opened earlier get no counters); later calls are ignored.
     #[cfg_attr(not(test), allow(dead_code))] // wired to the resource sampler at merge
     pub(crate) fn set_counter_source(&self, source: Arc<dyn CounterSource>) {
         let _ = self.counters.set(source);
