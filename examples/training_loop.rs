@@ -64,6 +64,12 @@
 //!                         # `linear` spans exist for the other layers, but spanprof skips them
 //! SPANPROF_OUT=/tmp/prof SPANPROF_TOP=10 SPANPROF_REPORT=report.txt cargo run --release --example training_loop
 //!
+//! # Chrome / Perfetto traces of a few steps (train_step 16-18 and 25-27) into DIR/traces/,
+//! # with resource counters; `SPANPROF=full` turns them on too. Ctrl-C still leaves valid files.
+//! cargo run --release --example training_loop -- --trace --out /tmp/prof
+//! SPANPROF=full cargo run --release --example training_loop -- --out /tmp/prof
+//! # then open /tmp/prof/traces/train_step_steps_16-18.json in https://ui.perfetto.dev
+//!
 //! # the same workload with the same registry and EnvFilter, but without spanprof:
 //! # compare its "training took" line with a profiled run to see spanprof's overhead
 //! cargo run --release --example training_loop -- --no-profile
@@ -110,11 +116,23 @@ const IO_LATENCY: Duration = Duration::from_micros(40);
 const SEED: u64 = 0x5EED_2024;
 
 const USAGE: &str = "\
-usage: training_loop [--out DIR] [--epochs N] [--no-profile]
+usage: training_loop [--out DIR] [--epochs N] [--trace] [--no-profile]
 
   --out DIR      where spanprof writes profile.json (default: target/spanprof)
   --epochs N     number of training epochs (default: 10)
+  --trace        also write Chrome / Perfetto traces of train_step 16-18 and 25-27
+                 into DIR/traces/ (on too with SPANPROF=full)
   --no-profile   run the same workload without spanprof, to measure its overhead";
+
+/// Which `train_step`s are traced with `--trace`: skip the first 10 steps, then wait 5, warm
+/// up 1 and trace 3, twice (steps 16-18 and 25-27), like `torch.profiler.schedule`.
+fn trace_schedule() -> spanprof::chrome::Schedule {
+    // UNWRAP: 3 active steps is a valid schedule.
+    spanprof::chrome::Schedule::new(5, 1, 3)
+        .expect("valid schedule")
+        .with_repeat(2)
+        .with_skip_first(10)
+}
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse().unwrap_or_else(|message| {
@@ -125,13 +143,25 @@ fn main() -> Result<(), Box<dyn Error>> {
     // The user's log filter decides which spans exist; spanprof sees those.
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let guard = if args.profile {
-        let (layer, guard) = spanprof::ProfileLayer::builder()
-            .with_output_dir(&args.out_dir)
-            .build()?;
+        let mut builder = spanprof::ProfileLayer::builder().with_output_dir(&args.out_dir);
+        if args.trace {
+            builder = builder.with_chrome(
+                spanprof::chrome::ChromeOptions::dir(args.out_dir.join("traces"))
+                    .with_steps("train_step", trace_schedule())
+                    .with_args(true),
+            );
+        }
+        let (layer, guard) = builder.build()?;
+        // `chrome_layer()` is `None` unless chrome tracing is on.
         tracing_subscriber::registry()
             .with(filter)
             .with(layer)
+            .with(guard.chrome_layer())
             .init();
+        if args.trace {
+            // Ctrl-C finishes the open trace window (valid JSON) and exits with status 130.
+            guard.handle().install_ctrlc_handler()?;
+        }
         Some(guard)
     } else {
         tracing_subscriber::registry().with(filter).init();
@@ -150,8 +180,16 @@ fn main() -> Result<(), Box<dyn Error>> {
     drop(trainer);
     eprintln!("training took {:.2} s", elapsed.as_secs_f64());
 
-    // Prints spanprof's report to stderr and writes the JSON profile.
-    drop(guard);
+    // Prints spanprof's report to stderr and writes the JSON profile and the traces.
+    if let Some(guard) = guard {
+        let outputs = guard.finish()?;
+        for trace in &outputs.traces {
+            eprintln!(
+                "chrome trace: {} (open in https://ui.perfetto.dev)",
+                trace.display()
+            );
+        }
+    }
     Ok(())
 }
 
@@ -160,6 +198,7 @@ struct Args {
     out_dir: PathBuf,
     epochs: usize,
     profile: bool,
+    trace: bool,
 }
 
 impl Args {
@@ -168,6 +207,8 @@ impl Args {
             out_dir: PathBuf::from("target/spanprof"),
             epochs: DEFAULT_EPOCHS,
             profile: true,
+            trace: std::env::var(spanprof::ENV_PRESET)
+                .is_ok_and(|v| v.trim().eq_ignore_ascii_case("full")),
         };
         let mut argv = std::env::args().skip(1);
         while let Some(arg) = argv.next() {
@@ -183,6 +224,7 @@ impl Args {
                         })?;
                 }
                 "--no-profile" => args.profile = false,
+                "--trace" => args.trace = true,
                 "-h" | "--help" => {
                     println!("{USAGE}");
                     std::process::exit(0);

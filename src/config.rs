@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tracing_subscriber::EnvFilter;
 
+use crate::chrome::{ChromeOptions, Session as ChromeSession};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::guard::{ProfileGuard, ProfileHandle};
@@ -95,6 +96,8 @@ pub(crate) struct Config {
     pub(crate) report: ReportTarget,
     pub(crate) top: usize,
     pub(crate) output_dir: Option<PathBuf>,
+    /// Chrome tracing (src/chrome.rs): the session's state, if configured and recording.
+    pub(crate) chrome: Option<Arc<ChromeSession>>,
 }
 
 /// Builds a [`ProfileLayer`] and its [`ProfileGuard`].
@@ -118,6 +121,7 @@ pub struct Builder {
     output_dir: Option<PathBuf>,
     read_env: bool,
     clock: Option<Clock>,
+    chrome: Option<ChromeOptions>,
 }
 
 impl Default for Builder {
@@ -130,6 +134,7 @@ impl Default for Builder {
             output_dir: None,
             read_env: true,
             clock: None,
+            chrome: None,
         }
     }
 }
@@ -194,11 +199,21 @@ impl Builder {
         }
     }
 
+    /// Also writes Chrome / Perfetto traces of the steps a schedule selects, through
+    /// tracing-chrome; add [`ProfileGuard::chrome_layer`] to the registry. See [`crate::chrome`].
+    pub fn with_chrome(self, options: ChromeOptions) -> Self {
+        Self {
+            chrome: Some(options),
+            ..self
+        }
+    }
+
     /// Builds the layer and its guard.
     ///
     /// # Errors
     /// [`Error::InvalidEnv`] or [`Error::InvalidFilter`] naming the variable and value that is
-    /// wrong. Nothing is installed in that case.
+    /// wrong. Nothing is installed in that case. With [`Builder::with_chrome`]:
+    /// [`Error::InvalidChromeOptions`], or [`Error::Io`] if the trace directory cannot be created.
     pub fn build(self) -> Result<(ProfileLayer, ProfileGuard)> {
         let builder = if self.read_env {
             self.apply_env(|var| std::env::var_os(var))?
@@ -209,12 +224,19 @@ impl Builder {
             Some(directives) => Some(parse_filter(directives, "the configuration")?),
             None => None,
         };
+        let chrome = match builder.chrome {
+            Some(options) if builder.preset.records() => {
+                Some(Arc::new(ChromeSession::new(options)?))
+            }
+            _ => None,
+        };
         let config = Config {
             preset: builder.preset,
             filter: builder.filter,
             report: builder.report,
             top: builder.top,
             output_dir: builder.output_dir,
+            chrome,
         };
         let clock = builder.clock.unwrap_or_default();
         let inner = Arc::new(Inner::new(config, clock, filter));

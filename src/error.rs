@@ -38,6 +38,20 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The chrome trace options or step schedule are not valid (e.g. a schedule with no active
+    /// step, or a step schedule with a single trace file).
+    #[error("invalid chrome trace options: {reason}")]
+    InvalidChromeOptions {
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The Ctrl-C handler could not be installed (e.g. the program already handles `SIGINT`).
+    #[error("installing the Ctrl-C handler: {source}")]
+    CtrlC {
+        /// The `ctrlc` crate's error.
+        #[source]
+        source: ctrlc::Error,
+    },
     /// A profile could not be parsed.
     #[error("invalid profile {origin}: {message}")]
     InvalidProfile {

@@ -56,6 +56,8 @@ pub struct Outputs {
     pub report: Option<PathBuf>,
     /// The JSON profile, if an output directory was configured.
     pub profile: Option<PathBuf>,
+    /// Chrome trace files written during the run (see [`crate::chrome`]).
+    pub traces: Vec<PathBuf>,
 }
 
 /// Ends the profiling session when dropped: stops recording, prints the report and writes the
@@ -114,6 +116,11 @@ impl ProfileGuard {
         let config = &inner.config;
         let mut outputs = Outputs::default();
         let mut first_error = None;
+        // Chrome traces: finish the open window, wait until every trace file is complete.
+        match self.handle.finish_chrome() {
+            Ok(traces) => outputs.traces = traces,
+            Err(e) => first_error = Some(e),
+        }
         let report = || Report::new(&snapshot).top(config.top).to_string();
         match &config.report {
             ReportTarget::Off => {}

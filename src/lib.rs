@@ -45,6 +45,13 @@
 //! totals, minima and maxima are exact. Memory: at most 45 KiB per (span name × thread that
 //! recorded it).
 //!
+//! # Chrome / Perfetto traces
+//!
+//! [`Builder::with_chrome`] also writes Chrome trace files of the steps a
+//! [`chrome::Schedule`] selects (`torch.profiler.schedule` semantics), through tracing-chrome,
+//! with resource counters as counter tracks; open them in <https://ui.perfetto.dev>. See
+//! [`chrome`].
+//!
 //! # Targets
 //!
 //! [`PERF_TARGET`] (`spanprof::perf`) and [`PROFILING_TARGET`] (`spanprof::profiling`) are the
@@ -59,6 +66,7 @@
 
 #[allow(unsafe_code)]
 mod alloc;
+pub mod chrome;
 mod clock;
 mod config;
 mod error;

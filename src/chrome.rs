@@ -1,0 +1,317 @@
+//! Chrome / Perfetto traces of chosen steps, through [`tracing-chrome`](tracing_chrome), with
+//! resource counters.
+//!
+//! spanprof forwards the spans of the steps a [`Schedule`] selects to the real
+//! `tracing_chrome::ChromeLayer`, one file per window of active steps, composed in the same
+//! registry as the [`ProfileLayer`](crate::ProfileLayer). One guard ends everything: dropping
+//! (or [finishing](crate::ProfileGuard::finish)) the [`ProfileGuard`]
+//! finishes the open window and waits until every trace file is complete.
+//!
+//! ```
+//! use spanprof::chrome::{ChromeOptions, Schedule};
+//! use tracing_subscriber::prelude::*;
+//!
+//! let dir = std::env::temp_dir().join(format!("spanprof-doc-{}", std::process::id()));
+//! // Steps 0 and 1 wait, 2 warms up, 3 and 4 are traced; once.
+//! let schedule = Schedule::new(2, 1, 2)?.with_repeat(1);
+//! let (layer, guard) = spanprof::ProfileLayer::builder()
+//!     .with_env(false)
+//!     .with_report(spanprof::ReportTarget::Off)
+//!     .with_chrome(ChromeOptions::dir(&dir).with_steps("train_step", schedule))
+//!     .build()?;
+//! // The two-line composition: the chrome layer is generic over the subscriber below it.
+//! let subscriber = tracing_subscriber::registry().with(layer);
+//! let subscriber = subscriber.with(guard.chrome_layer());
+//!
+//! tracing::subscriber::with_default(subscriber, || {
+//!     for step in 0..8 {
+//!         let _step = tracing::info_span!("train_step", step).entered();
+//!         let _fwd = tracing::info_span!("forward").entered();
+//!     }
+//! });
+//! let outputs = guard.finish()?; // finishes the window, writes the report and profile
+//! assert_eq!(outputs.traces, vec![dir.join("train_step_steps_3-4.json")]);
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Windows and files
+//!
+//! With [`ChromeOptions::with_steps`], every span named like the step span (e.g. `train_step`)
+//! is one step, counted from 0 in the order the spans are created. The [`Schedule`] has
+//! `torch.profiler.schedule` semantics: `skip_first` steps ignored, then cycles of `wait`,
+//! `warmup` and `active` steps, `repeat` times (0: forever). The active steps of a cycle are one
+//! *window*: it opens when the span of its first step is created and ends when the span of its
+//! last step closes; it is written to `<dir>/<step span>_steps_<first>-<last>.json` (the span
+//! name with characters other than `[A-Za-z0-9_.-]` replaced by `_`). Warm-up steps are not
+//! written: tracing-chrome has no start-up cost to hide, so they are wait steps (see
+//! [`StepAction::Warmup`]).
+//!
+//! Without steps, the whole run is one window: [`ChromeOptions::file`] names the file,
+//! [`ChromeOptions::dir`] writes [`WHOLE_RUN_FILE`] into the directory.
+//!
+//! In a window every span entered on any thread is traced (as `B`/`E` events of
+//! tracing-chrome's threaded style), with events as instant events. A span entered before the
+//! window (the epoch around the steps, a model layer's span created once) appears only for its
+//! entries inside the window. A span still entered when the window closes (work on another
+//! thread, a step cut short) gets an `E` at the window's end with `"args": {"unfinished":
+//! true}`, so every `B` has its `E`.
+//!
+//! # Opening the traces
+//!
+//! Open <https://ui.perfetto.dev> and drag a trace file onto the page (or use *Open trace
+//! file*); Perfetto reads it in the browser, nothing is uploaded. In Chrome or Chromium,
+//! `chrome://tracing` and *Load* open it too. Each thread is a track with its spans nested as
+//! slices (click one for its duration, and its fields if
+//! [`ChromeOptions::with_args`] is on); resource counters are tracks of their own at the top of
+//! the process. The process is labelled with the window's steps (e.g. `train_step steps 16-18`).
+//!
+//! # Counter tracks
+//!
+//! tracing-chrome writes only span and instant events, so spanprof adds the resource samples
+//! (RSS, heap, CPU %, GPU memory, utilisation, power) itself. spanprof hands tracing-chrome a
+//! writer of its own for each window; when tracing-chrome closes the window's file (it ends the
+//! JSON array and drops the writer on its writer thread), that writer reads the file back with
+//! `serde_json`, completes unfinished spans as above, appends one `"ph": "C"` event per sample
+//! taken during the window, and replaces the file through a temporary file and a rename. The
+//! samples' `ts` use tracing-chrome's own time base: microseconds since the `Instant`
+//! tracing-chrome reads when its layer is built, which spanprof reads right after building it
+//! (they differ by tens of nanoseconds). Completing a window costs memory of a few times the
+//! file's size on tracing-chrome's writer thread, not on yours.
+//!
+//! # Ctrl-C, panics and normal ends
+//!
+//! Trace files are valid JSON when the guard drops at the end of `main`, when it drops during a
+//! panic's unwinding (the writer thread completes the files, not the panicking thread), and,
+//! after [`ProfileHandle::install_ctrlc_handler`](crate::ProfileHandle::install_ctrlc_handler),
+//! when the program is interrupted by Ctrl-C: the handler finishes the open window, waits for
+//! the files, and exits with status 130. Without it, Ctrl-C kills the process while the window's
+//! file is half written, which is the truncated-file complaint of tracing-chrome's users.
+//! A process that aborts (`panic = "abort"`, `SIGKILL`) leaves the open window's file truncated;
+//! files of earlier windows are complete.
+//!
+//! # Cost
+//!
+//! Between windows each callback of the chrome layer returns after one atomic load; creating a
+//! span also compares its name with the step span's name. `benches/chrome.rs` measures it
+//! beside spanprof alone and beside a traced step.
+//!
+//! # Limits
+//!
+//! * One tracing session per process at a time: tracing-chrome caches its channel and thread
+//!   ids in thread-locals, so a thread that traced into an earlier session (other than the one
+//!   that calls `chrome_layer`) keeps sending there.
+//! * With [`ChromeOptions::with_args`], spans created before a window have no `args`
+//!   (tracing-chrome reads fields when a span is created).
+//! * Spans are drawn per thread (tracing-chrome's threaded style): an async task's span entered
+//!   on several threads shows once per entry on each.
+
+mod counters;
+mod layer;
+mod schedule;
+mod session;
+#[cfg(test)]
+mod tests;
+mod trace_file;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tracing_core::Subscriber;
+use tracing_subscriber::registry::LookupSpan;
+
+#[allow(unused_imports)] // the seam for the resource sampler, wired in at merge
+pub(crate) use counters::{Counter, CounterSource};
+pub use layer::ChromeTraceLayer;
+pub use schedule::{Schedule, StepAction, StepWindow};
+pub(crate) use session::Session;
+
+use crate::error::{Error, Result};
+use crate::guard::{ProfileGuard, ProfileHandle};
+
+/// The file [`ChromeOptions::dir`] writes without a step schedule.
+pub const WHOLE_RUN_FILE: &str = "trace.json";
+
+/// Exit status of the process after the Ctrl-C handler finished the traces: 128 + `SIGINT`,
+/// what shells report for a program interrupted by Ctrl-C.
+pub const CTRLC_EXIT_CODE: i32 = 130;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Output {
+    Dir(PathBuf),
+    File(PathBuf),
+}
+
+/// What [`Builder::with_chrome`](crate::Builder::with_chrome) traces, and where it writes.
+///
+/// ```
+/// use spanprof::chrome::{ChromeOptions, Schedule};
+/// let options = ChromeOptions::dir("target/traces")
+///     .with_steps("train_step", Schedule::new(5, 1, 3)?.with_repeat(2))
+///     .with_args(true);
+/// # Ok::<(), spanprof::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct ChromeOptions {
+    pub(crate) output: Output,
+    pub(crate) steps: Option<(String, Schedule)>,
+    pub(crate) include_args: bool,
+    pub(crate) include_locations: bool,
+    pub(crate) thread_names: bool,
+}
+
+impl ChromeOptions {
+    /// Whether span fields are written as `args` unless [`ChromeOptions::with_args`] says.
+    pub const DEFAULT_ARGS: bool = false;
+    /// Whether source locations are written unless [`ChromeOptions::with_locations`] says.
+    pub const DEFAULT_LOCATIONS: bool = true;
+    /// Whether threads are named unless [`ChromeOptions::with_thread_names`] says.
+    pub const DEFAULT_THREAD_NAMES: bool = true;
+
+    fn new(output: Output) -> Self {
+        Self {
+            output,
+            steps: None,
+            include_args: Self::DEFAULT_ARGS,
+            include_locations: Self::DEFAULT_LOCATIONS,
+            thread_names: Self::DEFAULT_THREAD_NAMES,
+        }
+    }
+
+    /// Trace files go into `dir` (created when the layer is built): one per window with
+    /// [`ChromeOptions::with_steps`], else [`WHOLE_RUN_FILE`].
+    pub fn dir(dir: impl Into<PathBuf>) -> Self {
+        Self::new(Output::Dir(dir.into()))
+    }
+
+    /// The whole run is traced into one file (its directory is created when the layer is
+    /// built). Cannot be combined with [`ChromeOptions::with_steps`].
+    pub fn file(path: impl Into<PathBuf>) -> Self {
+        Self::new(Output::File(path.into()))
+    }
+
+    /// Traces only the steps `schedule` selects, a step being one span named `step_span`
+    /// (e.g. `"train_step"`, the name `#[instrument]` gives a function). Needs
+    /// [`ChromeOptions::dir`].
+    pub fn with_steps(self, step_span: impl Into<String>, schedule: Schedule) -> Self {
+        Self {
+            steps: Some((step_span.into(), schedule)),
+            ..self
+        }
+    }
+
+    /// Writes span and event fields as `args` (default [`ChromeOptions::DEFAULT_ARGS`]): the
+    /// analogue of torch.profiler's `record_shapes`. tracing-chrome's `include_args`.
+    pub fn with_args(self, include_args: bool) -> Self {
+        Self {
+            include_args,
+            ..self
+        }
+    }
+
+    /// Writes each event's source file and line (default
+    /// [`ChromeOptions::DEFAULT_LOCATIONS`]). tracing-chrome's `include_locations`.
+    pub fn with_locations(self, include_locations: bool) -> Self {
+        Self {
+            include_locations,
+            ..self
+        }
+    }
+
+    /// Names each thread's track with the thread's name (or its number if it has none)
+    /// (default [`ChromeOptions::DEFAULT_THREAD_NAMES`]).
+    pub fn with_thread_names(self, thread_names: bool) -> Self {
+        Self {
+            thread_names,
+            ..self
+        }
+    }
+}
+
+impl ProfileHandle {
+    fn chrome(&self) -> Option<&Arc<Session>> {
+        self.inner.config.chrome.as_ref()
+    }
+
+    /// The chrome tracing layer, to add to the same registry as the
+    /// [`ProfileLayer`](crate::ProfileLayer); see [`ProfileGuard::chrome_layer`].
+    pub fn chrome_layer<S>(&self) -> Option<ChromeTraceLayer<S>>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+    {
+        self.chrome()?.layer()
+    }
+
+    /// The trace files completed so far (a window's file is listed once tracing-chrome has
+    /// closed it and spanprof has added its counters).
+    pub fn chrome_traces(&self) -> Vec<PathBuf> {
+        self.chrome().map(|c| c.written()).unwrap_or_default()
+    }
+
+    /// Finishes the open trace window and stops tracing for good, waiting until every trace file
+    /// is complete; returns them all. The guard does this when it drops; call it yourself from
+    /// your own signal handling. Further calls return the same files.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the first trace file that could not be written or completed.
+    pub fn finish_chrome(&self) -> Result<Vec<PathBuf>> {
+        match self.chrome() {
+            Some(c) => c.finish(),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Installs a Ctrl-C (`SIGINT`; Ctrl-C and Ctrl-Break on Windows) handler that finishes
+    /// the open trace window ([`ProfileHandle::finish_chrome`]), prints where the traces went
+    /// to stderr, and exits the process with [`CTRLC_EXIT_CODE`] (130).
+    ///
+    /// It uses the [`ctrlc`] crate: one thread named `ctrl-c` waits for the signal. Outputs
+    /// other than the traces (report, profile) are not written on Ctrl-C.
+    ///
+    /// # Errors
+    /// [`Error::CtrlC`] if a handler for `SIGINT` is already installed (by this function, by
+    /// another crate, or by the program itself): spanprof does not replace it.
+    pub fn install_ctrlc_handler(&self) -> Result<()> {
+        let handle = self.clone();
+        ctrlc::try_set_handler(move || {
+            match handle.finish_chrome() {
+                Ok(files) if !files.is_empty() => {
+                    eprintln!(
+                        "spanprof: interrupted; {} trace file(s) complete",
+                        files.len()
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("spanprof: interrupted; {e}"),
+            }
+            std::process::exit(CTRLC_EXIT_CODE);
+        })
+        .map_err(|source| Error::CtrlC { source })
+    }
+}
+
+impl ProfileGuard {
+    /// The chrome tracing layer, generic over the subscriber it is added to: `None` without
+    /// [`Builder::with_chrome`](crate::Builder::with_chrome), with the `off` preset, and on
+    /// every call after the first (a session has one layer). `Option<L>` is a layer itself:
+    ///
+    /// ```
+    /// # use tracing_subscriber::prelude::*;
+    /// # let (layer, guard) = spanprof::ProfileLayer::builder().with_env(false)
+    /// #     .with_report(spanprof::ReportTarget::Off).build()?;
+    /// let subscriber = tracing_subscriber::registry().with(layer);
+    /// let subscriber = subscriber.with(guard.chrome_layer()); // None here: no with_chrome
+    /// # drop(subscriber);
+    /// # Ok::<(), spanprof::Error>(())
+    /// ```
+    ///
+    /// Building it starts tracing-chrome's writer thread. Dropping the guard finishes the open
+    /// window and joins that thread.
+    pub fn chrome_layer<S>(&self) -> Option<ChromeTraceLayer<S>>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+    {
+        self.handle().chrome_layer()
+    }
+}

@@ -1,0 +1,194 @@
+//! [`ChromeTraceLayer`]: tracing-chrome's layer behind the step schedule's gate.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tracing_core::span::{Attributes, Id, Record};
+use tracing_core::{Event, Subscriber};
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::Layer;
+
+use super::session::Session;
+
+/// tracing-chrome's layer, forwarded to only while a trace window is open.
+///
+/// Get it from [`ProfileGuard::chrome_layer`](crate::ProfileGuard::chrome_layer) and add it to
+/// the same registry as the [`ProfileLayer`](crate::ProfileLayer):
+/// `registry().with(layer).with(guard.chrome_layer())`.
+///
+/// Between windows every callback returns after one atomic load (creating a span also compares
+/// its name with the step span's name). In a window, callbacks go to
+/// `tracing_chrome::ChromeLayer`; a span's exit is forwarded only if its entry was forwarded in
+/// the same window, so spans entered before the window (the epoch around the step, a model
+/// layer's long-lived span) never produce an unmatched `E`.
+pub struct ChromeTraceLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+{
+    chrome: tracing_chrome::ChromeLayer<S>,
+    session: Arc<Session>,
+    include_args: bool,
+}
+
+impl<S> fmt::Debug for ChromeTraceLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChromeTraceLayer")
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+/// In a span's extensions: entries forwarded in `window` and not exited yet.
+struct Entered {
+    window: u64,
+    depth: u32,
+}
+
+/// Counts a forwarding call as in flight until dropped (also on unwind).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl<S> ChromeTraceLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+{
+    pub(super) fn new(chrome: tracing_chrome::ChromeLayer<S>, session: Arc<Session>) -> Self {
+        Self {
+            include_args: session.include_args(),
+            chrome,
+            session,
+        }
+    }
+
+    /// The open window, 0 if none: the one check between windows.
+    #[inline(always)]
+    fn window(&self) -> u64 {
+        self.session.current.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` if window `w` is still open, counted as in flight so that the window is not
+    /// switched under it.
+    #[inline(always)]
+    fn forward(&self, w: u64, f: impl FnOnce()) {
+        self.session.inflight.fetch_add(1, Ordering::SeqCst);
+        let _in_flight = InFlight(&self.session.inflight);
+        if self.session.current.load(Ordering::SeqCst) == w {
+            f();
+        }
+    }
+
+    #[inline(never)]
+    fn enter(&self, w: u64, id: &Id, ctx: Context<'_, S>) {
+        self.forward(w, || {
+            let Some(span) = ctx.span(id) else {
+                return;
+            };
+            {
+                let mut ext = span.extensions_mut();
+                match ext.get_mut::<Entered>() {
+                    Some(e) if e.window == w => e.depth += 1,
+                    Some(e) => {
+                        *e = Entered {
+                            window: w,
+                            depth: 1,
+                        }
+                    }
+                    None => ext.insert(Entered {
+                        window: w,
+                        depth: 1,
+                    }),
+                }
+            }
+            drop(span);
+            self.chrome.on_enter(id, ctx);
+        });
+    }
+
+    #[inline(never)]
+    fn exit(&self, w: u64, id: &Id, ctx: Context<'_, S>) {
+        self.forward(w, || {
+            let entered_here = ctx.span(id).is_some_and(|span| {
+                let mut ext = span.extensions_mut();
+                match ext.get_mut::<Entered>() {
+                    Some(e) if e.window == w && e.depth > 0 => {
+                        e.depth -= 1;
+                        true
+                    }
+                    _ => false,
+                }
+            });
+            if entered_here {
+                self.chrome.on_exit(id, ctx);
+            }
+        });
+    }
+}
+
+impl<S> Layer<S> for ChromeTraceLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+{
+    #[inline]
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if let Some(step) = self.session.step_name() {
+            if attrs.metadata().name() == step {
+                self.session.step_created(id);
+            }
+        }
+        let w = self.window();
+        if w != 0 && self.include_args {
+            // tracing-chrome keeps the span's fields for its `args` (it does nothing else here).
+            self.forward(w, || self.chrome.on_new_span(attrs, id, ctx));
+        }
+    }
+
+    #[inline]
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        let w = self.window();
+        if w != 0 && self.include_args {
+            self.forward(w, || self.chrome.on_record(id, values, ctx));
+        }
+    }
+
+    #[inline]
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let w = self.window();
+        if w != 0 {
+            self.forward(w, || self.chrome.on_event(event, ctx));
+        }
+    }
+
+    #[inline]
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        let w = self.window();
+        if w != 0 {
+            self.enter(w, id, ctx);
+        }
+    }
+
+    #[inline]
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        let w = self.window();
+        if w != 0 {
+            self.exit(w, id, ctx);
+        }
+    }
+
+    #[inline]
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+        // tracing-chrome does nothing on close in its threaded style; the window may end here.
+        if self.window() != 0 && self.session.last_step.load(Ordering::Acquire) == id.into_u64() {
+            self.session.span_closed(&id);
+        }
+    }
+}
