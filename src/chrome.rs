@@ -120,7 +120,6 @@ use std::sync::Arc;
 use tracing_core::Subscriber;
 use tracing_subscriber::registry::LookupSpan;
 
-#[allow(unused_imports)] // the seam for the resource sampler, wired in at merge
 pub(crate) use counters::{Counter, CounterSource};
 pub use layer::ChromeTraceLayer;
 pub use schedule::{Schedule, StepAction, StepWindow};

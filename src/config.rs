@@ -1,12 +1,14 @@
 //! The builder, presets and environment configuration.
 
 use std::path::PathBuf;
+use std::time::Duration;
 use std::sync::Arc;
 
 use tracing_subscriber::EnvFilter;
 
 use crate::chrome::{ChromeOptions, Session as ChromeSession};
 use crate::clock::Clock;
+use crate::samplers::gpu::GpuSource;
 use crate::error::{Error, Result};
 use crate::guard::{ProfileGuard, ProfileHandle};
 use crate::layer::ProfileLayer;
@@ -76,6 +78,119 @@ impl std::str::FromStr for Preset {
     }
 }
 
+/// Environment variable: which resource samplers run (`memory,heap,cpu,gpu,energy`, `none`),
+/// overriding the preset's choice.
+pub const ENV_SAMPLERS: &str = "SPANPROF_SAMPLERS";
+/// Environment variable: the sampling interval in milliseconds.
+pub const ENV_INTERVAL_MS: &str = "SPANPROF_INTERVAL_MS";
+/// Environment variable: grid carbon intensity, grams CO2e per kWh (enables CO2e figures).
+pub const ENV_GRID: &str = "SPANPROF_GRID_G_PER_KWH";
+
+/// Which resources spanprof records per span. The preset chooses ([`Samplers::for_preset`]);
+/// [`Builder::with_samplers`] or `SPANPROF_SAMPLERS` switch each alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Samplers {
+    /// RSS and peak RSS per span instance (sampled), and in the timeline.
+    pub memory: bool,
+    /// Bytes and allocations per entry, with [`crate::CountingAlloc`] as global allocator.
+    pub heap: bool,
+    /// Thread CPU time per entry (a system call at enter and exit), process CPU % in the
+    /// timeline.
+    pub cpu: bool,
+    /// GPU memory, utilisation and energy per span instance (NVML).
+    pub gpu: bool,
+    /// CPU package energy per span instance (RAPL, where readable).
+    pub energy: bool,
+}
+
+impl Samplers {
+    /// No samplers.
+    pub const NONE: Samplers = Samplers {
+        memory: false,
+        heap: false,
+        cpu: false,
+        gpu: false,
+        energy: false,
+    };
+    /// Every sampler.
+    pub const ALL: Samplers = Samplers {
+        memory: true,
+        heap: true,
+        cpu: true,
+        gpu: true,
+        energy: true,
+    };
+
+    /// `basic`: none; `detailed`: memory, heap, CPU; `full`: all.
+    pub fn for_preset(preset: Preset) -> Self {
+        match preset {
+            Preset::Off | Preset::Basic => Self::NONE,
+            Preset::Detailed => Samplers {
+                memory: true,
+                heap: true,
+                cpu: true,
+                ..Self::NONE
+            },
+            Preset::Full => Self::ALL,
+        }
+    }
+
+    /// Whether any sampler runs.
+    pub fn any(self) -> bool {
+        self != Self::NONE
+    }
+
+    /// The names of the samplers that run, as `SPANPROF_SAMPLERS` spells them.
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (self.memory, "memory"),
+            (self.heap, "heap"),
+            (self.cpu, "cpu"),
+            (self.gpu, "gpu"),
+            (self.energy, "energy"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+
+    const ACCEPTED: &'static str =
+        "a comma-separated list of memory, heap, cpu, gpu, energy (or none, or all)";
+
+    fn parse(value: &str) -> Result<Self> {
+        let mut out = Samplers::NONE;
+        for word in value.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match word.to_ascii_lowercase().as_str() {
+                "memory" => out.memory = true,
+                "heap" => out.heap = true,
+                "cpu" => out.cpu = true,
+                "gpu" => out.gpu = true,
+                "energy" => out.energy = true,
+                "none" => {}
+                "all" => out = Samplers::ALL,
+                _ => {
+                    return Err(Error::InvalidEnv {
+                        var: ENV_SAMPLERS,
+                        value: value.to_string(),
+                        expected: Self::ACCEPTED,
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A GPU source handed to the builder (taken by the first `build`).
+#[derive(Clone, Default)]
+struct GpuSourceSlot(Arc<std::sync::Mutex<Option<Box<dyn GpuSource>>>>);
+
+impl std::fmt::Debug for GpuSourceSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GpuSourceSlot")
+    }
+}
+
 /// Where the console report goes when the guard is dropped.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ReportTarget {
@@ -98,6 +213,10 @@ pub(crate) struct Config {
     pub(crate) output_dir: Option<PathBuf>,
     /// Chrome tracing (src/chrome.rs): the session's state, if configured and recording.
     pub(crate) chrome: Option<Arc<ChromeSession>>,
+    /// Resource samplers in effect.
+    pub(crate) samplers: Samplers,
+    pub(crate) interval: Duration,
+    pub(crate) grid_g_per_kwh: Option<f64>,
 }
 
 /// Builds a [`ProfileLayer`] and its [`ProfileGuard`].
@@ -111,6 +230,9 @@ pub(crate) struct Config {
 /// | `SPANPROF_REPORT` | `stderr`, `off`, or a file path | [`Builder::with_report`] |
 /// | `SPANPROF_TOP` | a positive integer | [`Builder::with_top`] |
 /// | `SPANPROF_OUT` | a directory | [`Builder::with_output_dir`] |
+/// | `SPANPROF_SAMPLERS` | `memory,heap,cpu,gpu,energy`, `none`, `all` | [`Builder::with_samplers`] |
+/// | `SPANPROF_INTERVAL_MS` | a positive integer | [`Builder::with_sample_interval`] |
+/// | `SPANPROF_GRID_G_PER_KWH` | a non-negative number | [`Builder::with_grid_intensity`] |
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct Builder {
@@ -122,6 +244,10 @@ pub struct Builder {
     read_env: bool,
     clock: Option<Clock>,
     chrome: Option<ChromeOptions>,
+    samplers: Option<Samplers>,
+    interval: Duration,
+    gpu_source: GpuSourceSlot,
+    grid_g_per_kwh: Option<f64>,
 }
 
 impl Default for Builder {
@@ -135,6 +261,10 @@ impl Default for Builder {
             read_env: true,
             clock: None,
             chrome: None,
+            samplers: None,
+            interval: crate::samplers::DEFAULT_INTERVAL,
+            gpu_source: GpuSourceSlot::default(),
+            grid_g_per_kwh: None,
         }
     }
 }
@@ -208,6 +338,38 @@ impl Builder {
         }
     }
 
+    /// Which resources to record, instead of the preset's choice ([`Samplers::for_preset`]).
+    /// Ignored at the `off` preset. `SPANPROF_SAMPLERS` overrides it.
+    pub fn with_samplers(self, samplers: Samplers) -> Self {
+        Self {
+            samplers: Some(samplers),
+            ..self
+        }
+    }
+
+    /// Time between resource samples (default [`crate::samplers::DEFAULT_INTERVAL`], 100 ms;
+    /// clamped to 1 ms ..= 1 h). `SPANPROF_INTERVAL_MS` overrides it.
+    pub fn with_sample_interval(self, interval: Duration) -> Self {
+        Self { interval, ..self }
+    }
+
+    /// The GPU backend (default: [`crate::NvmlSource::new`] when the GPU sampler runs).
+    pub fn with_gpu_source(self, source: impl GpuSource) -> Self {
+        Self {
+            gpu_source: GpuSourceSlot(Arc::new(std::sync::Mutex::new(Some(Box::new(source))))),
+            ..self
+        }
+    }
+
+    /// Grid carbon intensity in grams CO2e per kWh: energy figures get a CO2e column.
+    /// `SPANPROF_GRID_G_PER_KWH` overrides it.
+    pub fn with_grid_intensity(self, grams_per_kwh: f64) -> Self {
+        Self {
+            grid_g_per_kwh: (grams_per_kwh.is_finite() && grams_per_kwh >= 0.0).then_some(grams_per_kwh),
+            ..self
+        }
+    }
+
     /// Builds the layer and its guard.
     ///
     /// # Errors
@@ -230,6 +392,19 @@ impl Builder {
             }
             _ => None,
         };
+        let samplers = if builder.preset.records() {
+            builder
+                .samplers
+                .unwrap_or_else(|| Samplers::for_preset(builder.preset))
+        } else {
+            Samplers::NONE
+        };
+        let gpu_source = builder
+            .gpu_source
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let config = Config {
             preset: builder.preset,
             filter: builder.filter,
@@ -237,12 +412,16 @@ impl Builder {
             top: builder.top,
             output_dir: builder.output_dir,
             chrome,
+            samplers,
+            interval: builder.interval,
+            grid_g_per_kwh: builder.grid_g_per_kwh,
         };
         let clock = builder.clock.unwrap_or_default();
-        let inner = Arc::new(Inner::new(config, clock, filter));
+        let inner = Arc::new(Inner::new(config, clock, filter, gpu_source));
         Ok((
             ProfileLayer {
                 recording: inner.config.preset.records(),
+                plan: inner.plan,
                 inner: inner.clone(),
             },
             ProfileGuard::new(ProfileHandle { inner }),
@@ -297,6 +476,35 @@ impl Builder {
                         var: ENV_TOP,
                         value: v,
                         expected: TOP,
+                    })
+                }
+            };
+        }
+        if let Some(v) = read(ENV_SAMPLERS, Samplers::ACCEPTED)? {
+            self.samplers = Some(Samplers::parse(&v)?);
+        }
+        const INTERVAL: &str = "a positive integer (milliseconds)";
+        if let Some(v) = read(ENV_INTERVAL_MS, INTERVAL)? {
+            self.interval = match v.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                _ => {
+                    return Err(Error::InvalidEnv {
+                        var: ENV_INTERVAL_MS,
+                        value: v,
+                        expected: INTERVAL,
+                    })
+                }
+            };
+        }
+        const GRID: &str = "a non-negative number (grams CO2e per kWh)";
+        if let Some(v) = read(ENV_GRID, GRID)? {
+            self.grid_g_per_kwh = match v.trim().parse::<f64>() {
+                Ok(g) if g.is_finite() && g >= 0.0 => Some(g),
+                _ => {
+                    return Err(Error::InvalidEnv {
+                        var: ENV_GRID,
+                        value: v,
+                        expected: GRID,
                     })
                 }
             };
@@ -468,6 +676,49 @@ mod tests {
             .apply_env(env(&[("SPANPROF_REPORT", "r.txt")]))
             .unwrap();
         assert_eq!(file.report, ReportTarget::File("r.txt".into()));
+    }
+
+    #[test]
+    fn samplers_interval_and_grid_from_env() {
+        let b = Builder::default()
+            .apply_env(env(&[
+                ("SPANPROF_SAMPLERS", "cpu, Memory"),
+                ("SPANPROF_INTERVAL_MS", "250"),
+                ("SPANPROF_GRID_G_PER_KWH", "380.5"),
+            ]))
+            .unwrap();
+        assert_eq!(
+            b.samplers,
+            Some(Samplers {
+                cpu: true,
+                memory: true,
+                ..Samplers::NONE
+            })
+        );
+        assert_eq!(b.interval, Duration::from_millis(250));
+        assert_eq!(b.grid_g_per_kwh, Some(380.5));
+        assert_eq!(Samplers::parse("none").unwrap(), Samplers::NONE);
+        assert_eq!(Samplers::parse("all").unwrap(), Samplers::ALL);
+        for (var, v) in [
+            ("SPANPROF_SAMPLERS", "cpu,disk"),
+            ("SPANPROF_INTERVAL_MS", "0"),
+            ("SPANPROF_INTERVAL_MS", "fast"),
+            ("SPANPROF_GRID_G_PER_KWH", "-1"),
+            ("SPANPROF_GRID_G_PER_KWH", "NaN"),
+        ] {
+            let e = err(&[(var, v)]);
+            assert!(matches!(&e, Error::InvalidEnv { var: got, .. } if *got == var), "{var}={v}: {e:?}");
+            assert!(e.to_string().contains(v), "{e}");
+        }
+    }
+
+    #[test]
+    fn presets_choose_samplers() {
+        assert_eq!(Samplers::for_preset(Preset::Basic), Samplers::NONE);
+        let d = Samplers::for_preset(Preset::Detailed);
+        assert!(d.memory && d.heap && d.cpu && !d.gpu && !d.energy);
+        assert_eq!(Samplers::for_preset(Preset::Full), Samplers::ALL);
+        assert_eq!(Samplers::ALL.names(), ["memory", "heap", "cpu", "gpu", "energy"]);
     }
 
     #[test]

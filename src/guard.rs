@@ -111,6 +111,7 @@ impl ProfileGuard {
     fn flush(&self) -> Result<Outputs> {
         let inner = &self.handle.inner;
         inner.active.store(false, Relaxed);
+        inner.stop_sampler();
         let snapshot = inner.snapshot();
         summary_event(&snapshot);
         let config = &inner.config;

@@ -19,6 +19,7 @@ use tracing_subscriber::Layer;
 use crate::config::Builder;
 use crate::names::{throughput_fields, Decision, Kind, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS};
 use crate::profiler::Inner;
+use crate::resources::{entry_figures, instance_figures, EntryMark, InstanceMark, Plan};
 use crate::store::{bump, with_local, Frame, Local, NameStats};
 use crate::table::{Entry, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, ENTRIES_WRITING};
 
@@ -32,6 +33,8 @@ pub struct ProfileLayer {
     pub(crate) inner: Arc<Inner>,
     /// False for the `off` preset: every callback returns at once.
     pub(crate) recording: bool,
+    /// Resource figures recorded besides time.
+    pub(crate) plan: Plan,
 }
 
 impl fmt::Debug for ProfileLayer {
@@ -106,7 +109,7 @@ impl ProfileLayer {
         }
         if decision.is_dynamic() {
             if let Some(filter) = &self.inner.filter {
-                if !<tracing_subscriber::EnvFilter as Layer<S>>::enabled(filter, meta, ctx) {
+                if !<tracing_subscriber::EnvFilter as Layer<S>>::enabled(filter, meta, ctx.clone()) {
                     return;
                 }
             }
@@ -129,6 +132,12 @@ impl ProfileLayer {
             self.inner.dropped_table_full.fetch_add(1, Relaxed);
             return;
         }
+        if self.plan.instances() {
+            let mark = InstanceMark::read(&self.inner.readings, self.inner.t_ns(now), self.plan);
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().insert(OpenMark(mark));
+            }
+        }
         let fields = decision.fields();
         if fields != 0 {
             self.local(|local| {
@@ -146,6 +155,10 @@ impl ProfileLayer {
                     frame.reentries += 1;
                     return;
                 }
+            }
+            if self.plan.entries() {
+                // Read before the clock, so the system call is not inside the span.
+                local.marks.push(EntryMark::read(self.plan));
             }
             let now = self.inner.clock.raw();
             entry.entered_at.store(now, Relaxed);
@@ -183,6 +196,17 @@ impl ProfileLayer {
                 parent.child_ns += busy;
             }
             entry.entered_at.store(0, Relaxed);
+            if self.plan.entries() && top < local.marks.len() {
+                let at_exit = EntryMark::read(self.plan);
+                let at_enter = local.marks.remove(top);
+                let figures = entry_figures(&at_enter, &at_exit);
+                if let (Some(parent), Some(heap)) =
+                    (top.checked_sub(1).and_then(|p| local.marks.get_mut(p)), figures.heap)
+                {
+                    parent.child_net += heap.net_bytes();
+                }
+                local.stats(frame.name).res().add_entry(&figures, busy);
+            }
             // The first entry is only added to the span's sums: if it stays the only one, close
             // records it once as both entry and instance. From the second entry on, every entry
             // (the first one included) goes to the entry histograms.
@@ -237,7 +261,7 @@ impl ProfileLayer {
         });
     }
 
-    fn close(&self, entry: &Entry) {
+    fn close(&self, entry: &Entry, open: Option<InstanceMark>) {
         let now = self.inner.clock.raw();
         let name = u32::from(entry.name.load(Relaxed));
         let wall = self.inner.clock.delta_ns(entry.created.load(Relaxed), now);
@@ -253,6 +277,11 @@ impl ProfileLayer {
             self.record(stats, name, busy_kind, busy);
             self.record(stats, name, self_kind, self_ns);
             self.record(stats, name, Kind::Wall, wall);
+            if let Some(open) = open {
+                let close = InstanceMark::read(&self.inner.readings, self.inner.t_ns(now), self.plan);
+                let figures = instance_figures(&open, &close, &self.inner.timeline);
+                stats.res().add_instance(&figures);
+            }
         });
     }
 
@@ -277,6 +306,11 @@ impl ProfileLayer {
         }
     }
 }
+
+/// Resource readings at a span's creation, kept in the registry's span extensions (only at the
+/// presets that record resources).
+#[derive(Debug, Clone, Copy)]
+struct OpenMark(InstanceMark);
 
 /// Adds a completed entry to its span's sums: plain stores by the owning thread, atomic adds
 /// by others.
@@ -383,10 +417,16 @@ where
     }
 
     #[inline(always)]
-    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         if self.recording {
             if let Some(entry) = self.inner.table.get(id.into_u64()) {
-                self.close(entry);
+                let open = if self.plan.instances() {
+                    ctx.span(&id)
+                        .and_then(|span| span.extensions().get::<OpenMark>().map(|m| m.0))
+                } else {
+                    None
+                };
+                self.close(entry, open);
             }
         }
     }

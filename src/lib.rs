@@ -76,6 +76,7 @@ mod layer;
 mod names;
 mod profiler;
 mod report;
+mod resources;
 pub mod samplers;
 mod snapshot;
 mod store;
@@ -84,19 +85,19 @@ mod table;
 pub use alloc::{CountingAlloc, HeapCounters};
 pub use clock::{Clock, MockClock};
 pub use config::{
-    Builder, Preset, ReportTarget, ENV_FILTER, ENV_OUT, ENV_PRESET, ENV_REPORT, ENV_TOP,
+    Builder, Preset, ReportTarget, Samplers, ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_OUT,
+    ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_TOP,
 };
 pub use error::{Error, Result};
 pub use guard::{Outputs, ProfileGuard, ProfileHandle, PROFILE_FILE};
 pub use hist::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
 pub use layer::ProfileLayer;
 pub use names::MAX_SPAN_NAMES;
-pub use report::{format_duration, format_si, Report};
+pub use report::{format_bytes, format_duration, format_si, Report};
 pub use samplers::gpu::{GpuDevice, GpuSample, GpuSource, ScriptedSource};
 pub use samplers::nvml::NvmlSource;
 pub use snapshot::{
-    Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
-};
+    Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION, CpuUse, GpuUse, HeapUse, LeakSuspicion, MemoryUse, ResourceInfo, SpanResources};
 
 /// Target for lightweight performance spans and spanprof's summaries and warnings.
 pub const PERF_TARGET: &str = "spanprof::perf";

@@ -5,17 +5,26 @@ use std::sync::atomic::{
     AtomicBool, AtomicU64,
     Ordering::{Acquire, Relaxed},
 };
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
 use tracing_subscriber::EnvFilter;
 
+use crate::chrome::{Counter, CounterSource};
 use crate::clock::Clock;
+use crate::resources::{Plan, ResourceTotals};
+use crate::samplers::gpu::GpuSource;
+use crate::samplers::nvml::NvmlSource;
+use crate::samplers::thread::{Sampler, SamplerConfig};
+use crate::samplers::timeline::{Readings, SourceStatus, Timeline};
+use crate::PERF_TARGET;
 use crate::config::Config;
 use crate::hist::{new_histogram, Exact, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
 use crate::names::{Kind, NameInfo, Names, KINDS};
 use crate::snapshot::{
+    ResourceInfo,
     Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
 };
 use crate::store::{NameStats, Shards};
@@ -39,11 +48,44 @@ pub(crate) struct Inner {
     start_wall: SystemTime,
     pub(crate) dropped_table_full: AtomicU64,
     pub(crate) dropped_too_many_names: AtomicU64,
+    /// What the layer records besides time.
+    pub(crate) plan: Plan,
+    /// Latest resource readings, published by the sampler thread.
+    pub(crate) readings: Arc<Readings>,
+    pub(crate) timeline: Arc<Timeline>,
+    sampler: Mutex<Option<Sampler>>,
 }
 
 impl Inner {
-    pub(crate) fn new(config: Config, clock: Clock, filter: Option<EnvFilter>) -> Self {
+    pub(crate) fn new(
+        config: Config,
+        clock: Clock,
+        filter: Option<EnvFilter>,
+        gpu_source: Option<Box<dyn GpuSource>>,
+    ) -> Self {
         let start_raw = clock.raw();
+        let origin = Instant::now();
+        let samplers = config.samplers;
+        let plan = Plan {
+            memory: samplers.memory,
+            heap: samplers.heap && crate::alloc::installed(),
+            cpu: samplers.cpu && crate::samplers::cpu::SUPPORTED,
+            gpu: samplers.gpu,
+            energy: samplers.energy,
+        };
+        let readings = Arc::new(Readings::new());
+        let timeline = Arc::new(Timeline::default());
+        let sampler = if samplers.any() {
+            start_sampler(&config, gpu_source, origin, &readings, &timeline)
+        } else {
+            None
+        };
+        if let (Some(session), true) = (&config.chrome, sampler.is_some()) {
+            session.set_counter_source(Arc::new(TimelineCounters {
+                timeline: timeline.clone(),
+                origin,
+            }));
+        }
         Self {
             id: NEXT_INSTANCE.fetch_add(1, Relaxed),
             active: AtomicBool::new(config.preset.records()),
@@ -57,7 +99,57 @@ impl Inner {
             start_wall: SystemTime::now(),
             dropped_table_full: AtomicU64::new(0),
             dropped_too_many_names: AtomicU64::new(0),
+            plan,
+            readings,
+            timeline,
+            sampler: Mutex::new(sampler),
         }
+    }
+
+    /// Nanoseconds since the profiler started: the timeline's time base.
+    #[inline]
+    pub(crate) fn t_ns(&self, raw: u64) -> u64 {
+        self.clock.delta_ns(self.start_raw, raw)
+    }
+
+    /// Stops the sampler thread (waiting up to a second); later snapshots keep its samples.
+    pub(crate) fn stop_sampler(&self) {
+        let sampler = self.sampler.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(sampler) = sampler {
+            if !sampler.stop(Duration::from_secs(1)) {
+                tracing::warn!(target: PERF_TARGET, "spanprof's sampler thread did not stop within 1 s; left to finish alone");
+            }
+        }
+    }
+
+    fn resource_info(&self) -> Option<ResourceInfo> {
+        let samplers = self.config.samplers;
+        if !samplers.any() {
+            return None;
+        }
+        fn unavailable<T>(status: SourceStatus<T>) -> Option<String> {
+            match status {
+                SourceStatus::Unavailable(reason) => Some(reason),
+                _ => None,
+            }
+        }
+        let r = &self.readings;
+        Some(ResourceInfo {
+            interval_ms: self.config.interval.as_millis() as u64,
+            samplers: samplers.names().into_iter().map(String::from).collect(),
+            heap_allocator: crate::alloc::installed(),
+            gpu_devices: match r.gpu_status() {
+                SourceStatus::Available(devices) => devices,
+                _ => Vec::new(),
+            },
+            gpu_unavailable: unavailable(r.gpu_status()),
+            cpu_energy_unavailable: unavailable(r.cpu_energy_status()),
+            peak_rss_bytes: Readings::get(&r.peak_rss_bytes),
+            peak_heap_bytes: Readings::get_i64(&r.peak_heap_bytes),
+            sampler_cpu_ns: r.sampler_cpu_ns.load(Relaxed),
+            grid_g_per_kwh: self.config.grid_g_per_kwh,
+            timeline: self.timeline.snapshot(),
+        })
     }
 
     /// Drains one histogram of a thread's shard into the name's spill (rare: once per 65 535
@@ -108,6 +200,7 @@ impl Inner {
             let (mut items, mut bytes, mut flops) = (None::<u64>, None::<u64>, None::<u64>);
             let mut errors = 0;
             let mut any = false;
+            let mut res = ResourceTotals::default();
             for shard in &shards {
                 let Some(Some(stats)) = shard.get(index) else {
                     continue;
@@ -126,6 +219,9 @@ impl Inner {
                 add(&mut bytes, stats.bytes.load(Relaxed));
                 add(&mut flops, stats.flops.load(Relaxed));
                 errors += stats.errors.load(Relaxed);
+                if let Some(r) = stats.res.get() {
+                    res.add(r);
+                }
             }
             drop(spill);
             let open = &open[index];
@@ -162,6 +258,11 @@ impl Inner {
                 bytes,
                 flops,
                 errors,
+                resources: if self.plan == Plan::default() {
+                    None
+                } else {
+                    res.finish(self.plan, self.readings.gpus().len(), self.config.grid_g_per_kwh)
+                },
             });
         }
 
@@ -196,6 +297,7 @@ impl Inner {
                 spans_table_full: self.dropped_table_full.load(Relaxed),
                 spans_too_many_names: self.dropped_too_many_names.load(Relaxed),
             },
+            resources: self.resource_info(),
         }
     }
 }
@@ -257,6 +359,90 @@ impl Partial {
             self.exact.max,
             self.exact.clamped,
         )
+    }
+}
+
+fn start_sampler(
+    config: &Config,
+    gpu_source: Option<Box<dyn GpuSource>>,
+    origin: Instant,
+    readings: &Arc<Readings>,
+    timeline: &Arc<Timeline>,
+) -> Option<Sampler> {
+    let samplers = config.samplers;
+    let gpu = if samplers.gpu {
+        match gpu_source.map_or_else(|| NvmlSource::new().map(|s| Box::new(s) as Box<dyn GpuSource>), Ok) {
+            Ok(source) => Some(source),
+            Err(reason) => {
+                tracing::warn!(target: PERF_TARGET, %reason, "spanprof: GPU not available");
+                readings.set_gpus(SourceStatus::Unavailable(reason));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let sampler_config = SamplerConfig {
+        interval: config.interval,
+        memory: samplers.memory || samplers.heap,
+        cpu: samplers.cpu,
+        gpu: samplers.gpu,
+        energy: samplers.energy,
+    };
+    match Sampler::start(sampler_config, gpu, origin, readings.clone(), timeline.clone()) {
+        Ok(sampler) => Some(sampler),
+        Err(e) => {
+            tracing::warn!(target: PERF_TARGET, error = %e, "spanprof: could not start the sampler thread; resource figures are off");
+            None
+        }
+    }
+}
+
+/// The timeline as chrome counter tracks.
+struct TimelineCounters {
+    timeline: Arc<Timeline>,
+    origin: Instant,
+}
+
+impl CounterSource for TimelineCounters {
+    fn counters_between(&self, from: Instant, to: Instant) -> Vec<Counter> {
+        const MIB: f64 = 1024.0 * 1024.0;
+        let mut out = Vec::new();
+        for s in self.timeline.snapshot() {
+            let at = self.origin + Duration::from_nanos(s.t_ns);
+            if at < from || at > to {
+                continue;
+            }
+            let mut memory = Vec::new();
+            if let Some(rss) = s.rss_bytes {
+                memory.push(("rss_mib".to_string(), rss as f64 / MIB));
+            }
+            if let Some(heap) = s.heap_bytes {
+                memory.push(("heap_mib".to_string(), heap as f64 / MIB));
+            }
+            if !memory.is_empty() {
+                out.push(Counter { at, name: "memory".to_string(), values: memory });
+            }
+            if let Some(pct) = s.process_cpu_pct {
+                out.push(Counter { at, name: "cpu".to_string(), values: vec![("process_pct".to_string(), f64::from(pct))] });
+            }
+            for (dev, g) in s.gpus.iter().enumerate() {
+                let mut values = Vec::new();
+                if let Some(u) = g.utilization_pct {
+                    values.push(("util_pct".to_string(), f64::from(u)));
+                }
+                if let Some(m) = g.memory_used_bytes {
+                    values.push(("mem_mib".to_string(), m as f64 / MIB));
+                }
+                if let Some(p) = g.power_mw {
+                    values.push(("power_w".to_string(), f64::from(p) / 1e3));
+                }
+                if !values.is_empty() {
+                    out.push(Counter { at, name: format!("gpu{dev}"), values });
+                }
+            }
+        }
+        out
     }
 }
 

@@ -75,6 +75,23 @@ fn three_digits(value: f64, unit: &str) -> String {
     }
 }
 
+/// Formats a byte count in binary units (`812 B`, `1.25 MiB`); negative values keep their sign.
+pub fn format_bytes(bytes: f64) -> String {
+    let sign = if bytes < 0.0 { "-" } else { "" };
+    let b = bytes.abs();
+    let units = [("B", 1.0), ("KiB", 1024.0), ("MiB", 1048576.0), ("GiB", 1073741824.0), ("TiB", 1099511627776.0)];
+    let mut chosen = units[0];
+    for u in units {
+        if b >= u.1 {
+            chosen = u;
+        }
+    }
+    if chosen.1 == 1.0 {
+        return format!("{sign}{b:.0} B");
+    }
+    format!("{sign}{}", three_digits(b / chosen.1, chosen.0))
+}
+
 /// Formats a count or rate with an SI prefix (`1.25 k`, `3.40 G`).
 pub fn format_si(value: f64) -> String {
     let prefixes = [

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 /// The `schema` field of every profile.
 pub const SCHEMA: &str = "spanprof.profile";
 /// The version of the profile schema this crate writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A profile: everything recorded up to one moment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +31,9 @@ pub struct Snapshot {
     pub spans: Vec<SpanStats>,
     /// What could not be recorded.
     pub dropped: Dropped,
+    /// Resource samplers (absent at the `basic` preset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceInfo>,
 }
 
 /// Metadata of the profiled run.
@@ -123,6 +126,144 @@ pub struct SpanStats {
     pub flops: Option<u64>,
     /// `error`-level events inside spans of this name.
     pub errors: u64,
+    /// Resources used by spans of this name (`detailed` and `full` presets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<SpanResources>,
+}
+
+/// What spans of one name used besides time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpanResources {
+    /// Thread CPU time during entries (`detailed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
+    /// Heap allocated and retained during entries, with [`crate::CountingAlloc`] installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap: Option<HeapUse>,
+    /// Resident memory over instances (`detailed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryUse>,
+    /// CPU package energy over instances, J (`full`, where RAPL is readable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_energy_j: Option<f64>,
+    /// Per GPU device, over instances (`full`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuUse>,
+    /// CPU package plus GPU energy, J.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_j: Option<f64>,
+    /// Grams of CO2-equivalent for `energy_j` at the configured grid intensity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub co2e_g: Option<f64>,
+    /// Set when calls keep retaining memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leak: Option<LeakSuspicion>,
+}
+
+/// Thread CPU time of a span name's entries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuUse {
+    /// Entries measured.
+    pub entries: u64,
+    /// User CPU time, ns.
+    pub user_ns: u64,
+    /// System CPU time, ns.
+    pub system_ns: u64,
+    /// Busy (wall) time of the same entries, ns.
+    pub busy_ns: u64,
+    /// CPU time ÷ busy time, %: low for spans that sleep or wait.
+    pub utilization_pct: f64,
+}
+
+/// Heap use of a span name's entries (counting allocator).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeapUse {
+    /// Entries measured.
+    pub entries: u64,
+    /// Bytes allocated.
+    pub allocated_bytes: u64,
+    /// Allocations.
+    pub allocations: u64,
+    /// Bytes freed.
+    pub freed_bytes: u64,
+    /// Allocated minus freed, children included.
+    pub net_retained_bytes: i64,
+    /// Allocated minus freed, child spans excluded.
+    pub self_retained_bytes: i64,
+    /// Entries that ended with more heap (children excluded) than they started with.
+    pub retaining_entries: u64,
+}
+
+/// Resident memory over a span name's instances (sampled RSS).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryUse {
+    /// Instances measured.
+    pub instances: u64,
+    /// Sum of RSS at close minus RSS at open, bytes.
+    pub rss_delta_bytes: i64,
+    /// Instances whose RSS grew.
+    pub growing_instances: u64,
+    /// Highest RSS seen while an instance was open, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// One GPU device over a span name's instances.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuUse {
+    /// Position in the profile's device list.
+    pub device: u32,
+    /// Instances measured.
+    pub instances: u64,
+    /// Sum of device memory at close minus at open, bytes.
+    pub memory_delta_bytes: i64,
+    /// Highest device memory seen while an instance was open, bytes.
+    pub peak_memory_bytes: u64,
+    /// Utilisation over the instances' windows, weighted by their wall time, %.
+    pub mean_utilization_pct: Option<f64>,
+    /// Energy over the instances' windows, J.
+    pub energy_j: Option<f64>,
+}
+
+/// Why a span name is suspected of leaking, with the figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeakSuspicion {
+    /// `heap` (counting allocator, children excluded) or `rss`.
+    pub source: String,
+    /// Bytes kept in all.
+    pub retained_bytes: i64,
+    /// Bytes kept per call.
+    pub per_call_bytes: f64,
+    /// Share of calls that kept memory, 0..=1.
+    pub share_of_calls: f64,
+    /// One line for the report.
+    pub evidence: String,
+}
+
+/// What the resource samplers found and recorded (`detailed` and `full` presets).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceInfo {
+    /// Sampling interval, ms.
+    pub interval_ms: u64,
+    /// Samplers that ran: `memory`, `heap`, `cpu`, `gpu`, `energy`.
+    pub samplers: Vec<String>,
+    /// Whether [`crate::CountingAlloc`] is the global allocator.
+    pub heap_allocator: bool,
+    /// GPU devices found (empty when none).
+    pub gpu_devices: Vec<crate::samplers::gpu::GpuDevice>,
+    /// Why GPU figures are absent, when they are (`null` when sampled or not requested).
+    pub gpu_unavailable: Option<String>,
+    /// Why CPU package energy is absent, when it is.
+    pub cpu_energy_unavailable: Option<String>,
+    /// Highest RSS seen, bytes.
+    pub peak_rss_bytes: Option<u64>,
+    /// Highest net heap seen (counting allocator), bytes.
+    pub peak_heap_bytes: Option<i64>,
+    /// CPU time the sampler thread used, ns.
+    pub sampler_cpu_ns: u64,
+    /// Grid intensity for CO2e, g/kWh.
+    pub grid_g_per_kwh: Option<f64>,
+    /// The samples (bounded: see the README).
+    pub timeline: Vec<crate::samplers::Sample>,
 }
 
 impl SpanStats {

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::hist::AtomicHist;
 use crate::names::{Kind, KINDS};
+use crate::resources::{EntryMark, ResourceSlot, ResourceStats};
 
 /// What one thread recorded for one span name. Aligned so that two threads' stats never share
 /// a cache line.
@@ -22,6 +23,8 @@ pub(crate) struct NameStats {
     pub(crate) bytes: AtomicU64,
     pub(crate) flops: AtomicU64,
     pub(crate) errors: AtomicU64,
+    /// Resource sums, made on first use (`detailed` and `full`).
+    pub(crate) res: ResourceSlot,
 }
 
 /// Never recorded into in practice (see [`Local::stats`]).
@@ -35,7 +38,13 @@ impl NameStats {
             bytes: AtomicU64::new(0),
             flops: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            res: ResourceSlot::new(),
         }
+    }
+
+    /// The resource sums.
+    pub(crate) fn res(&self) -> &ResourceStats {
+        self.res.get_or_init(Box::default)
     }
 
     #[inline(always)]
@@ -113,6 +122,8 @@ pub(crate) struct Local {
     /// This thread's view of `shard`'s stats, indexed by name: no lock, no atomic.
     stats: Vec<Option<Arc<NameStats>>>,
     pub(crate) stack: Vec<Frame>,
+    /// Resource readings at each frame's enter, in step with `stack` (only when recorded).
+    pub(crate) marks: Vec<EntryMark>,
     /// This thread's token ([`thread_token`]).
     pub(crate) token: u32,
     _owner: Weak<Shards>,
@@ -237,6 +248,7 @@ fn slow_local<'a>(
             stats: shard.names(),
             shard,
             stack: Vec::with_capacity(32),
+            marks: Vec::new(),
             token: thread_token(),
             _owner: Arc::downgrade(shards),
         };

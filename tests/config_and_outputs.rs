@@ -196,7 +196,7 @@ fn json_profile_round_trips_exactly_and_hdr_payloads_decode() {
     assert_eq!(step["calls"], 500);
     assert_eq!(h, snap.span("step").unwrap().entry_busy.histogram);
     assert_eq!(value["schema"], "spanprof.profile");
-    assert_eq!(value["version"], 1);
+    assert_eq!(value["version"], spanprof::SCHEMA_VERSION);
     assert!(value["run"]["pid"].as_u64().unwrap() > 0);
 }
 

@@ -11,9 +11,7 @@ pub mod energy;
 pub mod gpu;
 pub mod memory;
 pub(crate) mod nvml;
-#[allow(dead_code)] // wired into the layer in the next commit
 pub(crate) mod thread;
-#[allow(dead_code)]
 pub(crate) mod timeline;
 
 pub use thread::DEFAULT_INTERVAL;

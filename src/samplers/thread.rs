@@ -99,7 +99,6 @@ impl Drop for Done {
 pub(crate) struct Sampler {
     control: Arc<Control>,
     handle: Option<JoinHandle<()>>,
-    readings: Arc<Readings>,
 }
 
 impl Sampler {
@@ -149,7 +148,6 @@ impl Sampler {
         Ok(Self {
             control,
             handle: Some(handle),
-            readings,
         })
     }
 
@@ -187,10 +185,6 @@ impl Sampler {
         true
     }
 
-    /// Whether GPUs are sampled, and which (see [`Readings::gpu_status`]).
-    pub(crate) fn gpu_status(&self) -> SourceStatus<Vec<GpuDevice>> {
-        self.readings.gpu_status()
-    }
 }
 
 impl Drop for Sampler {
@@ -251,6 +245,8 @@ struct Worker {
     rss: Option<RssReader>,
     rapl: Option<Rapl>,
     last_cpu: Option<(u64, Instant)>,
+    /// Previous CPU energy reading (µJ) and its time (ns), for the published power.
+    last_energy: Option<(u64, u64)>,
     peak_heap: Option<i64>,
     seq: u64,
 }
@@ -312,6 +308,7 @@ impl Worker {
             },
             rapl,
             last_cpu: None,
+            last_energy: None,
             peak_heap: None,
             seq: 0,
         }
@@ -404,6 +401,14 @@ impl Worker {
             sample.cpu_energy_uj = rapl.read();
         }
         put(&readings.cpu_energy_uj, sample.cpu_energy_uj);
+        let power = match (sample.cpu_energy_uj, self.last_energy) {
+            (Some(e), Some((e0, t0))) if t_ns > t0 => {
+                Some((e.saturating_sub(e0) as f64 * 1e6 / (t_ns - t0) as f64) as u64)
+            }
+            _ => None,
+        };
+        put(&readings.cpu_power_mw, power);
+        self.last_energy = sample.cpu_energy_uj.map(|e| (e, t_ns));
 
         if let Some(source) = self.gpu.as_mut() {
             let devices = &self.devices;

@@ -178,6 +178,7 @@ impl Timeline {
     }
 
     /// Samples pushed so far (including the ones thinned out).
+    #[cfg(test)]
     pub(crate) fn pushed(&self) -> u64 {
         self.lock().pushed
     }
@@ -204,6 +205,7 @@ impl Timeline {
     }
 
     /// Largest net heap among samples in the window (as [`Timeline::max_rss_between`]).
+    #[cfg(test)]
     pub(crate) fn max_heap_between(&self, t0_ns: u64, t1_ns: u64) -> Option<i64> {
         let mut max = None;
         self.values_between(t0_ns, t1_ns, |s| s.heap_bytes, |v| max = max.max(Some(v)));
@@ -359,6 +361,8 @@ pub(crate) struct Readings {
     process_cpu_pct: AtomicU32,
     /// CPU package energy since the sampler started, µJ.
     pub(crate) cpu_energy_uj: AtomicU64,
+    /// CPU package power over the last interval, mW (to extrapolate `cpu_energy_uj`).
+    pub(crate) cpu_power_mw: AtomicU64,
     /// CPU time the sampler thread itself has used, ns.
     pub(crate) sampler_cpu_ns: AtomicU64,
     gpus: OnceLock<Box<[GpuReadings]>>,
@@ -384,6 +388,7 @@ impl Readings {
             peak_heap_bytes: AtomicI64::new(NA_I64),
             process_cpu_pct: AtomicU32::new(NA_F32_BITS),
             cpu_energy_uj: AtomicU64::new(NA),
+            cpu_power_mw: AtomicU64::new(NA),
             sampler_cpu_ns: AtomicU64::new(0),
             gpus: OnceLock::new(),
             gpu_status: OnceLock::new(),
@@ -406,6 +411,7 @@ impl Readings {
     }
 
     /// The latest process CPU %.
+    #[cfg(test)]
     pub(crate) fn process_cpu_pct(&self) -> Option<f32> {
         let bits = self.process_cpu_pct.load(Ordering::Relaxed);
         (bits != NA_F32_BITS).then(|| f32::from_bits(bits))

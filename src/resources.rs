@@ -1,0 +1,727 @@
+//! Resource figures per span: what the layer copies when a span opens and closes (per
+//! instance: RSS, GPU memory and utilisation, energy) and when it is entered and exited (per
+//! entry: thread CPU time, heap), the per-name sums, and the arithmetic between them.
+//!
+//! Instance marks copy what the sampler thread published (atomics, no system call); only the
+//! window's peak and mean come from the timeline, and only for spans that lived across a
+//! sample. Entry marks read the thread's CPU clock (`getrusage`, a system call) and the
+//! counting allocator's thread counters.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+use crate::alloc::HeapCounters;
+use crate::samplers::timeline::{Readings, Timeline};
+use crate::snapshot::{CpuUse, GpuUse, HeapUse, LeakSuspicion, MemoryUse, SpanResources};
+use crate::store::bump;
+
+/// GPU devices followed per span (the first ones of the sampler's device list).
+pub(crate) const MAX_GPUS: usize = 8;
+
+/// Which resource figures the layer records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub(crate) memory: bool,
+    pub(crate) heap: bool,
+    pub(crate) cpu: bool,
+    pub(crate) gpu: bool,
+    pub(crate) energy: bool,
+}
+
+impl Plan {
+    /// Marks at span open/close are needed.
+    pub(crate) fn instances(self) -> bool {
+        self.memory || self.gpu || self.energy
+    }
+    /// Marks at enter/exit are needed.
+    pub(crate) fn entries(self) -> bool {
+        self.cpu || self.heap
+    }
+}
+
+/// A GPU device's published figures at one end of a span instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct GpuMark {
+    pub(crate) mem: Option<u64>,
+    pub(crate) util: Option<u64>,
+    /// Extrapolated to the mark's time from the last sample's energy and power, mJ.
+    pub(crate) energy_mj: Option<f64>,
+}
+
+/// Published readings at one end of a span instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct InstanceMark {
+    /// Time of the mark, ns since the profiler started (the timeline's time base).
+    pub(crate) t_ns: u64,
+    /// Samples published by then.
+    pub(crate) seq: u64,
+    pub(crate) rss: Option<u64>,
+    /// Extrapolated to the mark's time, µJ.
+    pub(crate) cpu_energy_uj: Option<f64>,
+    pub(crate) gpus: [GpuMark; MAX_GPUS],
+    pub(crate) n_gpus: usize,
+}
+
+/// Energy at `t_ns`: the last sample's counter plus its power for the time since.
+fn extrapolate(counter: Option<u64>, power: Option<u64>, sampled_ns: u64, t_ns: u64, per_mw_ns: f64) -> Option<f64> {
+    let counter = counter? as f64;
+    let since = t_ns.saturating_sub(sampled_ns) as f64;
+    Some(counter + power.map_or(0.0, |p| p as f64 * since * per_mw_ns))
+}
+
+impl InstanceMark {
+    /// Copies the published readings (no lock, no system call).
+    pub(crate) fn read(readings: &Readings, t_ns: u64, plan: Plan) -> Self {
+        let seq = readings.seq.load(std::sync::atomic::Ordering::Acquire);
+        let sampled = readings.t_ns.load(Relaxed);
+        let mut mark = InstanceMark {
+            t_ns,
+            seq,
+            ..InstanceMark::default()
+        };
+        if plan.memory {
+            mark.rss = Readings::get(&readings.rss_bytes);
+        }
+        if plan.energy {
+            // mW × ns = 1e-12 J = 1e-6 µJ.
+            mark.cpu_energy_uj = extrapolate(
+                Readings::get(&readings.cpu_energy_uj),
+                Readings::get(&readings.cpu_power_mw),
+                sampled,
+                t_ns,
+                1e-6,
+            );
+        }
+        if plan.gpu {
+            for (out, g) in mark.gpus.iter_mut().zip(readings.gpus()) {
+                out.mem = Readings::get(&g.mem_used_bytes);
+                out.util = Readings::get(&g.util_pct);
+                // mW × ns = 1e-9 mJ.
+                out.energy_mj = extrapolate(
+                    Readings::get(&g.energy_mj),
+                    Readings::get(&g.power_mw),
+                    sampled,
+                    t_ns,
+                    1e-9,
+                );
+            }
+            mark.n_gpus = readings.gpus().len().min(MAX_GPUS);
+        }
+        mark
+    }
+}
+
+/// What one GPU device did during a span instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct GpuFigures {
+    pub(crate) mem_delta: Option<i64>,
+    pub(crate) mem_peak: Option<u64>,
+    pub(crate) util_mean: Option<f64>,
+    pub(crate) energy_mj: Option<f64>,
+}
+
+/// What a span instance used, open → close.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct InstanceFigures {
+    pub(crate) wall_ns: u64,
+    pub(crate) rss_delta: Option<i64>,
+    pub(crate) rss_peak: Option<u64>,
+    pub(crate) cpu_energy_uj: Option<f64>,
+    pub(crate) gpus: [GpuFigures; MAX_GPUS],
+    pub(crate) n_gpus: usize,
+}
+
+fn delta(open: Option<u64>, close: Option<u64>) -> Option<i64> {
+    Some(close? as i64 - open? as i64)
+}
+
+fn max3(a: Option<u64>, b: Option<u64>, c: Option<u64>) -> Option<u64> {
+    a.max(b).max(c)
+}
+
+/// The figures of one instance. Peaks and the mean utilisation come from the timeline when a
+/// sample was taken while the span was open; otherwise from the two marks.
+pub(crate) fn instance_figures(open: &InstanceMark, close: &InstanceMark, timeline: &Timeline) -> InstanceFigures {
+    let sampled_inside = close.seq > open.seq;
+    let (t0, t1) = (open.t_ns, close.t_ns);
+    let mut out = InstanceFigures {
+        wall_ns: t1.saturating_sub(t0),
+        rss_delta: delta(open.rss, close.rss),
+        rss_peak: max3(
+            open.rss,
+            close.rss,
+            sampled_inside.then(|| timeline.max_rss_between(t0, t1)).flatten(),
+        ),
+        cpu_energy_uj: match (open.cpu_energy_uj, close.cpu_energy_uj) {
+            (Some(a), Some(b)) => Some((b - a).max(0.0)),
+            _ => None,
+        },
+        n_gpus: close.n_gpus.min(open.n_gpus),
+        ..InstanceFigures::default()
+    };
+    for dev in 0..out.n_gpus {
+        let (a, b) = (&open.gpus[dev], &close.gpus[dev]);
+        out.gpus[dev] = GpuFigures {
+            mem_delta: delta(a.mem, b.mem),
+            mem_peak: max3(
+                a.mem,
+                b.mem,
+                sampled_inside.then(|| timeline.max_gpu_mem_between(dev, t0, t1)).flatten(),
+            ),
+            util_mean: if sampled_inside {
+                timeline.mean_gpu_util_between(dev, t0, t1)
+            } else {
+                b.util.map(|u| u as f64)
+            },
+            energy_mj: match (a.energy_mj, b.energy_mj) {
+                (Some(x), Some(y)) => Some((y - x).max(0.0)),
+                _ => None,
+            },
+        };
+    }
+    out
+}
+
+/// Readings at an enter, kept on the thread's stack beside the frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct EntryMark {
+    /// Thread (user, system) CPU time, ns.
+    pub(crate) cpu: Option<(u64, u64)>,
+    pub(crate) heap: Option<HeapCounters>,
+    /// Net heap retained by child spans entered meanwhile (for self retention).
+    pub(crate) child_net: i64,
+}
+
+impl EntryMark {
+    /// Reads the thread's CPU time (a system call) and heap counters, as planned.
+    #[inline]
+    pub(crate) fn read(plan: Plan) -> Self {
+        EntryMark {
+            cpu: if plan.cpu {
+                crate::samplers::cpu::thread_user_sys_ns()
+            } else {
+                None
+            },
+            heap: if plan.heap { HeapCounters::thread() } else { None },
+            child_net: 0,
+        }
+    }
+}
+
+/// What one entry used, enter → exit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct EntryFigures {
+    pub(crate) cpu: Option<(u64, u64)>,
+    pub(crate) heap: Option<HeapCounters>,
+    /// Net heap retained by this entry, children excluded.
+    pub(crate) self_net: i64,
+}
+
+/// The figures of one entry, given its marks at enter and exit.
+pub(crate) fn entry_figures(enter: &EntryMark, exit: &EntryMark) -> EntryFigures {
+    let cpu = match (enter.cpu, exit.cpu) {
+        (Some((u0, s0)), Some((u1, s1))) => Some((u1.saturating_sub(u0), s1.saturating_sub(s0))),
+        _ => None,
+    };
+    let heap = match (enter.heap, exit.heap) {
+        (Some(a), Some(b)) => Some(b.since(a)),
+        _ => None,
+    };
+    EntryFigures {
+        cpu,
+        heap,
+        self_net: heap.map_or(0, |h| h.net_bytes() - enter.child_net),
+    }
+}
+
+/// Per-device sums of one span name on one thread.
+#[derive(Debug, Default)]
+pub(crate) struct GpuStats {
+    instances: AtomicU64,
+    mem_delta: AtomicI64,
+    mem_peak: AtomicU64,
+    /// Σ mean utilisation % × wall µs, over instances with a utilisation.
+    util_weighted: AtomicU64,
+    util_wall_us: AtomicU64,
+    energy_uj: AtomicU64,
+    energy_instances: AtomicU64,
+}
+
+/// Resource sums of one span name on one thread (single writer, like the histograms).
+#[derive(Debug, Default)]
+pub(crate) struct ResourceStats {
+    cpu_entries: AtomicU64,
+    cpu_user_ns: AtomicU64,
+    cpu_sys_ns: AtomicU64,
+    cpu_busy_ns: AtomicU64,
+    heap_entries: AtomicU64,
+    heap_allocated: AtomicU64,
+    heap_allocs: AtomicU64,
+    heap_freed: AtomicU64,
+    heap_net: AtomicI64,
+    heap_self_net: AtomicI64,
+    heap_retaining: AtomicU64,
+    rss_instances: AtomicU64,
+    rss_delta: AtomicI64,
+    rss_growing: AtomicU64,
+    rss_peak: AtomicU64,
+    cpu_energy_instances: AtomicU64,
+    cpu_energy_uj: AtomicU64,
+    gpus: [GpuStats; MAX_GPUS],
+}
+
+fn bump_i64(counter: &AtomicI64, by: i64) {
+    counter.store(counter.load(Relaxed).wrapping_add(by), Relaxed);
+}
+
+fn raise(counter: &AtomicU64, to: u64) {
+    if to > counter.load(Relaxed) {
+        counter.store(to, Relaxed);
+    }
+}
+
+impl ResourceStats {
+    pub(crate) fn add_entry(&self, f: &EntryFigures, busy_ns: u64) {
+        if let Some((user, sys)) = f.cpu {
+            bump(&self.cpu_entries, 1);
+            bump(&self.cpu_user_ns, user);
+            bump(&self.cpu_sys_ns, sys);
+            bump(&self.cpu_busy_ns, busy_ns);
+        }
+        if let Some(h) = f.heap {
+            bump(&self.heap_entries, 1);
+            bump(&self.heap_allocated, h.allocated);
+            bump(&self.heap_allocs, h.allocs);
+            bump(&self.heap_freed, h.freed);
+            bump_i64(&self.heap_net, h.net_bytes());
+            bump_i64(&self.heap_self_net, f.self_net);
+            if f.self_net > 0 {
+                bump(&self.heap_retaining, 1);
+            }
+        }
+    }
+
+    pub(crate) fn add_instance(&self, f: &InstanceFigures) {
+        if let Some(d) = f.rss_delta {
+            bump(&self.rss_instances, 1);
+            bump_i64(&self.rss_delta, d);
+            if d > 0 {
+                bump(&self.rss_growing, 1);
+            }
+        }
+        if let Some(p) = f.rss_peak {
+            raise(&self.rss_peak, p);
+        }
+        if let Some(e) = f.cpu_energy_uj {
+            bump(&self.cpu_energy_instances, 1);
+            bump(&self.cpu_energy_uj, e.round() as u64);
+        }
+        for (stats, g) in self.gpus.iter().zip(&f.gpus[..f.n_gpus]) {
+            bump(&stats.instances, 1);
+            if let Some(d) = g.mem_delta {
+                bump_i64(&stats.mem_delta, d);
+            }
+            if let Some(p) = g.mem_peak {
+                raise(&stats.mem_peak, p);
+            }
+            if let Some(u) = g.util_mean {
+                let wall_us = f.wall_ns / 1_000;
+                bump(&stats.util_weighted, (u * wall_us as f64).round() as u64);
+                bump(&stats.util_wall_us, wall_us);
+            }
+            if let Some(e) = g.energy_mj {
+                bump(&stats.energy_instances, 1);
+                bump(&stats.energy_uj, (e * 1_000.0).round() as u64);
+            }
+        }
+    }
+}
+
+/// Sums over threads, for a snapshot.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ResourceTotals {
+    cpu: [u64; 4],
+    heap: [u64; 4],
+    heap_net: i64,
+    heap_self_net: i64,
+    heap_retaining: u64,
+    rss: [u64; 2],
+    rss_delta: i64,
+    rss_peak: u64,
+    cpu_energy: [u64; 2],
+    gpus: Vec<([u64; 5], i64, u64)>,
+}
+
+impl ResourceTotals {
+    pub(crate) fn add(&mut self, s: &ResourceStats) {
+        let l = |a: &AtomicU64| a.load(Relaxed);
+        for (acc, v) in self.cpu.iter_mut().zip([
+            l(&s.cpu_entries),
+            l(&s.cpu_user_ns),
+            l(&s.cpu_sys_ns),
+            l(&s.cpu_busy_ns),
+        ]) {
+            *acc += v;
+        }
+        for (acc, v) in self.heap.iter_mut().zip([
+            l(&s.heap_entries),
+            l(&s.heap_allocated),
+            l(&s.heap_allocs),
+            l(&s.heap_freed),
+        ]) {
+            *acc += v;
+        }
+        self.heap_net += s.heap_net.load(Relaxed);
+        self.heap_self_net += s.heap_self_net.load(Relaxed);
+        self.rss[0] += l(&s.rss_instances);
+        self.rss[1] += l(&s.rss_growing);
+        self.rss_delta += s.rss_delta.load(Relaxed);
+        self.rss_peak = self.rss_peak.max(l(&s.rss_peak));
+        self.cpu_energy[0] += l(&s.cpu_energy_instances);
+        self.cpu_energy[1] += l(&s.cpu_energy_uj);
+        self.gpus.resize(MAX_GPUS, ([0; 5], 0, 0));
+        for (acc, g) in self.gpus.iter_mut().zip(&s.gpus) {
+            for (a, v) in acc.0.iter_mut().zip([
+                l(&g.instances),
+                l(&g.util_weighted),
+                l(&g.util_wall_us),
+                l(&g.energy_uj),
+                l(&g.energy_instances),
+            ]) {
+                *a += v;
+            }
+            acc.1 += g.mem_delta.load(Relaxed);
+            acc.2 = acc.2.max(l(&g.mem_peak));
+        }
+        self.heap_retaining += l(&s.heap_retaining);
+    }
+
+    /// The snapshot form.
+    pub(crate) fn finish(&self, plan: Plan, n_gpus: usize, grid_g_per_kwh: Option<f64>) -> Option<SpanResources> {
+        let cpu = (plan.cpu && self.cpu[0] > 0).then(|| CpuUse {
+            entries: self.cpu[0],
+            user_ns: self.cpu[1],
+            system_ns: self.cpu[2],
+            busy_ns: self.cpu[3],
+            utilization_pct: if self.cpu[3] == 0 {
+                0.0
+            } else {
+                100.0 * (self.cpu[1] + self.cpu[2]) as f64 / self.cpu[3] as f64
+            },
+        });
+        let heap = (plan.heap && self.heap[0] > 0).then(|| HeapUse {
+            entries: self.heap[0],
+            allocated_bytes: self.heap[1],
+            allocations: self.heap[2],
+            freed_bytes: self.heap[3],
+            net_retained_bytes: self.heap_net,
+            self_retained_bytes: self.heap_self_net,
+            retaining_entries: self.heap_retaining,
+        });
+        let memory = (plan.memory && self.rss[0] > 0).then(|| MemoryUse {
+            instances: self.rss[0],
+            rss_delta_bytes: self.rss_delta,
+            growing_instances: self.rss[1],
+            peak_rss_bytes: self.rss_peak,
+        });
+        let cpu_energy_j = (plan.energy && self.cpu_energy[0] > 0).then(|| self.cpu_energy[1] as f64 / 1e6);
+        let gpus: Vec<GpuUse> = if plan.gpu {
+            self.gpus
+                .iter()
+                .take(n_gpus)
+                .enumerate()
+                .filter(|(_, g)| g.0[0] > 0)
+                .map(|(dev, (c, mem_delta, peak))| GpuUse {
+                    device: dev as u32,
+                    instances: c[0],
+                    memory_delta_bytes: *mem_delta,
+                    peak_memory_bytes: *peak,
+                    mean_utilization_pct: (c[2] > 0).then(|| c[1] as f64 / c[2] as f64),
+                    energy_j: (c[4] > 0).then(|| c[3] as f64 / 1e6),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let gpu_j: f64 = gpus.iter().filter_map(|g| g.energy_j).sum();
+        let any_energy = cpu_energy_j.is_some() || gpus.iter().any(|g| g.energy_j.is_some());
+        let energy_j = any_energy.then(|| cpu_energy_j.unwrap_or(0.0) + gpu_j);
+        let co2e_g = energy_j.zip(grid_g_per_kwh).map(|(j, g)| j / 3.6e6 * g);
+        let leak = leak_suspicion(heap.as_ref(), memory.as_ref());
+        let r = SpanResources {
+            cpu,
+            heap,
+            memory,
+            cpu_energy_j,
+            gpus,
+            energy_j,
+            co2e_g,
+            leak,
+        };
+        (r != SpanResources::default()).then_some(r)
+    }
+}
+
+/// Fewest calls before a span is judged.
+pub(crate) const LEAK_MIN_CALLS: u64 = 16;
+/// Share of calls that must have kept memory.
+pub(crate) const LEAK_MIN_SHARE: f64 = 0.75;
+/// Net heap (children excluded) a span must have kept in all.
+pub(crate) const LEAK_MIN_HEAP_BYTES: i64 = 64 * 1024;
+/// RSS growth a span must show in all (RSS moves in pages and is sampled).
+pub(crate) const LEAK_MIN_RSS_BYTES: i64 = 32 * 1024 * 1024;
+
+/// A span name whose calls keep retaining memory: most calls end with more heap (children
+/// excluded) than they started with, adding up to a real amount; or, without the counting
+/// allocator, RSS that keeps growing across calls. A span that frees what it allocates is not
+/// flagged, however much it allocates.
+fn leak_suspicion(heap: Option<&HeapUse>, memory: Option<&MemoryUse>) -> Option<LeakSuspicion> {
+    if let Some(h) = heap {
+        let share = h.retaining_entries as f64 / h.entries.max(1) as f64;
+        if h.entries >= LEAK_MIN_CALLS && share >= LEAK_MIN_SHARE && h.self_retained_bytes >= LEAK_MIN_HEAP_BYTES {
+            let per_call = h.self_retained_bytes as f64 / h.entries as f64;
+            return Some(LeakSuspicion {
+                source: "heap".to_string(),
+                retained_bytes: h.self_retained_bytes,
+                per_call_bytes: per_call,
+                share_of_calls: share,
+                evidence: format!(
+                    "kept {} of heap over {} calls ({} per call; {:.0}% of calls kept memory)",
+                    crate::report::format_bytes(h.self_retained_bytes as f64),
+                    h.entries,
+                    crate::report::format_bytes(per_call),
+                    share * 100.0
+                ),
+            });
+        }
+        return None;
+    }
+    let m = memory?;
+    let share = m.growing_instances as f64 / m.instances.max(1) as f64;
+    if m.instances >= LEAK_MIN_CALLS / 2 && share >= 0.5 && m.rss_delta_bytes >= LEAK_MIN_RSS_BYTES {
+        let per_call = m.rss_delta_bytes as f64 / m.instances as f64;
+        return Some(LeakSuspicion {
+            source: "rss".to_string(),
+            retained_bytes: m.rss_delta_bytes,
+            per_call_bytes: per_call,
+            share_of_calls: share,
+            evidence: format!(
+                "RSS grew {} over {} calls ({} per call; grew in {:.0}% of calls)",
+                crate::report::format_bytes(m.rss_delta_bytes as f64),
+                m.instances,
+                crate::report::format_bytes(per_call),
+                share * 100.0
+            ),
+        });
+    }
+    None
+}
+
+/// Resource sums attached to a name's stats, made on first use.
+pub(crate) type ResourceSlot = OnceLock<Box<ResourceStats>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::samplers::gpu::GpuSample;
+    use crate::samplers::timeline::Sample;
+
+    fn sample(seq: u64, t_ns: u64, rss: u64, gpu_mem: u64, util: u32) -> Sample {
+        Sample {
+            t_ns,
+            seq,
+            rss_bytes: Some(rss),
+            heap_bytes: None,
+            process_cpu_pct: None,
+            cpu_energy_uj: None,
+            gpus: vec![GpuSample {
+                utilization_pct: Some(util),
+                memory_used_bytes: Some(gpu_mem),
+                ..GpuSample::default()
+            }],
+        }
+    }
+
+    fn mark(t_ns: u64, seq: u64, rss: u64, mem: u64, util: u64, energy_mj: f64, cpu_uj: f64) -> InstanceMark {
+        let mut m = InstanceMark {
+            t_ns,
+            seq,
+            rss: Some(rss),
+            cpu_energy_uj: Some(cpu_uj),
+            n_gpus: 1,
+            ..InstanceMark::default()
+        };
+        m.gpus[0] = GpuMark {
+            mem: Some(mem),
+            util: Some(util),
+            energy_mj: Some(energy_mj),
+        };
+        m
+    }
+
+    #[test]
+    fn extrapolates_energy_from_the_last_sample() {
+        // 150 W for 20 ms after a sample at 1.000 s with 5 000 mJ: 5 000 + 3 000 mJ.
+        let e = extrapolate(Some(5_000), Some(150_000), 1_000_000_000, 1_020_000_000, 1e-9);
+        assert!((e.unwrap() - 8_000.0).abs() < 1e-6);
+        assert_eq!(extrapolate(None, Some(1), 0, 10, 1e-9), None);
+        // Without a power reading the counter stands.
+        assert_eq!(extrapolate(Some(7), None, 0, 10, 1e-9), Some(7.0));
+    }
+
+    #[test]
+    fn instance_figures_with_samples_inside_the_window() {
+        let timeline = Timeline::new(64, 16);
+        for (i, (rss, mem, util)) in [(100, 10, 20), (180, 40, 60), (150, 30, 100)].into_iter().enumerate() {
+            timeline.push(sample(i as u64, 1_000 + i as u64 * 1_000, rss, mem, util));
+        }
+        // Open at 1 500 (after sample 0), close at 3 500 (after sample 2): samples 1, 2 inside.
+        let open = mark(1_500, 1, 100, 10, 20, 1_000.0, 10.0);
+        let close = mark(3_500, 3, 120, 25, 100, 1_450.5, 70.0);
+        let f = instance_figures(&open, &close, &timeline);
+        assert_eq!(f.wall_ns, 2_000);
+        assert_eq!(f.rss_delta, Some(20));
+        assert_eq!(f.rss_peak, Some(180));
+        assert_eq!(f.cpu_energy_uj, Some(60.0));
+        let g = f.gpus[0];
+        assert_eq!(g.mem_delta, Some(15));
+        assert_eq!(g.mem_peak, Some(40));
+        assert_eq!(g.util_mean, Some(80.0)); // mean of 60 and 100
+        assert_eq!(g.energy_mj, Some(450.5));
+    }
+
+    #[test]
+    fn instance_figures_between_samples_use_the_marks() {
+        let timeline = Timeline::new(64, 16);
+        timeline.push(sample(0, 0, 999, 999, 99));
+        let open = mark(10, 1, 100, 50, 30, 0.0, 0.0);
+        let close = mark(20, 1, 90, 70, 40, 2.0, 1.0);
+        let f = instance_figures(&open, &close, &timeline);
+        assert_eq!((f.rss_delta, f.rss_peak), (Some(-10), Some(100)));
+        assert_eq!((f.gpus[0].mem_delta, f.gpus[0].mem_peak), (Some(20), Some(70)));
+        assert_eq!(f.gpus[0].util_mean, Some(40.0), "the latest published utilisation");
+    }
+
+    #[test]
+    fn entry_figures_and_self_retention() {
+        let enter = EntryMark {
+            cpu: Some((1_000, 500)),
+            heap: Some(HeapCounters {
+                allocated: 100,
+                freed: 50,
+                allocs: 3,
+            }),
+            child_net: 300,
+        };
+        let exit = EntryMark {
+            cpu: Some((4_000, 700)),
+            heap: Some(HeapCounters {
+                allocated: 1_100,
+                freed: 450,
+                allocs: 8,
+            }),
+            child_net: 0,
+        };
+        let f = entry_figures(&enter, &exit);
+        assert_eq!(f.cpu, Some((3_000, 200)));
+        assert_eq!(
+            f.heap,
+            Some(HeapCounters {
+                allocated: 1_000,
+                freed: 400,
+                allocs: 5
+            })
+        );
+        assert_eq!(f.self_net, 600 - 300);
+    }
+
+    fn totals_after(entries: &[(i64, u64)]) -> ResourceTotals {
+        let stats = ResourceStats::default();
+        for &(self_net, allocated) in entries {
+            stats.add_entry(
+                &EntryFigures {
+                    cpu: Some((600, 200)),
+                    heap: Some(HeapCounters {
+                        allocated,
+                        freed: (allocated as i64 - self_net) as u64,
+                        allocs: 2,
+                    }),
+                    self_net,
+                },
+                1_000,
+            );
+        }
+        let mut t = ResourceTotals::default();
+        t.add(&stats);
+        t
+    }
+
+    const PLAN: Plan = Plan {
+        memory: true,
+        heap: true,
+        cpu: true,
+        gpu: false,
+        energy: false,
+    };
+
+    #[test]
+    fn steady_retention_is_flagged_with_evidence() {
+        let t = totals_after(&vec![(8 * 1024, 10_000); 40]);
+        let r = t.finish(PLAN, 0, None).unwrap();
+        let cpu = r.cpu.unwrap();
+        assert_eq!((cpu.entries, cpu.user_ns, cpu.system_ns, cpu.busy_ns), (40, 24_000, 8_000, 40_000));
+        assert!((cpu.utilization_pct - 80.0).abs() < 1e-9);
+        let leak = r.leak.expect("flagged");
+        assert_eq!(leak.retained_bytes, 40 * 8 * 1024);
+        assert_eq!(leak.share_of_calls, 1.0);
+        assert!(leak.evidence.contains("40 calls"), "{}", leak.evidence);
+    }
+
+    #[test]
+    fn balanced_allocation_is_not_flagged() {
+        let t = totals_after(&vec![(0, 1 << 20); 200]);
+        let r = t.finish(PLAN, 0, None).unwrap();
+        assert_eq!(r.heap.as_ref().unwrap().allocated_bytes, 200 << 20);
+        assert_eq!(r.leak, None);
+        // Occasional retention (a cache warming up) is not a leak either.
+        let mut calls = vec![(0, 100); 100];
+        calls[0] = (1 << 20, 1 << 20);
+        assert_eq!(totals_after(&calls).finish(PLAN, 0, None).unwrap().leak, None);
+    }
+
+    #[test]
+    fn gpu_sums_and_energy_per_instance() {
+        let stats = ResourceStats::default();
+        let mut f = InstanceFigures {
+            wall_ns: 2_000_000,
+            n_gpus: 1,
+            ..InstanceFigures::default()
+        };
+        f.gpus[0] = GpuFigures {
+            mem_delta: Some(1 << 20),
+            mem_peak: Some(5 << 20),
+            util_mean: Some(50.0),
+            energy_mj: Some(300.0),
+        };
+        stats.add_instance(&f);
+        f.wall_ns = 6_000_000;
+        f.gpus[0].util_mean = Some(90.0);
+        stats.add_instance(&f);
+        let mut t = ResourceTotals::default();
+        t.add(&stats);
+        let plan = Plan {
+            gpu: true,
+            energy: true,
+            ..Plan::default()
+        };
+        let r = t.finish(plan, 1, Some(400.0)).unwrap();
+        let g = &r.gpus[0];
+        assert_eq!((g.instances, g.memory_delta_bytes, g.peak_memory_bytes), (2, 2 << 20, 5 << 20));
+        // Time-weighted: (50 × 2 ms + 90 × 6 ms) / 8 ms = 80 %.
+        assert_eq!(g.mean_utilization_pct, Some(80.0));
+        assert_eq!(g.energy_j, Some(0.6));
+        assert_eq!(r.energy_j, Some(0.6));
+        // 0.6 J = 1/6e6 kWh at 400 g/kWh.
+        assert!((r.co2e_g.unwrap() - 0.6 / 3.6e6 * 400.0).abs() < 1e-15);
+    }
+}
