@@ -1,18 +1,18 @@
 //! The builder, presets and environment configuration.
 
 use std::path::PathBuf;
-use std::time::Duration;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
 
 use crate::chrome::{ChromeOptions, Session as ChromeSession};
 use crate::clock::Clock;
-use crate::samplers::gpu::GpuSource;
 use crate::error::{Error, Result};
 use crate::guard::{ProfileGuard, ProfileHandle};
 use crate::layer::ProfileLayer;
 use crate::profiler::Inner;
+use crate::samplers::gpu::GpuSource;
 
 /// Environment variable: the master switch and preset (`off`, `basic`, `detailed`, `full`).
 pub const ENV_PRESET: &str = "SPANPROF";
@@ -365,7 +365,8 @@ impl Builder {
     /// `SPANPROF_GRID_G_PER_KWH` overrides it.
     pub fn with_grid_intensity(self, grams_per_kwh: f64) -> Self {
         Self {
-            grid_g_per_kwh: (grams_per_kwh.is_finite() && grams_per_kwh >= 0.0).then_some(grams_per_kwh),
+            grid_g_per_kwh: (grams_per_kwh.is_finite() && grams_per_kwh >= 0.0)
+                .then_some(grams_per_kwh),
             ..self
         }
     }
@@ -707,7 +708,10 @@ mod tests {
             ("SPANPROF_GRID_G_PER_KWH", "NaN"),
         ] {
             let e = err(&[(var, v)]);
-            assert!(matches!(&e, Error::InvalidEnv { var: got, .. } if *got == var), "{var}={v}: {e:?}");
+            assert!(
+                matches!(&e, Error::InvalidEnv { var: got, .. } if *got == var),
+                "{var}={v}: {e:?}"
+            );
             assert!(e.to_string().contains(v), "{e}");
         }
     }
@@ -718,7 +722,10 @@ mod tests {
         let d = Samplers::for_preset(Preset::Detailed);
         assert!(d.memory && d.heap && d.cpu && !d.gpu && !d.energy);
         assert_eq!(Samplers::for_preset(Preset::Full), Samplers::ALL);
-        assert_eq!(Samplers::ALL.names(), ["memory", "heap", "cpu", "gpu", "energy"]);
+        assert_eq!(
+            Samplers::ALL.names(),
+            ["memory", "heap", "cpu", "gpu", "energy"]
+        );
     }
 
     #[test]

@@ -109,7 +109,8 @@ impl ProfileLayer {
         }
         if decision.is_dynamic() {
             if let Some(filter) = &self.inner.filter {
-                if !<tracing_subscriber::EnvFilter as Layer<S>>::enabled(filter, meta, ctx.clone()) {
+                if !<tracing_subscriber::EnvFilter as Layer<S>>::enabled(filter, meta, ctx.clone())
+                {
                     return;
                 }
             }
@@ -200,9 +201,10 @@ impl ProfileLayer {
                 let at_exit = EntryMark::read(self.plan);
                 let at_enter = local.marks.remove(top);
                 let figures = entry_figures(&at_enter, &at_exit);
-                if let (Some(parent), Some(heap)) =
-                    (top.checked_sub(1).and_then(|p| local.marks.get_mut(p)), figures.heap)
-                {
+                if let (Some(parent), Some(heap)) = (
+                    top.checked_sub(1).and_then(|p| local.marks.get_mut(p)),
+                    figures.heap,
+                ) {
                     parent.child_net += heap.net_bytes();
                 }
                 local.stats(frame.name).res().add_entry(&figures, busy);
@@ -278,7 +280,8 @@ impl ProfileLayer {
             self.record(stats, name, self_kind, self_ns);
             self.record(stats, name, Kind::Wall, wall);
             if let Some(open) = open {
-                let close = InstanceMark::read(&self.inner.readings, self.inner.t_ns(now), self.plan);
+                let close =
+                    InstanceMark::read(&self.inner.readings, self.inner.t_ns(now), self.plan);
                 let figures = instance_figures(&open, &close, &self.inner.timeline);
                 stats.res().add_instance(&figures);
             }

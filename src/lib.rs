@@ -97,7 +97,9 @@ pub use report::{format_bytes, format_duration, format_si, Report};
 pub use samplers::gpu::{GpuDevice, GpuSample, GpuSource, ScriptedSource};
 pub use samplers::nvml::NvmlSource;
 pub use snapshot::{
-    Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION, CpuUse, GpuUse, HeapUse, LeakSuspicion, MemoryUse, ResourceInfo, SpanResources};
+    CpuUse, Dropped, GpuUse, HeapUse, HistogramSpec, LeakSuspicion, MemoryUse, ResourceInfo,
+    RunInfo, Snapshot, SpanResources, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
+};
 
 /// Target for lightweight performance spans and spanprof's summaries and warnings.
 pub const PERF_TARGET: &str = "spanprof::perf";

@@ -14,21 +14,21 @@ use tracing_subscriber::EnvFilter;
 
 use crate::chrome::{Counter, CounterSource};
 use crate::clock::Clock;
+use crate::config::Config;
+use crate::hist::{new_histogram, Exact, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
+use crate::names::{Kind, NameInfo, Names, KINDS};
 use crate::resources::{Plan, ResourceTotals};
 use crate::samplers::gpu::GpuSource;
 use crate::samplers::nvml::NvmlSource;
 use crate::samplers::thread::{Sampler, SamplerConfig};
 use crate::samplers::timeline::{Readings, SourceStatus, Timeline};
-use crate::PERF_TARGET;
-use crate::config::Config;
-use crate::hist::{new_histogram, Exact, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
-use crate::names::{Kind, NameInfo, Names, KINDS};
 use crate::snapshot::{
-    ResourceInfo,
-    Dropped, HistogramSpec, RunInfo, Snapshot, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
+    Dropped, HistogramSpec, ResourceInfo, RunInfo, Snapshot, SpanStats, Stat, SCHEMA,
+    SCHEMA_VERSION,
 };
 use crate::store::{NameStats, Shards};
 use crate::table::{SpanTable, ENTRIES_ONE};
+use crate::PERF_TARGET;
 
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 
@@ -114,7 +114,11 @@ impl Inner {
 
     /// Stops the sampler thread (waiting up to a second); later snapshots keep its samples.
     pub(crate) fn stop_sampler(&self) {
-        let sampler = self.sampler.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let sampler = self
+            .sampler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(sampler) = sampler {
             if !sampler.stop(Duration::from_secs(1)) {
                 tracing::warn!(target: PERF_TARGET, "spanprof's sampler thread did not stop within 1 s; left to finish alone");
@@ -261,7 +265,11 @@ impl Inner {
                 resources: if self.plan == Plan::default() {
                     None
                 } else {
-                    res.finish(self.plan, self.readings.gpus().len(), self.config.grid_g_per_kwh)
+                    res.finish(
+                        self.plan,
+                        self.readings.gpus().len(),
+                        self.config.grid_g_per_kwh,
+                    )
                 },
             });
         }
@@ -371,7 +379,10 @@ fn start_sampler(
 ) -> Option<Sampler> {
     let samplers = config.samplers;
     let gpu = if samplers.gpu {
-        match gpu_source.map_or_else(|| NvmlSource::new().map(|s| Box::new(s) as Box<dyn GpuSource>), Ok) {
+        match gpu_source.map_or_else(
+            || NvmlSource::new().map(|s| Box::new(s) as Box<dyn GpuSource>),
+            Ok,
+        ) {
             Ok(source) => Some(source),
             Err(reason) => {
                 tracing::warn!(target: PERF_TARGET, %reason, "spanprof: GPU not available");
@@ -389,8 +400,24 @@ fn start_sampler(
         gpu: samplers.gpu,
         energy: samplers.energy,
     };
-    match Sampler::start(sampler_config, gpu, origin, readings.clone(), timeline.clone()) {
-        Ok(sampler) => Some(sampler),
+    match Sampler::start(
+        sampler_config,
+        gpu,
+        origin,
+        readings.clone(),
+        timeline.clone(),
+    ) {
+        Ok(sampler) => {
+            // Spans opened from now on find a first reading to start from (bounded wait: GPU
+            // discovery runs first on the sampler thread).
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while readings.seq.load(std::sync::atomic::Ordering::Acquire) == 0
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Some(sampler)
+        }
         Err(e) => {
             tracing::warn!(target: PERF_TARGET, error = %e, "spanprof: could not start the sampler thread; resource figures are off");
             None
@@ -421,10 +448,18 @@ impl CounterSource for TimelineCounters {
                 memory.push(("heap_mib".to_string(), heap as f64 / MIB));
             }
             if !memory.is_empty() {
-                out.push(Counter { at, name: "memory".to_string(), values: memory });
+                out.push(Counter {
+                    at,
+                    name: "memory".to_string(),
+                    values: memory,
+                });
             }
             if let Some(pct) = s.process_cpu_pct {
-                out.push(Counter { at, name: "cpu".to_string(), values: vec![("process_pct".to_string(), f64::from(pct))] });
+                out.push(Counter {
+                    at,
+                    name: "cpu".to_string(),
+                    values: vec![("process_pct".to_string(), f64::from(pct))],
+                });
             }
             for (dev, g) in s.gpus.iter().enumerate() {
                 let mut values = Vec::new();
@@ -438,7 +473,11 @@ impl CounterSource for TimelineCounters {
                     values.push(("power_w".to_string(), f64::from(p) / 1e3));
                 }
                 if !values.is_empty() {
-                    out.push(Counter { at, name: format!("gpu{dev}"), values });
+                    out.push(Counter {
+                        at,
+                        name: format!("gpu{dev}"),
+                        values,
+                    });
                 }
             }
         }

@@ -79,7 +79,13 @@ fn three_digits(value: f64, unit: &str) -> String {
 pub fn format_bytes(bytes: f64) -> String {
     let sign = if bytes < 0.0 { "-" } else { "" };
     let b = bytes.abs();
-    let units = [("B", 1.0), ("KiB", 1024.0), ("MiB", 1048576.0), ("GiB", 1073741824.0), ("TiB", 1099511627776.0)];
+    let units = [
+        ("B", 1.0),
+        ("KiB", 1024.0),
+        ("MiB", 1048576.0),
+        ("GiB", 1073741824.0),
+        ("TiB", 1099511627776.0),
+    ];
     let mut chosen = units[0];
     for u in units {
         if b >= u.1 {
@@ -317,6 +323,8 @@ impl fmt::Display for Report<'_> {
             }
         }
 
+        write_resources(f, snap, shown)?;
+
         let clamped: u64 = snap
             .spans
             .iter()
@@ -339,6 +347,187 @@ impl fmt::Display for Report<'_> {
         }
         Ok(())
     }
+}
+
+/// The resource sections (presets `detailed` and `full`): memory and CPU per span, GPU and
+/// energy per span, leak suspicions, and what was not available.
+fn write_resources(
+    f: &mut fmt::Formatter<'_>,
+    snap: &Snapshot,
+    shown: &[&SpanStats],
+) -> fmt::Result {
+    let Some(info) = &snap.resources else {
+        return Ok(());
+    };
+    writeln!(f)?;
+    let mut status = format!(
+        "resources: sampled every {} ms ({})",
+        info.interval_ms,
+        info.samplers.join(", ")
+    );
+    if let Some(peak) = info.peak_rss_bytes {
+        let _ = write!(status, "; peak RSS {}", format_bytes(peak as f64));
+    }
+    if let Some(peak) = info.peak_heap_bytes {
+        let _ = write!(status, "; peak heap {}", format_bytes(peak as f64));
+    }
+    writeln!(f, "{status}")?;
+    let wants = |s: &str| info.samplers.iter().any(|x| x == s);
+    if wants("heap") && !info.heap_allocator {
+        writeln!(
+            f,
+            "heap: not measured (install spanprof::CountingAlloc as #[global_allocator])"
+        )?;
+    }
+    if wants("gpu") {
+        match &info.gpu_unavailable {
+            Some(reason) => writeln!(f, "GPU: not available ({reason})")?,
+            None => {
+                for (i, d) in info.gpu_devices.iter().enumerate() {
+                    writeln!(f, "GPU {i}: {}", d.name)?;
+                }
+            }
+        }
+    }
+    if wants("energy") {
+        if let Some(reason) = &info.cpu_energy_unavailable {
+            writeln!(f, "CPU energy: not available ({reason})")?;
+        }
+    }
+
+    let mem_rows: Vec<_> = shown
+        .iter()
+        .filter_map(|s| Some((s, s.resources.as_ref()?)))
+        .filter(|(_, r)| r.cpu.is_some() || r.heap.is_some() || r.memory.is_some())
+        .collect();
+    if !mem_rows.is_empty() {
+        writeln!(
+            f,
+            "memory and CPU (per call; RSS over instances, heap and CPU over entries)"
+        )?;
+        writeln!(
+            f,
+            "{:<nw$} {:>6} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10}",
+            "name",
+            "cpu%",
+            "rss Δ",
+            "peak rss",
+            "alloc",
+            "allocs",
+            "kept",
+            "self kept",
+            nw = NAME_WIDTH
+        )?;
+        let dash = || "-".to_string();
+        for (s, r) in &mem_rows {
+            let per = |total: f64, n: u64| {
+                if n == 0 {
+                    dash()
+                } else {
+                    format_bytes(total / n as f64)
+                }
+            };
+            writeln!(
+                f,
+                "{:<nw$} {:>6} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10}",
+                short_name(s),
+                r.cpu
+                    .as_ref()
+                    .map_or_else(dash, |c| format!("{:.0}%", c.utilization_pct)),
+                r.memory
+                    .as_ref()
+                    .map_or_else(dash, |m| per(m.rss_delta_bytes as f64, m.instances)),
+                r.memory
+                    .as_ref()
+                    .map_or_else(dash, |m| format_bytes(m.peak_rss_bytes as f64)),
+                r.heap
+                    .as_ref()
+                    .map_or_else(dash, |h| per(h.allocated_bytes as f64, h.entries)),
+                r.heap.as_ref().map_or_else(dash, |h| format_si(
+                    h.allocations as f64 / h.entries.max(1) as f64
+                )),
+                r.heap
+                    .as_ref()
+                    .map_or_else(dash, |h| per(h.net_retained_bytes as f64, h.entries)),
+                r.heap
+                    .as_ref()
+                    .map_or_else(dash, |h| per(h.self_retained_bytes as f64, h.entries)),
+                nw = NAME_WIDTH
+            )?;
+        }
+    }
+
+    let gpu_rows: Vec<_> = shown
+        .iter()
+        .filter_map(|s| Some((s, s.resources.as_ref()?)))
+        .filter(|(_, r)| !r.gpus.is_empty() || r.energy_j.is_some())
+        .collect();
+    if !gpu_rows.is_empty() {
+        let co2 = info.grid_g_per_kwh.is_some();
+        writeln!(
+            f,
+            "GPU and energy (over instances; GPU memory per call, energy in total)"
+        )?;
+        writeln!(
+            f,
+            "{:<nw$} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "name",
+            "gpu",
+            "util%",
+            "mem Δ",
+            "peak mem",
+            "gpu J",
+            "total J",
+            if co2 { "CO2e" } else { "" },
+            nw = NAME_WIDTH
+        )?;
+        for (s, r) in &gpu_rows {
+            let total = r
+                .energy_j
+                .map_or_else(|| "-".to_string(), |j| format!("{j:.3}"));
+            let co2e = r.co2e_g.map_or_else(String::new, |g| format!("{g:.4} g"));
+            if r.gpus.is_empty() {
+                writeln!(
+                    f,
+                    "{:<nw$} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                    short_name(s),
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    total,
+                    co2e,
+                    nw = NAME_WIDTH
+                )?;
+            }
+            for (i, g) in r.gpus.iter().enumerate() {
+                let first = i == 0;
+                writeln!(
+                    f,
+                    "{:<nw$} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                    if first { short_name(s) } else { String::new() },
+                    g.device,
+                    g.mean_utilization_pct
+                        .map_or_else(|| "-".to_string(), |u| format!("{u:.0}%")),
+                    format_bytes(g.memory_delta_bytes as f64 / g.instances.max(1) as f64),
+                    format_bytes(g.peak_memory_bytes as f64),
+                    g.energy_j
+                        .map_or_else(|| "-".to_string(), |j| format!("{j:.3}")),
+                    if first { total.clone() } else { String::new() },
+                    if first { co2e.clone() } else { String::new() },
+                    nw = NAME_WIDTH
+                )?;
+            }
+        }
+    }
+
+    for s in shown {
+        if let Some(leak) = s.resources.as_ref().and_then(|r| r.leak.as_ref()) {
+            writeln!(f, "possible leak: {} {}", s.name, leak.evidence)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -63,7 +63,13 @@ pub(crate) struct InstanceMark {
 }
 
 /// Energy at `t_ns`: the last sample's counter plus its power for the time since.
-fn extrapolate(counter: Option<u64>, power: Option<u64>, sampled_ns: u64, t_ns: u64, per_mw_ns: f64) -> Option<f64> {
+fn extrapolate(
+    counter: Option<u64>,
+    power: Option<u64>,
+    sampled_ns: u64,
+    t_ns: u64,
+    per_mw_ns: f64,
+) -> Option<f64> {
     let counter = counter? as f64;
     let since = t_ns.saturating_sub(sampled_ns) as f64;
     Some(counter + power.map_or(0.0, |p| p as f64 * since * per_mw_ns))
@@ -141,7 +147,11 @@ fn max3(a: Option<u64>, b: Option<u64>, c: Option<u64>) -> Option<u64> {
 
 /// The figures of one instance. Peaks and the mean utilisation come from the timeline when a
 /// sample was taken while the span was open; otherwise from the two marks.
-pub(crate) fn instance_figures(open: &InstanceMark, close: &InstanceMark, timeline: &Timeline) -> InstanceFigures {
+pub(crate) fn instance_figures(
+    open: &InstanceMark,
+    close: &InstanceMark,
+    timeline: &Timeline,
+) -> InstanceFigures {
     let sampled_inside = close.seq > open.seq;
     let (t0, t1) = (open.t_ns, close.t_ns);
     let mut out = InstanceFigures {
@@ -150,7 +160,9 @@ pub(crate) fn instance_figures(open: &InstanceMark, close: &InstanceMark, timeli
         rss_peak: max3(
             open.rss,
             close.rss,
-            sampled_inside.then(|| timeline.max_rss_between(t0, t1)).flatten(),
+            sampled_inside
+                .then(|| timeline.max_rss_between(t0, t1))
+                .flatten(),
         ),
         cpu_energy_uj: match (open.cpu_energy_uj, close.cpu_energy_uj) {
             (Some(a), Some(b)) => Some((b - a).max(0.0)),
@@ -166,7 +178,9 @@ pub(crate) fn instance_figures(open: &InstanceMark, close: &InstanceMark, timeli
             mem_peak: max3(
                 a.mem,
                 b.mem,
-                sampled_inside.then(|| timeline.max_gpu_mem_between(dev, t0, t1)).flatten(),
+                sampled_inside
+                    .then(|| timeline.max_gpu_mem_between(dev, t0, t1))
+                    .flatten(),
             ),
             util_mean: if sampled_inside {
                 timeline.mean_gpu_util_between(dev, t0, t1)
@@ -202,7 +216,11 @@ impl EntryMark {
             } else {
                 None
             },
-            heap: if plan.heap { HeapCounters::thread() } else { None },
+            heap: if plan.heap {
+                HeapCounters::thread()
+            } else {
+                None
+            },
             child_net: 0,
         }
     }
@@ -397,7 +415,12 @@ impl ResourceTotals {
     }
 
     /// The snapshot form.
-    pub(crate) fn finish(&self, plan: Plan, n_gpus: usize, grid_g_per_kwh: Option<f64>) -> Option<SpanResources> {
+    pub(crate) fn finish(
+        &self,
+        plan: Plan,
+        n_gpus: usize,
+        grid_g_per_kwh: Option<f64>,
+    ) -> Option<SpanResources> {
         let cpu = (plan.cpu && self.cpu[0] > 0).then(|| CpuUse {
             entries: self.cpu[0],
             user_ns: self.cpu[1],
@@ -424,7 +447,8 @@ impl ResourceTotals {
             growing_instances: self.rss[1],
             peak_rss_bytes: self.rss_peak,
         });
-        let cpu_energy_j = (plan.energy && self.cpu_energy[0] > 0).then(|| self.cpu_energy[1] as f64 / 1e6);
+        let cpu_energy_j =
+            (plan.energy && self.cpu_energy[0] > 0).then(|| self.cpu_energy[1] as f64 / 1e6);
         let gpus: Vec<GpuUse> = if plan.gpu {
             self.gpus
                 .iter()
@@ -478,7 +502,10 @@ pub(crate) const LEAK_MIN_RSS_BYTES: i64 = 32 * 1024 * 1024;
 fn leak_suspicion(heap: Option<&HeapUse>, memory: Option<&MemoryUse>) -> Option<LeakSuspicion> {
     if let Some(h) = heap {
         let share = h.retaining_entries as f64 / h.entries.max(1) as f64;
-        if h.entries >= LEAK_MIN_CALLS && share >= LEAK_MIN_SHARE && h.self_retained_bytes >= LEAK_MIN_HEAP_BYTES {
+        if h.entries >= LEAK_MIN_CALLS
+            && share >= LEAK_MIN_SHARE
+            && h.self_retained_bytes >= LEAK_MIN_HEAP_BYTES
+        {
             let per_call = h.self_retained_bytes as f64 / h.entries as f64;
             return Some(LeakSuspicion {
                 source: "heap".to_string(),
@@ -486,7 +513,7 @@ fn leak_suspicion(heap: Option<&HeapUse>, memory: Option<&MemoryUse>) -> Option<
                 per_call_bytes: per_call,
                 share_of_calls: share,
                 evidence: format!(
-                    "kept {} of heap over {} calls ({} per call; {:.0}% of calls kept memory)",
+                    "kept {} of heap over {} calls ({}/call; {:.0}% of calls kept some)",
                     crate::report::format_bytes(h.self_retained_bytes as f64),
                     h.entries,
                     crate::report::format_bytes(per_call),
@@ -498,7 +525,8 @@ fn leak_suspicion(heap: Option<&HeapUse>, memory: Option<&MemoryUse>) -> Option<
     }
     let m = memory?;
     let share = m.growing_instances as f64 / m.instances.max(1) as f64;
-    if m.instances >= LEAK_MIN_CALLS / 2 && share >= 0.5 && m.rss_delta_bytes >= LEAK_MIN_RSS_BYTES {
+    if m.instances >= LEAK_MIN_CALLS / 2 && share >= 0.5 && m.rss_delta_bytes >= LEAK_MIN_RSS_BYTES
+    {
         let per_call = m.rss_delta_bytes as f64 / m.instances as f64;
         return Some(LeakSuspicion {
             source: "rss".to_string(),
@@ -506,7 +534,7 @@ fn leak_suspicion(heap: Option<&HeapUse>, memory: Option<&MemoryUse>) -> Option<
             per_call_bytes: per_call,
             share_of_calls: share,
             evidence: format!(
-                "RSS grew {} over {} calls ({} per call; grew in {:.0}% of calls)",
+                "RSS grew {} over {} calls ({}/call; grew in {:.0}% of calls)",
                 crate::report::format_bytes(m.rss_delta_bytes as f64),
                 m.instances,
                 crate::report::format_bytes(per_call),
@@ -542,7 +570,15 @@ mod tests {
         }
     }
 
-    fn mark(t_ns: u64, seq: u64, rss: u64, mem: u64, util: u64, energy_mj: f64, cpu_uj: f64) -> InstanceMark {
+    fn mark(
+        t_ns: u64,
+        seq: u64,
+        rss: u64,
+        mem: u64,
+        util: u64,
+        energy_mj: f64,
+        cpu_uj: f64,
+    ) -> InstanceMark {
         let mut m = InstanceMark {
             t_ns,
             seq,
@@ -562,7 +598,13 @@ mod tests {
     #[test]
     fn extrapolates_energy_from_the_last_sample() {
         // 150 W for 20 ms after a sample at 1.000 s with 5 000 mJ: 5 000 + 3 000 mJ.
-        let e = extrapolate(Some(5_000), Some(150_000), 1_000_000_000, 1_020_000_000, 1e-9);
+        let e = extrapolate(
+            Some(5_000),
+            Some(150_000),
+            1_000_000_000,
+            1_020_000_000,
+            1e-9,
+        );
         assert!((e.unwrap() - 8_000.0).abs() < 1e-6);
         assert_eq!(extrapolate(None, Some(1), 0, 10, 1e-9), None);
         // Without a power reading the counter stands.
@@ -572,7 +614,10 @@ mod tests {
     #[test]
     fn instance_figures_with_samples_inside_the_window() {
         let timeline = Timeline::new(64, 16);
-        for (i, (rss, mem, util)) in [(100, 10, 20), (180, 40, 60), (150, 30, 100)].into_iter().enumerate() {
+        for (i, (rss, mem, util)) in [(100, 10, 20), (180, 40, 60), (150, 30, 100)]
+            .into_iter()
+            .enumerate()
+        {
             timeline.push(sample(i as u64, 1_000 + i as u64 * 1_000, rss, mem, util));
         }
         // Open at 1 500 (after sample 0), close at 3 500 (after sample 2): samples 1, 2 inside.
@@ -598,8 +643,15 @@ mod tests {
         let close = mark(20, 1, 90, 70, 40, 2.0, 1.0);
         let f = instance_figures(&open, &close, &timeline);
         assert_eq!((f.rss_delta, f.rss_peak), (Some(-10), Some(100)));
-        assert_eq!((f.gpus[0].mem_delta, f.gpus[0].mem_peak), (Some(20), Some(70)));
-        assert_eq!(f.gpus[0].util_mean, Some(40.0), "the latest published utilisation");
+        assert_eq!(
+            (f.gpus[0].mem_delta, f.gpus[0].mem_peak),
+            (Some(20), Some(70))
+        );
+        assert_eq!(
+            f.gpus[0].util_mean,
+            Some(40.0),
+            "the latest published utilisation"
+        );
     }
 
     #[test]
@@ -669,7 +721,10 @@ mod tests {
         let t = totals_after(&vec![(8 * 1024, 10_000); 40]);
         let r = t.finish(PLAN, 0, None).unwrap();
         let cpu = r.cpu.unwrap();
-        assert_eq!((cpu.entries, cpu.user_ns, cpu.system_ns, cpu.busy_ns), (40, 24_000, 8_000, 40_000));
+        assert_eq!(
+            (cpu.entries, cpu.user_ns, cpu.system_ns, cpu.busy_ns),
+            (40, 24_000, 8_000, 40_000)
+        );
         assert!((cpu.utilization_pct - 80.0).abs() < 1e-9);
         let leak = r.leak.expect("flagged");
         assert_eq!(leak.retained_bytes, 40 * 8 * 1024);
@@ -686,7 +741,10 @@ mod tests {
         // Occasional retention (a cache warming up) is not a leak either.
         let mut calls = vec![(0, 100); 100];
         calls[0] = (1 << 20, 1 << 20);
-        assert_eq!(totals_after(&calls).finish(PLAN, 0, None).unwrap().leak, None);
+        assert_eq!(
+            totals_after(&calls).finish(PLAN, 0, None).unwrap().leak,
+            None
+        );
     }
 
     #[test]
@@ -716,7 +774,10 @@ mod tests {
         };
         let r = t.finish(plan, 1, Some(400.0)).unwrap();
         let g = &r.gpus[0];
-        assert_eq!((g.instances, g.memory_delta_bytes, g.peak_memory_bytes), (2, 2 << 20, 5 << 20));
+        assert_eq!(
+            (g.instances, g.memory_delta_bytes, g.peak_memory_bytes),
+            (2, 2 << 20, 5 << 20)
+        );
         // Time-weighted: (50 × 2 ms + 90 × 6 ms) / 8 ms = 80 %.
         assert_eq!(g.mean_utilization_pct, Some(80.0));
         assert_eq!(g.energy_j, Some(0.6));

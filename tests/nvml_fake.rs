@@ -384,3 +384,93 @@ fn default_library_without_a_driver_is_an_error() {
         }
     }
 }
+
+/// A profiled span at `full` with the fake as GPU backend: per-span GPU figures come from the
+/// real NVML code path, and energy ≈ power × the span's wall time.
+fn profile_one_span(source: Option<NvmlSource>) -> spanprof::Snapshot {
+    use tracing_subscriber::prelude::*;
+    let mut builder = spanprof::ProfileLayer::builder()
+        .with_env(false)
+        .with_report(spanprof::ReportTarget::Off)
+        .with_preset(spanprof::Preset::Full)
+        .with_sample_interval(Duration::from_millis(10));
+    if let Some(source) = source {
+        builder = builder.with_gpu_source(source);
+    }
+    let (layer, guard) = builder.build().unwrap();
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let start = Instant::now();
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("train_step")
+            .in_scope(|| std::thread::sleep(Duration::from_millis(300)));
+    });
+    let wall = start.elapsed().as_secs_f64();
+    let handle = guard.handle();
+    guard.finish().unwrap();
+    let snap = handle.snapshot();
+    let gpu = &snap
+        .span("train_step")
+        .unwrap()
+        .resources
+        .as_ref()
+        .unwrap()
+        .gpus[0];
+    let joules = gpu.energy_j.expect("energy");
+    assert!(
+        (joules - 150.0 * wall).abs() <= 0.15 * 150.0 * wall,
+        "{joules} J in {wall} s at 150 W"
+    );
+    assert_eq!(gpu.mean_utilization_pct, Some(37.0));
+    snap
+}
+
+#[test]
+fn full_preset_profiles_spans_through_the_fake() {
+    let fake = fake!("full_preset");
+    fake.configure("POWER_MW=150000\nUTIL=37\nNAME=Fake H100\n");
+    let snap = profile_one_span(Some(fake.source()));
+    let info = snap.resources.as_ref().unwrap();
+    assert_eq!(info.gpu_devices[0].name, "Fake H100");
+    let report = spanprof::Report::new(&snap).to_string();
+    assert!(report.contains("GPU 0: Fake H100"), "{report}");
+}
+
+/// `SPANPROF=full` with the fake on the loader path (`LD_LIBRARY_PATH`, read by the dynamic
+/// loader at process start, so the check runs in a child process).
+#[test]
+fn full_preset_finds_the_fake_on_the_loader_path() {
+    if std::env::var_os("SPANPROF_FAKE_NVML_CHILD").is_some() {
+        let snap = profile_one_span(None);
+        assert_eq!(
+            snap.resources.unwrap().gpu_devices[0].name,
+            "Loader Path GPU"
+        );
+        return;
+    }
+    if real_nvml_installed() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: a real libnvidia-ml.so.1 is installed"
+        );
+        return;
+    }
+    let fake = fake!("loader_path");
+    fake.configure("POWER_MW=150000\nUTIL=37\nNAME=Loader Path GPU\n");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "full_preset_finds_the_fake_on_the_loader_path",
+            "--nocapture",
+        ])
+        .env("LD_LIBRARY_PATH", &fake.dir)
+        .env("SPANPROF_FAKE_NVML_CHILD", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
+}

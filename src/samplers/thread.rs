@@ -184,7 +184,6 @@ impl Sampler {
         }
         true
     }
-
 }
 
 impl Drop for Sampler {

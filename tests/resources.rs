@@ -1,0 +1,328 @@
+//! Resource figures on spans, end to end: heap (with the counting allocator installed in this
+//! test binary), leak suspicion, thread CPU time, GPU through a scripted source, energy, the
+//! timeline in the profile, and resource counters in Chrome traces.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use spanprof::chrome::{ChromeOptions, Schedule};
+use spanprof::{
+    GpuDevice, GpuSample, Preset, ProfileGuard, ProfileLayer, ReportTarget, Samplers,
+    ScriptedSource, Snapshot,
+};
+use tracing::Dispatch;
+use tracing_subscriber::prelude::*;
+
+#[global_allocator]
+static ALLOC: spanprof::CountingAlloc = spanprof::CountingAlloc::system();
+
+fn detailed() -> (Dispatch, ProfileGuard) {
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .with_preset(Preset::Detailed)
+        .with_sample_interval(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    (
+        Dispatch::new(tracing_subscriber::registry().with(layer)),
+        guard,
+    )
+}
+
+static KEPT: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+#[test]
+fn heap_per_call_and_leak_suspicion() {
+    let (dispatch, guard) = detailed();
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..40 {
+            // Allocates and frees 1 MiB per call: much heap, nothing kept.
+            tracing::info_span!("scratch").in_scope(|| {
+                let v = std::hint::black_box(vec![1u8; 1 << 20]);
+                drop(v);
+            });
+            // Keeps 16 KiB per call, inside a parent that keeps nothing of its own.
+            tracing::info_span!("parent").in_scope(|| {
+                tracing::info_span!("leaky").in_scope(|| {
+                    KEPT.lock().unwrap().push(vec![7u8; 16 * 1024]);
+                });
+            });
+        }
+    });
+    let snap = guard.finish_snapshot();
+    let res = |name: &str| {
+        snap.span(name)
+            .and_then(|s| s.resources.clone())
+            .unwrap_or_else(|| panic!("{name} has no resources"))
+    };
+
+    let scratch = res("scratch");
+    let heap = scratch.heap.as_ref().unwrap();
+    assert_eq!(heap.entries, 40);
+    assert!(heap.allocated_bytes >= 40 << 20, "{heap:?}");
+    assert!(heap.net_retained_bytes.abs() < 40 * 1024, "{heap:?}");
+    assert_eq!(scratch.leak, None);
+
+    let leaky = res("leaky");
+    let leak = leaky.leak.as_ref().expect("leaky is flagged");
+    assert!(leak.retained_bytes >= 40 * 16 * 1024, "{leak:?}");
+    assert!(leak.share_of_calls >= 0.75);
+    assert!(leak.evidence.contains("40 calls"), "{}", leak.evidence);
+
+    // The parent retains its child's memory, but none of its own: not flagged.
+    let parent = res("parent");
+    assert!(parent.heap.as_ref().unwrap().net_retained_bytes >= 40 * 16 * 1024);
+    // (spanprof's own first-use allocations for a new span name, tens of KiB once, land in the
+    // enclosing entry: one of the forty.)
+    let own = parent.heap.as_ref().unwrap();
+    assert!(
+        own.self_retained_bytes < 64 * 1024 && own.retaining_entries <= 2,
+        "{own:?}"
+    );
+    assert_eq!(parent.leak, None);
+
+    let report = spanprof::Report::new(&snap).to_string();
+    assert!(report.contains("possible leak: leaky"), "{report}");
+    assert!(report.contains("memory and CPU"), "{report}");
+    for line in report.lines() {
+        assert!(line.chars().count() <= 100, "too wide: {line:?}");
+    }
+}
+
+#[test]
+fn cpu_utilisation_separates_work_from_waiting() {
+    let (dispatch, guard) = detailed();
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..3 {
+            tracing::info_span!("spin").in_scope(|| {
+                let until = Instant::now() + Duration::from_millis(30);
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            });
+            tracing::info_span!("sleep").in_scope(|| std::thread::sleep(Duration::from_millis(30)));
+        }
+    });
+    let snap = guard.finish_snapshot();
+    let cpu = |name: &str| {
+        snap.span(name)
+            .unwrap()
+            .resources
+            .as_ref()
+            .unwrap()
+            .cpu
+            .clone()
+            .unwrap()
+    };
+    let (spin, sleep) = (cpu("spin"), cpu("sleep"));
+    assert_eq!((spin.entries, sleep.entries), (3, 3));
+    // Generous bounds: the machine may be shared; the difference is what matters.
+    assert!(spin.utilization_pct > 40.0, "{spin:?}");
+    assert!(sleep.utilization_pct < 20.0, "{sleep:?}");
+    assert!(spin.user_ns + spin.system_ns > 40_000_000, "{spin:?}");
+}
+
+#[test]
+fn rss_and_timeline_in_the_profile() {
+    let (dispatch, guard) = detailed();
+    let mut kept = Vec::new();
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("grow").in_scope(|| {
+            // Touch 64 MiB so RSS really grows, across several samples.
+            let mut v = vec![0u8; 64 << 20];
+            for page in v.chunks_mut(4096) {
+                page[0] = 1;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            kept.push(v);
+        });
+    });
+    let snap = guard.finish_snapshot();
+    let mem = snap
+        .span("grow")
+        .unwrap()
+        .resources
+        .as_ref()
+        .unwrap()
+        .memory
+        .clone()
+        .unwrap();
+    assert_eq!(mem.instances, 1);
+    assert!(mem.rss_delta_bytes >= 32 << 20, "{mem:?}");
+    assert!(mem.peak_rss_bytes >= 64 << 20, "{mem:?}");
+    let info = snap.resources.as_ref().unwrap();
+    assert!(info.timeline.len() >= 3, "{} samples", info.timeline.len());
+    assert!(info.timeline.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
+    assert!(info.heap_allocator);
+    assert_eq!(info.samplers, ["memory", "heap", "cpu"]);
+    // Resources survive the JSON round trip.
+    let back = Snapshot::from_json(&snap.to_json(), "test").unwrap();
+    assert_eq!(back, snap);
+    drop(kept);
+}
+
+fn scripted_gpu() -> ScriptedSource {
+    let device = GpuDevice {
+        index: 0,
+        name: "Scripted A100".to_string(),
+        uuid: None,
+        memory_total_bytes: Some(40 << 30),
+        power_limit_mw: Some(400_000),
+    };
+    // Constant utilisation and power, no energy counter: energy is integrated from power.
+    let sample = GpuSample {
+        utilization_pct: Some(60),
+        memory_used_bytes: Some(8 << 30),
+        power_mw: Some(150_000),
+        ..GpuSample::default()
+    };
+    ScriptedSource::new(vec![device]).with_samples(0, vec![sample])
+}
+
+#[test]
+fn gpu_figures_from_a_scripted_source() {
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .with_samplers(Samplers {
+            gpu: true,
+            ..Samplers::NONE
+        })
+        .with_sample_interval(Duration::from_millis(10))
+        .with_gpu_source(scripted_gpu())
+        .with_grid_intensity(400.0)
+        .build()
+        .unwrap();
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    // Let the sampler discover the device before the span opens.
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("kernel").in_scope(|| std::thread::sleep(Duration::from_millis(300)));
+    });
+    let wall = started.elapsed().as_secs_f64();
+    let snap = guard.finish_snapshot();
+    let info = snap.resources.as_ref().unwrap();
+    assert_eq!(info.gpu_devices.len(), 1);
+    assert_eq!(info.gpu_devices[0].name, "Scripted A100");
+    let r = snap.span("kernel").unwrap().resources.clone().unwrap();
+    let g = &r.gpus[0];
+    assert_eq!(g.mean_utilization_pct, Some(60.0));
+    assert_eq!((g.memory_delta_bytes, g.peak_memory_bytes), (0, 8 << 30));
+    // 150 W over the span's wall time.
+    let joules = g.energy_j.unwrap();
+    let expected = 150.0 * wall;
+    assert!(
+        (joules - expected).abs() <= 0.15 * expected,
+        "{joules} J vs {expected} J"
+    );
+    assert!(r.co2e_g.unwrap() > 0.0);
+    let report = spanprof::Report::new(&snap).to_string();
+    assert!(
+        report.contains("GPU 0: Scripted A100") && report.contains("GPU and energy"),
+        "{report}"
+    );
+}
+
+#[test]
+fn no_gpu_is_reported_and_everything_else_works() {
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .with_samplers(Samplers {
+            gpu: true,
+            memory: true,
+            ..Samplers::NONE
+        })
+        .with_gpu_source(ScriptedSource::unavailable("NVML library not found (test)"))
+        .with_sample_interval(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("work").in_scope(|| std::thread::sleep(Duration::from_millis(30)));
+    });
+    let snap = guard.finish_snapshot();
+    let info = snap.resources.as_ref().unwrap();
+    assert!(info.gpu_devices.is_empty());
+    assert_eq!(
+        info.gpu_unavailable.as_deref(),
+        Some("NVML library not found (test)")
+    );
+    let r = snap.span("work").unwrap().resources.clone().unwrap();
+    assert!(r.gpus.is_empty());
+    assert!(r.memory.is_some());
+    assert_eq!(snap.span("work").unwrap().calls, 1);
+    let report = spanprof::Report::new(&snap).to_string();
+    assert!(
+        report.contains("GPU: not available (NVML library not found (test))"),
+        "{report}"
+    );
+}
+
+#[test]
+fn basic_preset_has_no_resources() {
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .build()
+        .unwrap();
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("x").in_scope(|| {}));
+    let snap = guard.finish_snapshot();
+    assert!(snap.resources.is_none());
+    assert!(snap.span("x").unwrap().resources.is_none());
+    assert!(!snap.to_json().contains("\"resources\":"));
+}
+
+#[test]
+fn chrome_traces_carry_resource_counters() {
+    let dir = std::env::temp_dir().join(format!("spanprof-res-chrome-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .with_preset(Preset::Detailed)
+        .with_sample_interval(Duration::from_millis(5))
+        .with_chrome(ChromeOptions::dir(&dir).with_steps("step", Schedule::new(0, 0, 2).unwrap()))
+        .build()
+        .unwrap();
+    let chrome = guard.chrome_layer();
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer).with(chrome));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..2 {
+            tracing::info_span!("step").in_scope(|| std::thread::sleep(Duration::from_millis(40)));
+        }
+    });
+    let outputs = guard.finish().unwrap();
+    assert_eq!(outputs.traces.len(), 1, "{:?}", outputs.traces);
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&outputs.traces[0]).unwrap()).unwrap();
+    let events = trace.as_array().unwrap();
+    let counters: Vec<_> = events.iter().filter(|e| e["ph"] == "C").collect();
+    assert!(counters.len() >= 5, "{} counter events", counters.len());
+    let rss: Vec<f64> = counters
+        .iter()
+        .filter(|e| e["name"] == "memory")
+        .filter_map(|e| e["args"]["rss_mib"].as_f64())
+        .collect();
+    assert!(
+        !rss.is_empty() && rss.iter().all(|&m| m > 1.0 && m < 1e6),
+        "{rss:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Finishes the guard and returns the final snapshot (the sampler stopped).
+trait FinishSnapshot {
+    fn finish_snapshot(self) -> Snapshot;
+}
+
+impl FinishSnapshot for ProfileGuard {
+    fn finish_snapshot(self) -> Snapshot {
+        let handle = self.handle();
+        self.finish().unwrap();
+        handle.snapshot()
+    }
+}
