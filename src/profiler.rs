@@ -17,7 +17,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::hist::{new_histogram, Exact, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
 use crate::names::{Kind, NameInfo, Names, KINDS};
-use crate::resources::{Plan, ResourceTotals};
+use crate::resources::{Growth, Plan, ResourceTotals};
 use crate::samplers::gpu::GpuSource;
 use crate::samplers::nvml::NvmlSource;
 use crate::samplers::thread::{Sampler, SamplerConfig};
@@ -126,7 +126,7 @@ impl Inner {
         }
     }
 
-    fn resource_info(&self) -> Option<ResourceInfo> {
+    fn resource_info(&self, timeline: Vec<crate::samplers::Sample>) -> Option<ResourceInfo> {
         let samplers = self.config.samplers;
         if !samplers.any() {
             return None;
@@ -152,7 +152,7 @@ impl Inner {
             peak_heap_bytes: Readings::get_i64(&r.peak_heap_bytes),
             sampler_cpu_ns: r.sampler_cpu_ns.load(Relaxed),
             grid_g_per_kwh: self.config.grid_g_per_kwh,
-            timeline: self.timeline.snapshot(),
+            timeline,
         })
     }
 
@@ -195,6 +195,22 @@ impl Inner {
             }
         }
 
+        let timeline = if self.config.samplers.any() {
+            self.timeline.snapshot()
+        } else {
+            Vec::new()
+        };
+        // Growth over the second half of the run: a leak keeps growing; memory allocated
+        // once at start-up (data, models) does not.
+        let mid = timeline.get(timeline.len() / 2);
+        let growth = Growth {
+            heap: crate::alloc::global_heap_bytes()
+                .zip(mid.and_then(|s| s.heap_bytes))
+                .map(|(now, then)| now - then),
+            rss: crate::samplers::memory::rss_bytes()
+                .zip(mid.and_then(|s| s.rss_bytes))
+                .map(|(now, then)| now as i64 - then as i64),
+        };
         let mut spans = Vec::with_capacity(names.len());
         for (index, info) in names.iter().enumerate() {
             let spill = info.spill.lock().unwrap_or_else(|e| e.into_inner());
@@ -269,6 +285,7 @@ impl Inner {
                         self.plan,
                         self.readings.gpus().len(),
                         self.config.grid_g_per_kwh,
+                        growth,
                     )
                 },
             });
@@ -305,7 +322,7 @@ impl Inner {
                 spans_table_full: self.dropped_table_full.load(Relaxed),
                 spans_too_many_names: self.dropped_too_many_names.load(Relaxed),
             },
-            resources: self.resource_info(),
+            resources: self.resource_info(timeline),
         }
     }
 }

@@ -199,8 +199,8 @@ pub(crate) fn instance_figures(
 /// Readings at an enter, kept on the thread's stack beside the frame.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct EntryMark {
-    /// Thread (user, system) CPU time, ns.
-    pub(crate) cpu: Option<(u64, u64)>,
+    /// Thread CPU time, ns.
+    pub(crate) cpu: Option<u64>,
     pub(crate) heap: Option<HeapCounters>,
     /// Net heap retained by child spans entered meanwhile (for self retention).
     pub(crate) child_net: i64,
@@ -211,11 +211,7 @@ impl EntryMark {
     #[inline]
     pub(crate) fn read(plan: Plan) -> Self {
         EntryMark {
-            cpu: if plan.cpu {
-                crate::samplers::cpu::thread_user_sys_ns()
-            } else {
-                None
-            },
+            cpu: plan.cpu.then(crate::samplers::cpu::thread_cpu_ns),
             heap: if plan.heap {
                 HeapCounters::thread()
             } else {
@@ -229,7 +225,7 @@ impl EntryMark {
 /// What one entry used, enter → exit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct EntryFigures {
-    pub(crate) cpu: Option<(u64, u64)>,
+    pub(crate) cpu: Option<u64>,
     pub(crate) heap: Option<HeapCounters>,
     /// Net heap retained by this entry, children excluded.
     pub(crate) self_net: i64,
@@ -238,7 +234,7 @@ pub(crate) struct EntryFigures {
 /// The figures of one entry, given its marks at enter and exit.
 pub(crate) fn entry_figures(enter: &EntryMark, exit: &EntryMark) -> EntryFigures {
     let cpu = match (enter.cpu, exit.cpu) {
-        (Some((u0, s0)), Some((u1, s1))) => Some((u1.saturating_sub(u0), s1.saturating_sub(s0))),
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
     let heap = match (enter.heap, exit.heap) {
@@ -269,8 +265,7 @@ pub(crate) struct GpuStats {
 #[derive(Debug, Default)]
 pub(crate) struct ResourceStats {
     cpu_entries: AtomicU64,
-    cpu_user_ns: AtomicU64,
-    cpu_sys_ns: AtomicU64,
+    cpu_ns: AtomicU64,
     cpu_busy_ns: AtomicU64,
     heap_entries: AtomicU64,
     heap_allocated: AtomicU64,
@@ -300,10 +295,9 @@ fn raise(counter: &AtomicU64, to: u64) {
 
 impl ResourceStats {
     pub(crate) fn add_entry(&self, f: &EntryFigures, busy_ns: u64) {
-        if let Some((user, sys)) = f.cpu {
+        if let Some(cpu) = f.cpu {
             bump(&self.cpu_entries, 1);
-            bump(&self.cpu_user_ns, user);
-            bump(&self.cpu_sys_ns, sys);
+            bump(&self.cpu_ns, cpu);
             bump(&self.cpu_busy_ns, busy_ns);
         }
         if let Some(h) = f.heap {
@@ -358,7 +352,7 @@ impl ResourceStats {
 /// Sums over threads, for a snapshot.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ResourceTotals {
-    cpu: [u64; 4],
+    cpu: [u64; 3],
     heap: [u64; 4],
     heap_net: i64,
     heap_self_net: i64,
@@ -373,12 +367,11 @@ pub(crate) struct ResourceTotals {
 impl ResourceTotals {
     pub(crate) fn add(&mut self, s: &ResourceStats) {
         let l = |a: &AtomicU64| a.load(Relaxed);
-        for (acc, v) in self.cpu.iter_mut().zip([
-            l(&s.cpu_entries),
-            l(&s.cpu_user_ns),
-            l(&s.cpu_sys_ns),
-            l(&s.cpu_busy_ns),
-        ]) {
+        for (acc, v) in
+            self.cpu
+                .iter_mut()
+                .zip([l(&s.cpu_entries), l(&s.cpu_ns), l(&s.cpu_busy_ns)])
+        {
             *acc += v;
         }
         for (acc, v) in self.heap.iter_mut().zip([
@@ -414,22 +407,24 @@ impl ResourceTotals {
         self.heap_retaining += l(&s.heap_retaining);
     }
 
-    /// The snapshot form.
+    /// The snapshot form. `growth` is how much the whole process's memory grew over the second
+    /// half of the run: retention the process does not keep growing (memory a span returns and
+    /// its caller frees, buffers allocated once) is not a leak.
     pub(crate) fn finish(
         &self,
         plan: Plan,
         n_gpus: usize,
         grid_g_per_kwh: Option<f64>,
+        growth: Growth,
     ) -> Option<SpanResources> {
         let cpu = (plan.cpu && self.cpu[0] > 0).then(|| CpuUse {
             entries: self.cpu[0],
-            user_ns: self.cpu[1],
-            system_ns: self.cpu[2],
-            busy_ns: self.cpu[3],
-            utilization_pct: if self.cpu[3] == 0 {
+            cpu_ns: self.cpu[1],
+            busy_ns: self.cpu[2],
+            utilization_pct: if self.cpu[2] == 0 {
                 0.0
             } else {
-                100.0 * (self.cpu[1] + self.cpu[2]) as f64 / self.cpu[3] as f64
+                100.0 * self.cpu[1] as f64 / self.cpu[2] as f64
             },
         });
         let heap = (plan.heap && self.heap[0] > 0).then(|| HeapUse {
@@ -471,7 +466,7 @@ impl ResourceTotals {
         let any_energy = cpu_energy_j.is_some() || gpus.iter().any(|g| g.energy_j.is_some());
         let energy_j = any_energy.then(|| cpu_energy_j.unwrap_or(0.0) + gpu_j);
         let co2e_g = energy_j.zip(grid_g_per_kwh).map(|(j, g)| j / 3.6e6 * g);
-        let leak = leak_suspicion(heap.as_ref(), memory.as_ref());
+        let leak = leak_suspicion(heap.as_ref(), memory.as_ref(), growth);
         let r = SpanResources {
             cpu,
             heap,
@@ -495,16 +490,34 @@ pub(crate) const LEAK_MIN_HEAP_BYTES: i64 = 64 * 1024;
 /// RSS growth a span must show in all (RSS moves in pages and is sampled).
 pub(crate) const LEAK_MIN_RSS_BYTES: i64 = 32 * 1024 * 1024;
 
+/// How much the process's memory grew over the second half of the run (from the middle sample
+/// of the timeline to the snapshot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Growth {
+    pub(crate) heap: Option<i64>,
+    pub(crate) rss: Option<i64>,
+}
+
 /// A span name whose calls keep retaining memory: most calls end with more heap (children
-/// excluded) than they started with, adding up to a real amount; or, without the counting
-/// allocator, RSS that keeps growing across calls. A span that frees what it allocates is not
-/// flagged, however much it allocates.
-fn leak_suspicion(heap: Option<&HeapUse>, memory: Option<&MemoryUse>) -> Option<LeakSuspicion> {
+/// excluded) than they started with, adding up to a real amount that the process as a whole
+/// kept too; or, without the counting allocator, RSS that keeps growing across calls. A span
+/// that frees what it allocates is not flagged, however much it allocates, nor one whose
+/// results its caller frees.
+fn leak_suspicion(
+    heap: Option<&HeapUse>,
+    memory: Option<&MemoryUse>,
+    growth: Growth,
+) -> Option<LeakSuspicion> {
+    // Memory a steady leak keeps grows the process in the second half of the run by about half
+    // of what the span kept; ask for a quarter.
+    let kept_by_process =
+        |retained: i64, grew: Option<i64>| grew.is_some_and(|g| 4 * g >= retained);
     if let Some(h) = heap {
         let share = h.retaining_entries as f64 / h.entries.max(1) as f64;
         if h.entries >= LEAK_MIN_CALLS
             && share >= LEAK_MIN_SHARE
             && h.self_retained_bytes >= LEAK_MIN_HEAP_BYTES
+            && kept_by_process(h.self_retained_bytes, growth.heap)
         {
             let per_call = h.self_retained_bytes as f64 / h.entries as f64;
             return Some(LeakSuspicion {
@@ -525,7 +538,10 @@ fn leak_suspicion(heap: Option<&HeapUse>, memory: Option<&MemoryUse>) -> Option<
     }
     let m = memory?;
     let share = m.growing_instances as f64 / m.instances.max(1) as f64;
-    if m.instances >= LEAK_MIN_CALLS / 2 && share >= 0.5 && m.rss_delta_bytes >= LEAK_MIN_RSS_BYTES
+    if m.instances >= LEAK_MIN_CALLS / 2
+        && share >= 0.5
+        && m.rss_delta_bytes >= LEAK_MIN_RSS_BYTES
+        && kept_by_process(m.rss_delta_bytes, growth.rss)
     {
         let per_call = m.rss_delta_bytes as f64 / m.instances as f64;
         return Some(LeakSuspicion {
@@ -657,7 +673,7 @@ mod tests {
     #[test]
     fn entry_figures_and_self_retention() {
         let enter = EntryMark {
-            cpu: Some((1_000, 500)),
+            cpu: Some(1_500),
             heap: Some(HeapCounters {
                 allocated: 100,
                 freed: 50,
@@ -666,7 +682,7 @@ mod tests {
             child_net: 300,
         };
         let exit = EntryMark {
-            cpu: Some((4_000, 700)),
+            cpu: Some(4_700),
             heap: Some(HeapCounters {
                 allocated: 1_100,
                 freed: 450,
@@ -675,7 +691,7 @@ mod tests {
             child_net: 0,
         };
         let f = entry_figures(&enter, &exit);
-        assert_eq!(f.cpu, Some((3_000, 200)));
+        assert_eq!(f.cpu, Some(3_200));
         assert_eq!(
             f.heap,
             Some(HeapCounters {
@@ -692,7 +708,7 @@ mod tests {
         for &(self_net, allocated) in entries {
             stats.add_entry(
                 &EntryFigures {
-                    cpu: Some((600, 200)),
+                    cpu: Some(800),
                     heap: Some(HeapCounters {
                         allocated,
                         freed: (allocated as i64 - self_net) as u64,
@@ -719,32 +735,41 @@ mod tests {
     #[test]
     fn steady_retention_is_flagged_with_evidence() {
         let t = totals_after(&vec![(8 * 1024, 10_000); 40]);
-        let r = t.finish(PLAN, 0, None).unwrap();
+        let kept = Growth {
+            heap: Some(40 * 8 * 1024),
+            rss: None,
+        };
+        let r = t.finish(PLAN, 0, None, kept).unwrap();
         let cpu = r.cpu.unwrap();
-        assert_eq!(
-            (cpu.entries, cpu.user_ns, cpu.system_ns, cpu.busy_ns),
-            (40, 24_000, 8_000, 40_000)
-        );
+        assert_eq!((cpu.entries, cpu.cpu_ns, cpu.busy_ns), (40, 32_000, 40_000));
         assert!((cpu.utilization_pct - 80.0).abs() < 1e-9);
         let leak = r.leak.expect("flagged");
         assert_eq!(leak.retained_bytes, 40 * 8 * 1024);
         assert_eq!(leak.share_of_calls, 1.0);
         assert!(leak.evidence.contains("40 calls"), "{}", leak.evidence);
+        // The same retention, freed by the caller (the process did not grow): no leak.
+        let freed = Growth {
+            heap: Some(0),
+            rss: None,
+        };
+        assert_eq!(t.finish(PLAN, 0, None, freed).unwrap().leak, None);
     }
 
     #[test]
     fn balanced_allocation_is_not_flagged() {
         let t = totals_after(&vec![(0, 1 << 20); 200]);
-        let r = t.finish(PLAN, 0, None).unwrap();
+        let r = t.finish(PLAN, 0, None, Growth::default()).unwrap();
         assert_eq!(r.heap.as_ref().unwrap().allocated_bytes, 200 << 20);
         assert_eq!(r.leak, None);
         // Occasional retention (a cache warming up) is not a leak either.
         let mut calls = vec![(0, 100); 100];
         calls[0] = (1 << 20, 1 << 20);
-        assert_eq!(
-            totals_after(&calls).finish(PLAN, 0, None).unwrap().leak,
-            None
-        );
+        let grew = Growth {
+            heap: Some(1 << 20),
+            rss: None,
+        };
+        let r = totals_after(&calls).finish(PLAN, 0, None, grew).unwrap();
+        assert_eq!(r.leak, None);
     }
 
     #[test]
@@ -772,7 +797,7 @@ mod tests {
             energy: true,
             ..Plan::default()
         };
-        let r = t.finish(plan, 1, Some(400.0)).unwrap();
+        let r = t.finish(plan, 1, Some(400.0), Growth::default()).unwrap();
         let g = &r.gpus[0];
         assert_eq!(
             (g.instances, g.memory_delta_bytes, g.peak_memory_bytes),

@@ -165,10 +165,9 @@ pub struct SpanResources {
 pub struct CpuUse {
     /// Entries measured.
     pub entries: u64,
-    /// User CPU time, ns.
-    pub user_ns: u64,
-    /// System CPU time, ns.
-    pub system_ns: u64,
+    /// Thread CPU time (user + system, `CLOCK_THREAD_CPUTIME_ID`), ns. Linux splits user and
+    /// system time from scheduler ticks, too coarse per span: the split is not kept.
+    pub cpu_ns: u64,
     /// Busy (wall) time of the same entries, ns.
     pub busy_ns: u64,
     /// CPU time ÷ busy time, %: low for spans that sleep or wait.
