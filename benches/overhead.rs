@@ -21,6 +21,8 @@
 //! | `registry_identity`     | `registry().with(Identity::new())`: the floor any registry layer pays      |
 //! | `naive_instant_layer`   | registry + a 15-line layer: `Instant` in extensions at enter, elapsed into an `AtomicU64` at exit |
 //! | `spanprof_basic`        | registry + spanprof, `Preset::Basic`                                       |
+//! | `spanprof_detailed`     | `Preset::Detailed`: + RSS marks, heap counters, thread CPU clock (a system call) at enter/exit |
+//! | `spanprof_full`         | `Preset::Full`: + GPU (a scripted one-device source) and energy marks       |
 //! | `spanprof_filter_matches` | registry + spanprof with a filter set (`overhead=trace`) that selects the span |
 //! | `spanprof_filtered_out` | registry + spanprof whose filter (`nothing_matches=trace`) excludes the span |
 //! | `spanprof_off`          | registry + spanprof, `Preset::Off`                                         |
@@ -69,6 +71,11 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+
+/// Counting allocator installed for every case, so `spanprof_detailed` measures heap figures as
+/// users with it installed get them (it adds 1–2 ns per allocation; spans do not allocate).
+#[global_allocator]
+static ALLOC: spanprof::CountingAlloc = spanprof::CountingAlloc::system();
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, BenchmarkGroup, Criterion};
@@ -339,7 +346,55 @@ fn spanprof_not_recording(
     (dispatch, guard)
 }
 
+/// spanprof at a preset with resource samplers: `detailed` (RSS, heap, thread CPU clock) and
+/// `full` (plus GPU from a scripted one-device source, and energy).
+fn spanprof_with_resources(preset: spanprof::Preset) -> (Dispatch, spanprof::ProfileGuard) {
+    let device = spanprof::GpuDevice {
+        index: 0,
+        name: "scripted".to_string(),
+        uuid: None,
+        memory_total_bytes: Some(1 << 34),
+        power_limit_mw: None,
+    };
+    let sample = spanprof::GpuSample {
+        utilization_pct: Some(50),
+        memory_used_bytes: Some(1 << 30),
+        power_mw: Some(100_000),
+        ..spanprof::GpuSample::default()
+    };
+    let (layer, guard) = spanprof::ProfileLayer::builder()
+        .with_env(false)
+        .with_report(spanprof::ReportTarget::Off)
+        .with_preset(preset)
+        .with_gpu_source(spanprof::ScriptedSource::new(vec![device]).with_samples(0, vec![sample]))
+        .build()
+        .expect("spanprof layer builds");
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, || run_spans(PREFLIGHT));
+    let calls = spanprof_calls(&guard, "bench_span");
+    assert!(
+        calls >= PREFLIGHT,
+        "{preset:?}: {calls} calls after pre-flight"
+    );
+    eprintln!("check: spanprof {preset:?} recorded {calls} bench_span calls in pre-flight");
+    (dispatch, guard)
+}
+
 fn flat_spanprof(g: &mut BenchmarkGroup<'_, WallTime>) {
+    for (case, preset) in [
+        ("spanprof_detailed", spanprof::Preset::Detailed),
+        ("spanprof_full", spanprof::Preset::Full),
+    ] {
+        let (dispatch, guard) = spanprof_with_resources(preset);
+        bench_flat(g, case, &dispatch);
+        let snap = guard.snapshot();
+        let span = snap.span("bench_span").expect("recorded");
+        let res = span.resources.as_ref().expect("resources recorded");
+        assert!(res.cpu.is_some(), "{case}: CPU figures");
+        if preset == spanprof::Preset::Full {
+            assert!(!res.gpus.is_empty(), "{case}: GPU figures");
+        }
+    }
     {
         let (dispatch, guard) = spanprof_basic();
         if bench_flat(g, "spanprof_basic", &dispatch) {
