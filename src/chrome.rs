@@ -261,12 +261,12 @@ impl ProfileHandle {
         }
     }
 
-    /// Installs a Ctrl-C (`SIGINT`; Ctrl-C and Ctrl-Break on Windows) handler that finishes
-    /// the open trace window ([`ProfileHandle::finish_chrome`]), prints where the traces went
-    /// to stderr, and exits the process with [`CTRLC_EXIT_CODE`] (130).
+    /// Installs a Ctrl-C (`SIGINT`; Ctrl-C and Ctrl-Break on Windows) handler that does what
+    /// the guard does when it drops — finishes the open trace window, prints the report, writes
+    /// the profile — then says so on stderr and exits the process with [`CTRLC_EXIT_CODE`]
+    /// (130). An interrupted training run keeps its profile and complete traces.
     ///
-    /// It uses the [`ctrlc`] crate: one thread named `ctrl-c` waits for the signal. Outputs
-    /// other than the traces (report, profile) are not written on Ctrl-C.
+    /// It uses the [`ctrlc`] crate: one thread named `ctrl-c` waits for the signal.
     ///
     /// # Errors
     /// [`Error::CtrlC`] if a handler for `SIGINT` is already installed (by this function, by
@@ -274,14 +274,16 @@ impl ProfileHandle {
     pub fn install_ctrlc_handler(&self) -> Result<()> {
         let handle = self.clone();
         ctrlc::try_set_handler(move || {
-            match handle.finish_chrome() {
-                Ok(files) if !files.is_empty() => {
-                    eprintln!(
-                        "spanprof: interrupted; {} trace file(s) complete",
-                        files.len()
-                    )
-                }
-                Ok(_) => {}
+            // Everything the guard would write: traces, report, profile.
+            match handle.finish_outputs() {
+                Ok(outputs) => eprintln!(
+                    "spanprof: interrupted; {} trace file(s) complete{}",
+                    outputs.traces.len(),
+                    outputs
+                        .profile
+                        .map(|p| format!(", profile in {}", p.display()))
+                        .unwrap_or_default()
+                ),
                 Err(e) => eprintln!("spanprof: interrupted; {e}"),
             }
             std::process::exit(CTRLC_EXIT_CODE);

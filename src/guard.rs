@@ -29,6 +29,59 @@ impl fmt::Debug for ProfileHandle {
 }
 
 impl ProfileHandle {
+    /// Stops recording and the sampler, finishes the Chrome traces, writes the report and the
+    /// profile (what the guard does when it drops, and the Ctrl-C handler before it exits).
+    /// Only the first call writes; later ones return what it wrote.
+    pub(crate) fn finish_outputs(&self) -> Result<Outputs> {
+        let inner = &self.inner;
+        let mut done = inner.finished.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(outputs) = done.as_ref() {
+            return Ok(outputs.clone());
+        }
+        inner.active.store(false, Relaxed);
+        inner.stop_sampler();
+        let snapshot = inner.snapshot();
+        summary_event(&snapshot);
+        let config = &inner.config;
+        let mut outputs = Outputs::default();
+        let mut first_error = None;
+        // Chrome traces: finish the open window, wait until every trace file is complete.
+        match self.finish_chrome() {
+            Ok(traces) => outputs.traces = traces,
+            Err(e) => first_error = Some(e),
+        }
+        let report = || Report::new(&snapshot).top(config.top).to_string();
+        match &config.report {
+            ReportTarget::Off => {}
+            ReportTarget::Stderr => {
+                let _ = std::io::stderr().lock().write_all(report().as_bytes());
+            }
+            ReportTarget::File(path) => {
+                match write_file(path, report().as_bytes(), "writing report") {
+                    Ok(()) => outputs.report = Some(path.clone()),
+                    Err(e) => first_error = Some(e),
+                }
+            }
+        }
+        if let Some(dir) = &config.output_dir {
+            let path = dir.join(PROFILE_FILE);
+            match snapshot.write_json(&path) {
+                Ok(()) => outputs.profile = Some(path),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(p) = &outputs.profile {
+            tracing::info!(target: PROFILING_TARGET, path = %p.display(), "spanprof wrote the JSON profile");
+        }
+        *done = Some(outputs.clone());
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(outputs),
+        }
+    }
+
     /// Everything recorded so far. Recording goes on; spans still open are counted in `open`
     /// and their completed entries are included.
     pub fn snapshot(&self) -> Snapshot {
@@ -109,48 +162,7 @@ impl ProfileGuard {
     }
 
     fn flush(&self) -> Result<Outputs> {
-        let inner = &self.handle.inner;
-        inner.active.store(false, Relaxed);
-        inner.stop_sampler();
-        let snapshot = inner.snapshot();
-        summary_event(&snapshot);
-        let config = &inner.config;
-        let mut outputs = Outputs::default();
-        let mut first_error = None;
-        // Chrome traces: finish the open window, wait until every trace file is complete.
-        match self.handle.finish_chrome() {
-            Ok(traces) => outputs.traces = traces,
-            Err(e) => first_error = Some(e),
-        }
-        let report = || Report::new(&snapshot).top(config.top).to_string();
-        match &config.report {
-            ReportTarget::Off => {}
-            ReportTarget::Stderr => {
-                let _ = std::io::stderr().lock().write_all(report().as_bytes());
-            }
-            ReportTarget::File(path) => {
-                match write_file(path, report().as_bytes(), "writing report") {
-                    Ok(()) => outputs.report = Some(path.clone()),
-                    Err(e) => first_error = Some(e),
-                }
-            }
-        }
-        if let Some(dir) = &config.output_dir {
-            let path = dir.join(PROFILE_FILE);
-            match snapshot.write_json(&path) {
-                Ok(()) => outputs.profile = Some(path),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(p) = &outputs.profile {
-            tracing::info!(target: PROFILING_TARGET, path = %p.display(), "spanprof wrote the JSON profile");
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(outputs),
-        }
+        self.handle.finish_outputs()
     }
 }
 

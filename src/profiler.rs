@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     pub(crate) readings: Arc<Readings>,
     pub(crate) timeline: Arc<Timeline>,
     sampler: Mutex<Option<Sampler>>,
+    /// What the first finish wrote (the guard's drop, `finish`, or the Ctrl-C handler).
+    pub(crate) finished: Mutex<Option<crate::guard::Outputs>>,
 }
 
 impl Inner {
@@ -103,6 +105,7 @@ impl Inner {
             readings,
             timeline,
             sampler: Mutex::new(sampler),
+            finished: Mutex::new(None),
         }
     }
 

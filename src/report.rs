@@ -403,15 +403,16 @@ fn write_resources(
     if !mem_rows.is_empty() {
         writeln!(
             f,
-            "memory and CPU (per call; RSS over instances, heap and CPU over entries)"
+            "memory and CPU (per call; RSS and peaks over instances, heap and CPU over entries)"
         )?;
         writeln!(
             f,
-            "{:<nw$} {:>6} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10}",
+            "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
             "name",
             "cpu%",
             "rss Δ",
             "peak rss",
+            "peak heap",
             "alloc",
             "allocs",
             "kept",
@@ -429,7 +430,7 @@ fn write_resources(
             };
             writeln!(
                 f,
-                "{:<nw$} {:>6} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10}",
+                "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
                 short_name(s),
                 r.cpu
                     .as_ref()
@@ -440,6 +441,10 @@ fn write_resources(
                 r.memory
                     .as_ref()
                     .map_or_else(dash, |m| format_bytes(m.peak_rss_bytes as f64)),
+                r.memory
+                    .as_ref()
+                    .and_then(|m| m.peak_heap_bytes)
+                    .map_or_else(dash, |p| format_bytes(p as f64)),
                 r.heap
                     .as_ref()
                     .map_or_else(dash, |h| per(h.allocated_bytes as f64, h.entries)),

@@ -56,6 +56,8 @@ pub(crate) struct InstanceMark {
     /// Samples published by then.
     pub(crate) seq: u64,
     pub(crate) rss: Option<u64>,
+    /// Process net heap (counting allocator).
+    pub(crate) heap: Option<i64>,
     /// Extrapolated to the mark's time, µJ.
     pub(crate) cpu_energy_uj: Option<f64>,
     pub(crate) gpus: [GpuMark; MAX_GPUS],
@@ -87,6 +89,7 @@ impl InstanceMark {
         };
         if plan.memory {
             mark.rss = Readings::get(&readings.rss_bytes);
+            mark.heap = Readings::get_i64(&readings.heap_bytes);
         }
         if plan.energy {
             // mW × ns = 1e-12 J = 1e-6 µJ.
@@ -132,6 +135,7 @@ pub(crate) struct InstanceFigures {
     pub(crate) wall_ns: u64,
     pub(crate) rss_delta: Option<i64>,
     pub(crate) rss_peak: Option<u64>,
+    pub(crate) heap_peak: Option<i64>,
     pub(crate) cpu_energy_uj: Option<f64>,
     pub(crate) gpus: [GpuFigures; MAX_GPUS],
     pub(crate) n_gpus: usize,
@@ -162,6 +166,11 @@ pub(crate) fn instance_figures(
             close.rss,
             sampled_inside
                 .then(|| timeline.max_rss_between(t0, t1))
+                .flatten(),
+        ),
+        heap_peak: open.heap.max(close.heap).max(
+            sampled_inside
+                .then(|| timeline.max_heap_between(t0, t1))
                 .flatten(),
         ),
         cpu_energy_uj: match (open.cpu_energy_uj, close.cpu_energy_uj) {
@@ -278,6 +287,8 @@ pub(crate) struct ResourceStats {
     rss_delta: AtomicI64,
     rss_growing: AtomicU64,
     rss_peak: AtomicU64,
+    heap_peak: AtomicI64,
+    heap_peaks: AtomicU64,
     cpu_energy_instances: AtomicU64,
     cpu_energy_uj: AtomicU64,
     gpus: [GpuStats; MAX_GPUS],
@@ -324,6 +335,12 @@ impl ResourceStats {
         if let Some(p) = f.rss_peak {
             raise(&self.rss_peak, p);
         }
+        if let Some(p) = f.heap_peak {
+            bump(&self.heap_peaks, 1);
+            if p > self.heap_peak.load(Relaxed) {
+                self.heap_peak.store(p, Relaxed);
+            }
+        }
         if let Some(e) = f.cpu_energy_uj {
             bump(&self.cpu_energy_instances, 1);
             bump(&self.cpu_energy_uj, e.round() as u64);
@@ -360,6 +377,7 @@ pub(crate) struct ResourceTotals {
     rss: [u64; 2],
     rss_delta: i64,
     rss_peak: u64,
+    heap_peak: Option<i64>,
     cpu_energy: [u64; 2],
     gpus: Vec<([u64; 5], i64, u64)>,
 }
@@ -388,6 +406,9 @@ impl ResourceTotals {
         self.rss[1] += l(&s.rss_growing);
         self.rss_delta += s.rss_delta.load(Relaxed);
         self.rss_peak = self.rss_peak.max(l(&s.rss_peak));
+        if l(&s.heap_peaks) > 0 {
+            self.heap_peak = self.heap_peak.max(Some(s.heap_peak.load(Relaxed)));
+        }
         self.cpu_energy[0] += l(&s.cpu_energy_instances);
         self.cpu_energy[1] += l(&s.cpu_energy_uj);
         self.gpus.resize(MAX_GPUS, ([0; 5], 0, 0));
@@ -441,6 +462,7 @@ impl ResourceTotals {
             rss_delta_bytes: self.rss_delta,
             growing_instances: self.rss[1],
             peak_rss_bytes: self.rss_peak,
+            peak_heap_bytes: self.heap_peak,
         });
         let cpu_energy_j =
             (plan.energy && self.cpu_energy[0] > 0).then(|| self.cpu_energy[1] as f64 / 1e6);

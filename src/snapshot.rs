@@ -204,6 +204,9 @@ pub struct MemoryUse {
     pub growing_instances: u64,
     /// Highest RSS seen while an instance was open, bytes.
     pub peak_rss_bytes: u64,
+    /// Highest process heap (counting allocator) seen while an instance was open, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_heap_bytes: Option<i64>,
 }
 
 /// One GPU device over a span name's instances.

@@ -461,10 +461,22 @@ fn ctrlc_child() {
     let Some(dir) = std::env::var_os("SPANPROF_CTRLC_CHILD") else {
         return;
     };
-    let (dispatch, guard) = setup(ChromeOptions::dir(PathBuf::from(dir)).with_steps(
-        "train_step",
-        Schedule::new(0, 0, 1000).unwrap().with_repeat(1),
-    ));
+    let out = std::env::var_os("SPANPROF_CTRLC_OUT").expect("output dir");
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .with_output_dir(PathBuf::from(out))
+        .with_chrome(ChromeOptions::dir(PathBuf::from(dir)).with_steps(
+            "train_step",
+            Schedule::new(0, 0, 1000).unwrap().with_repeat(1),
+        ))
+        .build()
+        .unwrap();
+    let dispatch = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(layer)
+            .with(guard.chrome_layer()),
+    );
     guard.handle().install_ctrlc_handler().unwrap();
     let start = Instant::now();
     tracing::dispatcher::with_default(&dispatch, || {
@@ -494,9 +506,11 @@ fn ctrlc_child() {
 #[test]
 fn ctrl_c_finishes_the_open_window_and_exits_130() {
     let dir = temp_dir("ctrlc");
+    let out = temp_dir("ctrlc-out");
     let output = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "ctrlc_child", "--nocapture", "--test-threads=1"])
         .env("SPANPROF_CTRLC_CHILD", &dir)
+        .env("SPANPROF_CTRLC_OUT", &out)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -507,5 +521,9 @@ fn ctrl_c_finishes_the_open_window_and_exits_130() {
     let trace = Trace::read(&dir.join("train_step_steps_0-999.json"));
     assert!(trace.named("train_step").len() >= 4);
     assert!(trace.named("work").len() >= 40);
+    // The handler also wrote the profile, as the guard would have.
+    let profile = spanprof::Snapshot::read_json(out.join(spanprof::PROFILE_FILE)).unwrap();
+    assert!(profile.span("work").unwrap().calls >= 40);
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&out);
 }

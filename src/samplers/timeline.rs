@@ -205,7 +205,6 @@ impl Timeline {
     }
 
     /// Largest net heap among samples in the window (as [`Timeline::max_rss_between`]).
-    #[cfg(test)]
     pub(crate) fn max_heap_between(&self, t0_ns: u64, t1_ns: u64) -> Option<i64> {
         let mut max = None;
         self.values_between(t0_ns, t1_ns, |s| s.heap_bytes, |v| max = max.max(Some(v)));
