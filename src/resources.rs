@@ -530,57 +530,76 @@ fn leak_suspicion(
     memory: Option<&MemoryUse>,
     growth: Growth,
 ) -> Option<LeakSuspicion> {
-    // Memory a steady leak keeps grows the process in the second half of the run by about half
-    // of what the span kept; ask for a quarter.
-    let kept_by_process =
-        |retained: i64, grew: Option<i64>| grew.is_some_and(|g| 4 * g >= retained);
     if let Some(h) = heap {
+        let retained = h.self_retained_bytes;
         let share = h.retaining_entries as f64 / h.entries.max(1) as f64;
-        if h.entries >= LEAK_MIN_CALLS
+        let judged = h.entries >= LEAK_MIN_CALLS
             && share >= LEAK_MIN_SHARE
-            && h.self_retained_bytes >= LEAK_MIN_HEAP_BYTES
-            && kept_by_process(h.self_retained_bytes, growth.heap)
-        {
-            let per_call = h.self_retained_bytes as f64 / h.entries as f64;
-            return Some(LeakSuspicion {
-                source: "heap".to_string(),
-                retained_bytes: h.self_retained_bytes,
-                per_call_bytes: per_call,
-                share_of_calls: share,
-                evidence: format!(
-                    "kept {} of heap over {} calls ({}/call; {:.0}% of calls kept some)",
-                    crate::report::format_bytes(h.self_retained_bytes as f64),
+            && retained >= LEAK_MIN_HEAP_BYTES;
+        return judged
+            .then(|| {
+                suspicion(
+                    "heap",
+                    "kept",
+                    "of heap",
+                    retained,
                     h.entries,
-                    crate::report::format_bytes(per_call),
-                    share * 100.0
-                ),
-            });
-        }
-        return None;
+                    share,
+                    growth.heap,
+                )
+            })
+            .flatten();
     }
     let m = memory?;
+    let retained = m.rss_delta_bytes;
     let share = m.growing_instances as f64 / m.instances.max(1) as f64;
-    if m.instances >= LEAK_MIN_CALLS / 2
-        && share >= 0.5
-        && m.rss_delta_bytes >= LEAK_MIN_RSS_BYTES
-        && kept_by_process(m.rss_delta_bytes, growth.rss)
-    {
-        let per_call = m.rss_delta_bytes as f64 / m.instances as f64;
-        return Some(LeakSuspicion {
-            source: "rss".to_string(),
-            retained_bytes: m.rss_delta_bytes,
-            per_call_bytes: per_call,
-            share_of_calls: share,
-            evidence: format!(
-                "RSS grew {} over {} calls ({}/call; grew in {:.0}% of calls)",
-                crate::report::format_bytes(m.rss_delta_bytes as f64),
+    let judged =
+        m.instances >= LEAK_MIN_CALLS / 2 && share >= 0.5 && retained >= LEAK_MIN_RSS_BYTES;
+    judged
+        .then(|| {
+            suspicion(
+                "rss",
+                "RSS grew",
+                "",
+                retained,
                 m.instances,
-                crate::report::format_bytes(per_call),
-                share * 100.0
-            ),
-        });
+                share,
+                growth.rss,
+            )
+        })
+        .flatten()
+}
+
+/// The suspicion and its evidence, if the process kept growing meanwhile: memory a steady leak
+/// keeps grows the process in the second half of the run by about half of what the span kept;
+/// a quarter is asked for.
+fn suspicion(
+    source: &str,
+    verb: &str,
+    what: &str,
+    retained: i64,
+    calls: u64,
+    share: f64,
+    grew: Option<i64>,
+) -> Option<LeakSuspicion> {
+    if !grew.is_some_and(|g| 4 * g >= retained) {
+        return None;
     }
-    None
+    let per_call = retained as f64 / calls as f64;
+    let bytes = |b: f64| crate::report::format_bytes(b);
+    Some(LeakSuspicion {
+        source: source.to_string(),
+        retained_bytes: retained,
+        per_call_bytes: per_call,
+        share_of_calls: share,
+        evidence: format!(
+            "{verb} {}{}{what} over {calls} calls ({}/call; {:.0}% of calls)",
+            bytes(retained as f64),
+            if what.is_empty() { "" } else { " " },
+            bytes(per_call),
+            share * 100.0
+        ),
+    })
 }
 
 /// Resource sums attached to a name's stats, made on first use.
