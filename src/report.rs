@@ -473,55 +473,64 @@ fn write_resources(
             f,
             "GPU and energy (over instances; GPU memory per call, energy in total)"
         )?;
+        let row = |cells: [&str; 8]| {
+            let line = format!(
+                "{:<nw$} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                cells[0],
+                cells[1],
+                cells[2],
+                cells[3],
+                cells[4],
+                cells[5],
+                cells[6],
+                cells[7],
+                nw = NAME_WIDTH
+            );
+            line.trim_end().to_string()
+        };
+        let co2_head = if co2 { "CO2e" } else { "" };
         writeln!(
             f,
-            "{:<nw$} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "name",
-            "gpu",
-            "util%",
-            "mem Δ",
-            "peak mem",
-            "gpu J",
-            "total J",
-            if co2 { "CO2e" } else { "" },
-            nw = NAME_WIDTH
+            "{}",
+            row(["name", "gpu", "util%", "mem Δ", "peak mem", "gpu J", "total J", co2_head])
         )?;
         for (s, r) in &gpu_rows {
             let total = r
                 .energy_j
                 .map_or_else(|| "-".to_string(), |j| format!("{j:.3}"));
             let co2e = r.co2e_g.map_or_else(String::new, |g| format!("{g:.4} g"));
+            let name = short_name(s);
             if r.gpus.is_empty() {
                 writeln!(
                     f,
-                    "{:<nw$} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                    short_name(s),
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    total,
-                    co2e,
-                    nw = NAME_WIDTH
+                    "{}",
+                    row([&name, "-", "-", "-", "-", "-", &total, &co2e])
                 )?;
             }
             for (i, g) in r.gpus.iter().enumerate() {
                 let first = i == 0;
+                let util = g
+                    .mean_utilization_pct
+                    .map_or_else(|| "-".to_string(), |u| format!("{u:.0}%"));
+                let mem = format_bytes(g.memory_delta_bytes as f64 / g.instances.max(1) as f64);
+                let peak = format_bytes(g.peak_memory_bytes as f64);
+                let joules = g
+                    .energy_j
+                    .map_or_else(|| "-".to_string(), |j| format!("{j:.3}"));
+                let device = g.device.to_string();
                 writeln!(
                     f,
-                    "{:<nw$} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                    if first { short_name(s) } else { String::new() },
-                    g.device,
-                    g.mean_utilization_pct
-                        .map_or_else(|| "-".to_string(), |u| format!("{u:.0}%")),
-                    format_bytes(g.memory_delta_bytes as f64 / g.instances.max(1) as f64),
-                    format_bytes(g.peak_memory_bytes as f64),
-                    g.energy_j
-                        .map_or_else(|| "-".to_string(), |j| format!("{j:.3}")),
-                    if first { total.clone() } else { String::new() },
-                    if first { co2e.clone() } else { String::new() },
-                    nw = NAME_WIDTH
+                    "{}",
+                    row([
+                        if first { &name } else { "" },
+                        &device,
+                        &util,
+                        &mem,
+                        &peak,
+                        &joules,
+                        if first { &total } else { "" },
+                        if first { &co2e } else { "" },
+                    ])
                 )?;
             }
         }
