@@ -45,6 +45,19 @@
 //! totals, minima and maxima are exact. Memory: at most 63 KiB per (span name × thread that
 //! recorded it); 27 KiB for spans entered once per instance.
 //!
+//! # Resources per span
+//!
+//! At the `detailed` preset ([`Preset::Detailed`], or `SPANPROF=detailed`) spans also carry
+//! RSS, heap (with [`CountingAlloc`] as the global allocator) and thread CPU time; at `full`,
+//! NVML GPU memory, utilisation and energy ([`NvmlSource`], or any [`GpuSource`]) and CPU
+//! package energy. A background thread samples them; the layer copies the published readings.
+//! [`Samplers`] switches each one alone. Spans whose calls keep retaining memory are flagged.
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static ALLOC: spanprof::CountingAlloc = spanprof::CountingAlloc::system();
+//! ```
+//!
 //! # Chrome / Perfetto traces
 //!
 //! [`Builder::with_chrome`] also writes Chrome trace files of the steps a
