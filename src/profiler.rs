@@ -205,7 +205,12 @@ impl Inner {
         };
         // Growth over the second half of the run: a leak keeps growing; memory allocated
         // once at start-up (data, models) does not.
-        let mid = timeline.get(timeline.len() / 2);
+        // (With fewer than four samples there is no second half to speak of: since the start.)
+        let mid = if timeline.len() >= 4 {
+            timeline.get(timeline.len() / 2)
+        } else {
+            timeline.first()
+        };
         let growth = Growth {
             heap: crate::alloc::global_heap_bytes()
                 .zip(mid.and_then(|s| s.heap_bytes))

@@ -23,17 +23,22 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn detailed() -> (Dispatch, ProfileGuard) {
-    let (layer, guard) = ProfileLayer::builder()
+/// Builds the layer (environment ignored, no report) into a dispatcher of its own.
+fn install(builder: spanprof::Builder) -> (Dispatch, ProfileGuard) {
+    let (layer, guard) = builder
         .with_env(false)
         .with_report(ReportTarget::Off)
-        .with_preset(Preset::Detailed)
-        .with_sample_interval(Duration::from_millis(10))
         .build()
         .unwrap();
-    (
-        Dispatch::new(tracing_subscriber::registry().with(layer)),
-        guard,
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    (dispatch, guard)
+}
+
+fn detailed() -> (Dispatch, ProfileGuard) {
+    install(
+        ProfileLayer::builder()
+            .with_preset(Preset::Detailed)
+            .with_sample_interval(Duration::from_millis(10)),
     )
 }
 
@@ -205,21 +210,16 @@ fn scripted_gpu() -> ScriptedSource {
 #[test]
 fn gpu_figures_from_a_scripted_source() {
     let _serial = serial();
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .with_samplers(Samplers {
-            gpu: true,
-            ..Samplers::NONE
-        })
-        .with_sample_interval(Duration::from_millis(10))
-        .with_gpu_source(scripted_gpu())
-        .with_grid_intensity(400.0)
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
-    // Let the sampler discover the device before the span opens.
-    std::thread::sleep(Duration::from_millis(50));
+    let (dispatch, guard) = install(
+        ProfileLayer::builder()
+            .with_samplers(Samplers {
+                gpu: true,
+                ..Samplers::NONE
+            })
+            .with_sample_interval(Duration::from_millis(10))
+            .with_gpu_source(scripted_gpu())
+            .with_grid_intensity(400.0),
+    );
     let started = Instant::now();
     tracing::dispatcher::with_default(&dispatch, || {
         tracing::info_span!("kernel").in_scope(|| std::thread::sleep(Duration::from_millis(300)));
@@ -251,19 +251,16 @@ fn gpu_figures_from_a_scripted_source() {
 #[test]
 fn no_gpu_is_reported_and_everything_else_works() {
     let _serial = serial();
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .with_samplers(Samplers {
-            gpu: true,
-            memory: true,
-            ..Samplers::NONE
-        })
-        .with_gpu_source(ScriptedSource::unavailable("NVML library not found (test)"))
-        .with_sample_interval(Duration::from_millis(10))
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    let (dispatch, guard) = install(
+        ProfileLayer::builder()
+            .with_samplers(Samplers {
+                gpu: true,
+                memory: true,
+                ..Samplers::NONE
+            })
+            .with_gpu_source(ScriptedSource::unavailable("NVML library not found (test)"))
+            .with_sample_interval(Duration::from_millis(10)),
+    );
     tracing::dispatcher::with_default(&dispatch, || {
         tracing::info_span!("work").in_scope(|| std::thread::sleep(Duration::from_millis(30)));
     });
@@ -288,12 +285,7 @@ fn no_gpu_is_reported_and_everything_else_works() {
 #[test]
 fn basic_preset_has_no_resources() {
     let _serial = serial();
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    let (dispatch, guard) = install(ProfileLayer::builder());
     tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("x").in_scope(|| {}));
     let snap = guard.finish_snapshot();
     assert!(snap.resources.is_none());
