@@ -86,16 +86,21 @@ pub fn format_bytes(bytes: f64) -> String {
         ("GiB", 1073741824.0),
         ("TiB", 1099511627776.0),
     ];
-    let mut chosen = units[0];
-    for u in units {
-        if b >= u.1 {
-            chosen = u;
-        }
-    }
+    let chosen = largest_unit(b, &units);
     if chosen.1 == 1.0 {
         return format!("{sign}{b:.0} B");
     }
     format!("{sign}{}", three_digits(b / chosen.1, chosen.0))
+}
+
+/// The largest unit (name, size) not larger than `value`; the first one for smaller values.
+fn largest_unit<'a>(value: f64, units: &[(&'a str, f64)]) -> (&'a str, f64) {
+    units
+        .iter()
+        .copied()
+        .take_while(|u| value >= u.1)
+        .last()
+        .unwrap_or(units[0])
 }
 
 /// Formats a count or rate with an SI prefix (`1.25 k`, `3.40 G`).
@@ -108,12 +113,7 @@ pub fn format_si(value: f64) -> String {
         ("T", 1e12),
         ("P", 1e15),
     ];
-    let mut chosen = prefixes[0];
-    for p in prefixes {
-        if value >= p.1 {
-            chosen = p;
-        }
-    }
+    let chosen = largest_unit(value, &prefixes);
     if chosen.1 == 1.0 {
         return if value.fract() == 0.0 {
             format!("{value:.0}")
