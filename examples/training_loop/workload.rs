@@ -1,6 +1,6 @@
-//! A small but real neural-network training run, profiled with `spanprof`.
+//! The workload of the `training_loop` example: everything but the profiling.
 //!
-//! The workload is shaped like an ML training job and does all of its maths by
+//! It is shaped like an ML training job and does all of its maths by
 //! hand, on one CPU core, with no dependencies beyond `tracing`:
 //!
 //! * a deterministic synthetic data set: 10 classes of noisy 64-dimensional
@@ -11,10 +11,11 @@
 //!   softmax cross-entropy loss, trained with Adam and a cosine learning-rate
 //!   schedule;
 //! * per epoch: shuffle, one `train_step` per mini-batch, then an `evaluate`
-//!   pass over a held-out test set. Loss goes down and accuracy goes up; one line
-//!   per epoch is printed to stdout.
+//!   pass over a held-out test set. Loss goes down and accuracy goes up; `main.rs`
+//!   prints one line per epoch to stdout.
 //!
-//! Instrumentation uses only `#[tracing::instrument]` and spans. The span tree is
+//! Instrumentation uses only `#[tracing::instrument]` and spans, and knows nothing
+//! of spanprof. The span tree is (`train` is in `main.rs`, the rest here)
 //!
 //! ```text
 //! generate_dataset          info   items
@@ -43,50 +44,13 @@
 //! the way `candle-transformers` instruments its layers. The spans are `debug`
 //! level, so they only exist when the log filter allows it (e.g.
 //! `RUST_LOG=debug`).
-//!
-//! # Running
-//!
-//! ```text
-//! # profile with the default filter ("info"): report on stderr, JSON in target/spanprof/profile.json
-//! cargo run --release --example training_loop
-//!
-//! # choose where profile.json goes, and how long to train
-//! cargo run --release --example training_loop -- --out /tmp/prof --epochs 3
-//!
-//! # RUST_LOG is the usual `EnvFilter`: it decides which spans exist at all
-//! RUST_LOG=debug cargo run --release --example training_loop    # add the per-layer `linear` spans
-//! RUST_LOG=warn  cargo run --release --example training_loop    # no spans at all
-//!
-//! # spanprof reads its own SPANPROF* variables, which override the builder
-//! SPANPROF=off   cargo run --release --example training_loop    # installed, but recording nothing
-//! SPANPROF=basic cargo run --release --example training_loop    # the default preset: span timing
-//! RUST_LOG=debug SPANPROF_FILTER=info cargo run --release --example training_loop
-//!                         # `linear` spans exist for the other layers, but spanprof skips them
-//! SPANPROF_OUT=/tmp/prof SPANPROF_TOP=10 SPANPROF_REPORT=report.txt cargo run --release --example training_loop
-//!
-//! # Chrome / Perfetto traces of a few steps (train_step 16-18 and 25-27) into DIR/traces/,
-//! # with resource counters; `SPANPROF=full` turns them on too. Ctrl-C still leaves valid files.
-//! cargo run --release --example training_loop -- --trace --out /tmp/prof
-//! SPANPROF=full cargo run --release --example training_loop -- --out /tmp/prof
-//! # then open /tmp/prof/traces/train_step_steps_16-18.json in https://ui.perfetto.dev
-//!
-//! # the same workload with the same registry and EnvFilter, but without spanprof:
-//! # compare its "training took" line with a profiled run to see spanprof's overhead
-//! cargo run --release --example training_loop -- --no-profile
-//! ```
-//!
-//! The wall time of the training loop is printed to stderr at the end
-//! (`training took 3.42 s`), before spanprof's report.
 
 use std::error::Error;
 use std::f32::consts::PI;
 use std::fmt;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tracing::{instrument, Span};
-use tracing_subscriber::prelude::*;
-use tracing_subscriber::EnvFilter;
 
 /// Number of input features per sample.
 const FEATURES: usize = 64;
@@ -107,139 +71,12 @@ const CORRUPTED_SAMPLES: usize = 5;
 /// Fraction of labels replaced by a random class.
 const LABEL_NOISE: f32 = 0.03;
 
-const DEFAULT_EPOCHS: usize = 10;
 const BATCH_SIZE: usize = 64;
 const EVAL_BATCH_SIZE: usize = 256;
 const LEARNING_RATE: f32 = 3e-4;
 /// Simulated latency of fetching one mini-batch from storage.
 const IO_LATENCY: Duration = Duration::from_micros(40);
 const SEED: u64 = 0x5EED_2024;
-
-const USAGE: &str = "\
-usage: training_loop [--out DIR] [--epochs N] [--trace] [--no-profile]
-
-  --out DIR      where spanprof writes profile.json (default: target/spanprof)
-  --epochs N     number of training epochs (default: 10)
-  --trace        also write Chrome / Perfetto traces of train_step 16-18 and 25-27
-                 into DIR/traces/ (on too with SPANPROF=full)
-  --no-profile   run the same workload without spanprof, to measure its overhead";
-
-/// Which `train_step`s are traced with `--trace`: skip the first 10 steps, then wait 5, warm
-/// up 1 and trace 3, twice (steps 16-18 and 25-27), like `torch.profiler.schedule`.
-fn trace_schedule() -> spanprof::chrome::Schedule {
-    // UNWRAP: 3 active steps is a valid schedule.
-    spanprof::chrome::Schedule::new(5, 1, 3)
-        .expect("valid schedule")
-        .with_repeat(2)
-        .with_skip_first(10)
-}
-
-/// Counts heap allocations per thread, so `SPANPROF=detailed` can show bytes allocated and
-/// retained per span (1–2 ns per allocation; used in every mode, `--no-profile` included).
-#[global_allocator]
-static ALLOC: spanprof::CountingAlloc = spanprof::CountingAlloc::system();
-
-fn main() -> Result<(), Box<dyn Error>> {
-    let args = Args::parse().unwrap_or_else(|message| {
-        eprintln!("error: {message}\n\n{USAGE}");
-        std::process::exit(2);
-    });
-
-    // The user's log filter decides which spans exist; spanprof sees those.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let guard = if args.profile {
-        let mut builder = spanprof::ProfileLayer::builder().with_output_dir(&args.out_dir);
-        if args.trace {
-            builder = builder.with_chrome(
-                spanprof::chrome::ChromeOptions::dir(args.out_dir.join("traces"))
-                    .with_steps("train_step", trace_schedule())
-                    .with_args(true),
-            );
-        }
-        let (layer, guard) = builder.build()?;
-        // `chrome_layer()` is `None` unless chrome tracing is on.
-        tracing_subscriber::registry()
-            .with(filter)
-            .with(layer)
-            .with(guard.chrome_layer())
-            .init();
-        if args.trace {
-            // Ctrl-C finishes the open trace window (valid JSON) and exits with status 130.
-            guard.handle().install_ctrlc_handler()?;
-        }
-        Some(guard)
-    } else {
-        tracing_subscriber::registry().with(filter).init();
-        None
-    };
-
-    let mut rng = Rng::new(SEED);
-    let (train_set, test_set) = generate_dataset(&mut rng);
-    let model = Mlp::new(&LAYER_SIZES, &mut rng);
-    let mut trainer = Trainer::new(args.epochs, model, train_set, test_set, rng);
-
-    let start = Instant::now();
-    trainer.train();
-    let elapsed = start.elapsed();
-    // Dropping the trainer closes the model's long-lived `linear` spans.
-    drop(trainer);
-    eprintln!("training took {:.2} s", elapsed.as_secs_f64());
-
-    // Prints spanprof's report to stderr and writes the JSON profile and the traces.
-    if let Some(guard) = guard {
-        let outputs = guard.finish()?;
-        for trace in &outputs.traces {
-            eprintln!(
-                "chrome trace: {} (open in https://ui.perfetto.dev)",
-                trace.display()
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Command-line options, parsed by hand.
-struct Args {
-    out_dir: PathBuf,
-    epochs: usize,
-    profile: bool,
-    trace: bool,
-}
-
-impl Args {
-    fn parse() -> Result<Self, String> {
-        let mut args = Args {
-            out_dir: PathBuf::from("target/spanprof"),
-            epochs: DEFAULT_EPOCHS,
-            profile: true,
-            trace: std::env::var(spanprof::ENV_PRESET)
-                .is_ok_and(|v| v.trim().eq_ignore_ascii_case("full")),
-        };
-        let mut argv = std::env::args().skip(1);
-        while let Some(arg) = argv.next() {
-            match arg.as_str() {
-                "--out" => {
-                    args.out_dir = argv.next().ok_or("--out needs a directory")?.into();
-                }
-                "--epochs" => {
-                    let value = argv.next().ok_or("--epochs needs a number")?;
-                    args.epochs =
-                        value.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
-                            format!("--epochs: `{value}` is not a positive integer")
-                        })?;
-                }
-                "--no-profile" => args.profile = false,
-                "--trace" => args.trace = true,
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
-                }
-                other => return Err(format!("unknown argument `{other}`")),
-            }
-        }
-        Ok(args)
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Random numbers
@@ -822,8 +659,9 @@ impl Adam {
 // ---------------------------------------------------------------------------
 
 /// Everything a training run needs.
-struct Trainer {
-    epochs: usize,
+pub struct Trainer {
+    /// Number of epochs the learning-rate schedule spans.
+    pub epochs: usize,
     model: Mlp,
     optimizer: Adam,
     train_set: Dataset,
@@ -835,16 +673,21 @@ struct Trainer {
 }
 
 /// Metrics of one epoch.
-struct EpochStats {
-    train_loss: f32,
-    test_loss: f32,
-    test_accuracy: f32,
+pub struct EpochStats {
+    pub train_loss: f32,
+    pub test_loss: f32,
+    pub test_accuracy: f32,
     /// Batches rejected by `validate_batch`.
-    skipped: usize,
+    pub skipped: usize,
 }
 
 impl Trainer {
-    fn new(epochs: usize, model: Mlp, train_set: Dataset, test_set: Dataset, rng: Rng) -> Self {
+    /// Generates the data sets (the `generate_dataset` span) and builds the model, creating
+    /// its long-lived `linear` spans.
+    pub fn new(epochs: usize) -> Self {
+        let mut rng = Rng::new(SEED);
+        let (train_set, test_set) = generate_dataset(&mut rng);
+        let model = Mlp::new(&LAYER_SIZES, &mut rng);
         Trainer {
             epochs,
             optimizer: Adam::new(&model),
@@ -857,32 +700,21 @@ impl Trainer {
         }
     }
 
-    #[instrument(skip_all, fields(epochs = self.epochs, items = self.epochs * self.train_set.len()))]
-    fn train(&mut self) {
-        for epoch in 1..=self.epochs {
-            let lr = self.learning_rate();
-            let stats = self.train_epoch(epoch);
-            println!(
-                "epoch {epoch:>2}/{}  lr {lr:.1e}  train loss {:.4}  test loss {:.4}  \
-                 test acc {:5.2}%  ({} bad batches skipped)",
-                self.epochs,
-                stats.train_loss,
-                stats.test_loss,
-                100.0 * stats.test_accuracy,
-                stats.skipped,
-            );
-        }
+    /// Training samples seen per epoch.
+    pub fn samples_per_epoch(&self) -> usize {
+        self.train_set.len()
     }
 
     /// Cosine decay from `LEARNING_RATE` to zero over the whole run.
-    fn learning_rate(&self) -> f32 {
+    pub fn learning_rate(&self) -> f32 {
         let total = self.epochs * (self.train_set.len() / BATCH_SIZE);
         let progress = self.step as f32 / total as f32;
         LEARNING_RATE * 0.5 * (1.0 + (PI * progress).cos())
     }
 
+    /// One pass over the shuffled training set, then an evaluation on the test set.
     #[instrument(name = "epoch", skip(self))]
-    fn train_epoch(&mut self, epoch: usize) -> EpochStats {
+    pub fn train_epoch(&mut self, epoch: usize) -> EpochStats {
         let order = self.shuffled_indices();
         let (mut loss_sum, mut steps, mut skipped) = (0.0, 0, 0);
         for indices in order.chunks_exact(BATCH_SIZE) {
