@@ -74,7 +74,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     );
 
     // Prints the report to stderr and writes profile.json.
-    if let Some(profile) = guard.finish()?.profile {
+    if let Some(profile) = guard.finish()?.profile() {
         eprintln!("profile: {}", profile.display());
     }
     Ok(())

@@ -7,9 +7,9 @@
 //! #[global_allocator]
 //! static ALLOC: spanprof::CountingAlloc = spanprof::CountingAlloc::system();
 //! # fn main() {
-//! let before = spanprof::HeapCounters::thread().expect("installed above");
+//! let before = spanprof::alloc::HeapCounters::thread().expect("installed above");
 //! let v = vec![0u8; 1000];
-//! let used = spanprof::HeapCounters::thread().expect("installed above").since(before);
+//! let used = spanprof::alloc::HeapCounters::thread().expect("installed above").since(before);
 //! assert_eq!((used.allocated, used.allocs), (1000, 1));
 //! # drop(v);
 //! # }

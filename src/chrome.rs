@@ -4,7 +4,7 @@
 //! spanprof forwards the spans of the steps a [`Schedule`] selects to the real
 //! `tracing_chrome::ChromeLayer`, one file per window of active steps, composed in the same
 //! registry as the [`ProfileLayer`](crate::ProfileLayer). One guard ends everything: dropping
-//! (or [finishing](crate::ProfileGuard::finish)) the [`ProfileGuard`]
+//! (or [finishing](crate::ProfileGuard::finish)) the [`ProfileGuard`](crate::ProfileGuard)
 //! finishes the open window and waits until every trace file is complete.
 //!
 //! ```
@@ -83,7 +83,8 @@
 //!
 //! Trace files are valid JSON when the guard drops at the end of `main`, when it drops during a
 //! panic's unwinding (the writer thread completes the files, not the panicking thread), and,
-//! after [`ProfileHandle::install_ctrlc_handler`](crate::ProfileHandle::install_ctrlc_handler),
+//! after [`ProfileHandle::install_ctrlc_handler`](crate::ProfileHandle::install_ctrlc_handler)
+//! (feature `ctrlc`),
 //! when the program is interrupted by Ctrl-C: the handler finishes the open window, waits for
 //! the files, and exits with status 130. Without it, Ctrl-C kills the process while the window's
 //! file is half written, which is the truncated-file complaint of tracing-chrome's users.
@@ -115,25 +116,14 @@ mod tests;
 mod trace_file;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use tracing_core::Subscriber;
-use tracing_subscriber::registry::LookupSpan;
-
-pub(crate) use counters::{Counter, CounterSource};
+pub(crate) use counters::TimelineCounters;
 pub use layer::ChromeTraceLayer;
 pub use schedule::{Schedule, StepAction, StepWindow};
 pub(crate) use session::Session;
 
-use crate::error::{Error, Result};
-use crate::guard::{ProfileGuard, ProfileHandle};
-
 /// The file [`ChromeOptions::dir`] writes without a step schedule.
 pub const WHOLE_RUN_FILE: &str = "trace.json";
-
-/// Exit status of the process after the Ctrl-C handler finished the traces: 128 + `SIGINT`,
-/// what shells report for a program interrupted by Ctrl-C.
-pub const CTRLC_EXIT_CODE: i32 = 130;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Output {
@@ -225,94 +215,5 @@ impl ChromeOptions {
             thread_names,
             ..self
         }
-    }
-}
-
-impl ProfileHandle {
-    fn chrome(&self) -> Option<&Arc<Session>> {
-        self.inner.config.chrome.as_ref()
-    }
-
-    /// The chrome tracing layer, to add to the same registry as the
-    /// [`ProfileLayer`](crate::ProfileLayer); see [`ProfileGuard::chrome_layer`].
-    pub fn chrome_layer<S>(&self) -> Option<ChromeTraceLayer<S>>
-    where
-        S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
-    {
-        self.chrome()?.layer()
-    }
-
-    /// The trace files completed so far (a window's file is listed once tracing-chrome has
-    /// closed it and spanprof has added its counters).
-    pub fn chrome_traces(&self) -> Vec<PathBuf> {
-        self.chrome().map(|c| c.written()).unwrap_or_default()
-    }
-
-    /// Finishes the open trace window and stops tracing for good, waiting until every trace file
-    /// is complete; returns them all. The guard does this when it drops; call it yourself from
-    /// your own signal handling. Further calls return the same files.
-    ///
-    /// # Errors
-    /// [`Error::Io`] naming the first trace file that could not be written or completed.
-    pub fn finish_chrome(&self) -> Result<Vec<PathBuf>> {
-        match self.chrome() {
-            Some(c) => c.finish(),
-            None => Ok(Vec::new()),
-        }
-    }
-
-    /// Installs a Ctrl-C (`SIGINT`; Ctrl-C and Ctrl-Break on Windows) handler that does what
-    /// the guard does when it drops — finishes the open trace window, prints the report, writes
-    /// the profile — then says so on stderr and exits the process with [`CTRLC_EXIT_CODE`]
-    /// (130). An interrupted training run keeps its profile and complete traces.
-    ///
-    /// It uses the [`ctrlc`] crate: one thread named `ctrl-c` waits for the signal.
-    ///
-    /// # Errors
-    /// [`Error::CtrlC`] if a handler for `SIGINT` is already installed (by this function, by
-    /// another crate, or by the program itself): spanprof does not replace it.
-    pub fn install_ctrlc_handler(&self) -> Result<()> {
-        let handle = self.clone();
-        ctrlc::try_set_handler(move || {
-            // Everything the guard would write: traces, report, profile.
-            match handle.finish_outputs() {
-                Ok(outputs) => eprintln!(
-                    "spanprof: interrupted; {} trace file(s) complete{}",
-                    outputs.traces.len(),
-                    outputs
-                        .profile
-                        .map(|p| format!(", profile in {}", p.display()))
-                        .unwrap_or_default()
-                ),
-                Err(e) => eprintln!("spanprof: interrupted; {e}"),
-            }
-            std::process::exit(CTRLC_EXIT_CODE);
-        })
-        .map_err(|source| Error::CtrlC { source })
-    }
-}
-
-impl ProfileGuard {
-    /// The chrome tracing layer, generic over the subscriber it is added to: `None` without
-    /// [`Builder::with_chrome`](crate::Builder::with_chrome), with the `off` preset, and on
-    /// every call after the first (a session has one layer). `Option<L>` is a layer itself:
-    ///
-    /// ```
-    /// # use tracing_subscriber::prelude::*;
-    /// # let (layer, guard) = spanprof::ProfileLayer::builder().with_env(false)
-    /// #     .with_report(spanprof::ReportTarget::Off).build()?;
-    /// let subscriber = tracing_subscriber::registry().with(layer);
-    /// let subscriber = subscriber.with(guard.chrome_layer()); // None here: no with_chrome
-    /// # drop(subscriber);
-    /// # Ok::<(), spanprof::Error>(())
-    /// ```
-    ///
-    /// Building it starts tracing-chrome's writer thread. Dropping the guard finishes the open
-    /// window and joins that thread.
-    pub fn chrome_layer<S>(&self) -> Option<ChromeTraceLayer<S>>
-    where
-        S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
-    {
-        self.handle().chrome_layer()
     }
 }

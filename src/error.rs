@@ -40,12 +40,14 @@ pub enum Error {
     },
     /// The chrome trace options or step schedule are not valid (e.g. a schedule with no active
     /// step, or a step schedule with a single trace file).
+    #[cfg(feature = "chrome")]
     #[error("invalid chrome trace options: {reason}")]
     InvalidChromeOptions {
         /// What is wrong.
         reason: &'static str,
     },
     /// The Ctrl-C handler could not be installed (e.g. the program already handles `SIGINT`).
+    #[cfg(feature = "ctrlc")]
     #[error("installing the Ctrl-C handler: {source}")]
     CtrlC {
         /// The `ctrlc` crate's error.
@@ -60,6 +62,29 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// Several outputs failed when the profile was finished; each error, in the order of the
+    /// outputs.
+    #[error("{} outputs failed: {}", .0.len(), join(.0))]
+    Outputs(Vec<Error>),
+}
+
+fn join(errors: &[Error]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Error {
+    /// No error, the one error, or [`Error::Outputs`] with all of them.
+    pub(crate) fn collect(mut errors: Vec<Error>) -> Option<Error> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(Error::Outputs(errors)),
+        }
+    }
 }
 
 /// `Result<T, spanprof::Error>`.

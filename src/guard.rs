@@ -2,24 +2,19 @@
 
 use std::fmt;
 use std::io::Write;
-use std::path::PathBuf;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use crate::config::ReportTarget;
-use crate::error::{Error, Result};
-use crate::profiler::Inner;
-use crate::report::Report;
-use crate::snapshot::Snapshot;
-use crate::{PERF_TARGET, PROFILING_TARGET};
-
-/// Name of the JSON profile written into the output directory.
-pub const PROFILE_FILE: &str = "profile.json";
+use crate::error::Result;
+use crate::output::Outputs;
+use crate::profile::Snapshot;
+use crate::session::ProfileSession;
+use crate::switches::Resources;
+use crate::PERF_TARGET;
 
 /// A cloneable, cheap handle to read a running profile from anywhere.
 #[derive(Clone)]
 pub struct ProfileHandle {
-    pub(crate) inner: Arc<Inner>,
+    session: Arc<ProfileSession>,
 }
 
 impl fmt::Debug for ProfileHandle {
@@ -29,88 +24,132 @@ impl fmt::Debug for ProfileHandle {
 }
 
 impl ProfileHandle {
-    /// Stops recording and the sampler, finishes the Chrome traces, writes the report and the
-    /// profile (what the guard does when it drops, and the Ctrl-C handler before it exits).
-    /// Only the first call writes; later ones return what it wrote.
-    pub(crate) fn finish_outputs(&self) -> Result<Outputs> {
-        let inner = &self.inner;
-        let mut done = inner.finished.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(outputs) = done.as_ref() {
-            return Ok(outputs.clone());
-        }
-        inner.active.store(false, Relaxed);
-        inner.stop_sampler();
-        let snapshot = inner.snapshot();
-        summary_event(&snapshot);
-        let config = &inner.config;
-        let mut outputs = Outputs::default();
-        let mut first_error = None;
-        // Chrome traces: finish the open window, wait until every trace file is complete.
-        match self.finish_chrome() {
-            Ok(traces) => outputs.traces = traces,
-            Err(e) => first_error = Some(e),
-        }
-        let report = || Report::new(&snapshot).top(config.top).to_string();
-        match &config.report {
-            ReportTarget::Off => {}
-            ReportTarget::Stderr => {
-                let _ = std::io::stderr().lock().write_all(report().as_bytes());
-            }
-            ReportTarget::File(path) => {
-                match write_file(path, report().as_bytes(), "writing report") {
-                    Ok(()) => outputs.report = Some(path.clone()),
-                    Err(e) => first_error = Some(e),
-                }
-            }
-        }
-        if let Some(dir) = &config.output_dir {
-            let path = dir.join(PROFILE_FILE);
-            match snapshot.write_json(&path) {
-                Ok(()) => outputs.profile = Some(path),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(p) = &outputs.profile {
-            tracing::info!(target: PROFILING_TARGET, path = %p.display(), "spanprof wrote the JSON profile");
-        }
-        *done = Some(outputs.clone());
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(outputs),
+    pub(crate) fn new(session: ProfileSession) -> Self {
+        Self {
+            session: Arc::new(session),
         }
     }
 
     /// Everything recorded so far. Recording goes on; spans still open are counted in `open`
     /// and their completed entries are included.
     pub fn snapshot(&self) -> Snapshot {
-        self.inner.snapshot()
+        self.session.snapshot()
     }
 
     /// The console report of a fresh snapshot, as configured (top rows).
     pub fn render_report(&self) -> String {
-        Report::new(&self.snapshot())
-            .top(self.inner.config.top)
-            .to_string()
+        self.session.table().to_string(&self.snapshot())
     }
 
     /// Writes the console report of a fresh snapshot to `out`.
+    ///
+    /// # Errors
+    /// The writer's errors.
     pub fn render_report_to(&self, out: &mut impl Write) -> std::io::Result<()> {
         out.write_all(self.render_report().as_bytes())
     }
+
+    /// The resources recorded per span now.
+    pub fn resources(&self) -> Resources {
+        self.session.resources()
+    }
+
+    /// Switches resources per span on or off while the program runs, e.g. to step detail down
+    /// in a long run. Only resources the profile was built with can be on (the sampler thread
+    /// samples only those); figures already recorded are kept. Returns the set now in effect.
+    ///
+    /// Spans entered or opened before the change keep the readings they started with.
+    pub fn set_resources(&self, resources: Resources) -> Resources {
+        self.session.set_resources(resources)
+    }
+
+    /// Stops recording and the sampler, finishes the Chrome traces, writes the report and the
+    /// outputs: what the guard does when it drops, and the Ctrl-C handler before it exits.
+    /// Only the first call writes; later ones return what it wrote.
+    ///
+    /// # Errors
+    /// The error of the one output that failed ([`Error::Io`](crate::Error::Io) naming its
+    /// file), or [`Error::Outputs`](crate::Error::Outputs) with each error when several did.
+    /// Every output is attempted even if an earlier one failed.
+    pub fn finish(&self) -> Result<Outputs> {
+        self.session.finish()
+    }
+
+    /// Installs a Ctrl-C (`SIGINT`; Ctrl-C and Ctrl-Break on Windows) handler that does what
+    /// the guard does when it drops — finishes the open trace window, prints the report, writes
+    /// the outputs — then says so on stderr and exits the process with
+    /// [`CTRLC_EXIT_CODE`](crate::CTRLC_EXIT_CODE) (130). An interrupted training run keeps its
+    /// profile and complete traces.
+    ///
+    /// It uses the [`ctrlc`] crate: one thread named `ctrl-c` waits for the signal.
+    ///
+    /// # Errors
+    /// [`Error::CtrlC`](crate::Error::CtrlC) if a handler for `SIGINT` is already installed (by
+    /// this function, by another crate, or by the program itself): spanprof does not replace
+    /// it.
+    #[cfg(feature = "ctrlc")]
+    pub fn install_ctrlc_handler(&self) -> Result<()> {
+        let handle = self.clone();
+        ctrlc::try_set_handler(move || {
+            // Everything the guard would write: traces, report, profile.
+            match handle.finish() {
+                Ok(outputs) => eprintln!(
+                    "spanprof: interrupted; {} trace file(s) complete{}",
+                    outputs.traces.len(),
+                    outputs
+                        .profile()
+                        .map(|p| format!(", profile in {}", p.display()))
+                        .unwrap_or_default()
+                ),
+                Err(e) => eprintln!("spanprof: interrupted; {e}"),
+            }
+            std::process::exit(crate::CTRLC_EXIT_CODE);
+        })
+        .map_err(|source| crate::Error::CtrlC { source })
+    }
 }
 
-/// What [`ProfileGuard::finish`] wrote.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Outputs {
-    /// The report file, if the report went to a file.
-    pub report: Option<PathBuf>,
-    /// The JSON profile, if an output directory was configured.
-    pub profile: Option<PathBuf>,
-    /// Chrome trace files written during the run (see [`crate::chrome`]).
-    pub traces: Vec<PathBuf>,
+#[cfg(feature = "chrome")]
+impl ProfileHandle {
+    /// The chrome tracing layer, to add to the same registry as the
+    /// [`ProfileLayer`](crate::ProfileLayer); see [`ProfileGuard::chrome_layer`].
+    pub fn chrome_layer<S>(&self) -> Option<crate::chrome::ChromeTraceLayer<S>>
+    where
+        S: tracing_core::Subscriber
+            + for<'a> tracing_subscriber::registry::LookupSpan<'a>
+            + Send
+            + Sync,
+    {
+        self.session.chrome()?.layer()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn chrome_session(&self) -> Option<Arc<crate::chrome::Session>> {
+        self.session.chrome().cloned()
+    }
+
+    /// The trace files completed so far (a window's file is listed once tracing-chrome has
+    /// closed it and spanprof has added its counters).
+    pub fn chrome_traces(&self) -> Vec<std::path::PathBuf> {
+        self.session
+            .chrome()
+            .map(|c| c.written())
+            .unwrap_or_default()
+    }
+
+    /// Finishes the open trace window and stops tracing for good, waiting until every trace file
+    /// is complete; returns them all. The guard does this when it drops; call it yourself from
+    /// your own signal handling. Further calls return the same files.
+    ///
+    /// # Errors
+    /// [`Error::Io`](crate::Error::Io) naming the first trace file that could not be written or
+    /// completed.
+    pub fn finish_chrome(&self) -> Result<Vec<std::path::PathBuf>> {
+        match self.session.chrome() {
+            Some(c) => c.finish(),
+            None => Ok(Vec::new()),
+        }
+    }
 }
 
 /// Ends the profiling session when dropped: stops recording, prints the report and writes the
@@ -151,53 +190,41 @@ impl ProfileGuard {
         self.handle.snapshot()
     }
 
-    /// Stops recording, writes the report and the profile, and says where they went.
+    /// Stops recording, writes the report and the outputs, and says where they went.
     ///
     /// # Errors
-    /// [`Error::Io`] naming the file that could not be written. Every output is attempted even
-    /// if an earlier one failed; the first error is returned.
+    /// See [`ProfileHandle::finish`].
     pub fn finish(mut self) -> Result<Outputs> {
         self.finished = true;
-        self.flush()
+        self.handle.finish()
     }
 
-    fn flush(&self) -> Result<Outputs> {
-        self.handle.finish_outputs()
+    /// The chrome tracing layer, generic over the subscriber it is added to: `None` without
+    /// [`Builder::with_chrome`](crate::Builder::with_chrome), with the `off` preset, and on
+    /// every call after the first (a session has one layer). `Option<L>` is a layer itself:
+    ///
+    /// ```
+    /// # use tracing_subscriber::prelude::*;
+    /// # let (layer, guard) = spanprof::ProfileLayer::builder().with_env(false)
+    /// #     .with_report(spanprof::ReportTarget::Off).build()?;
+    /// let subscriber = tracing_subscriber::registry().with(layer);
+    /// let subscriber = subscriber.with(guard.chrome_layer()); // None here: no with_chrome
+    /// # drop(subscriber);
+    /// # Ok::<(), spanprof::Error>(())
+    /// ```
+    ///
+    /// Building it starts tracing-chrome's writer thread. Dropping the guard finishes the open
+    /// window and joins that thread.
+    #[cfg(feature = "chrome")]
+    pub fn chrome_layer<S>(&self) -> Option<crate::chrome::ChromeTraceLayer<S>>
+    where
+        S: tracing_core::Subscriber
+            + for<'a> tracing_subscriber::registry::LookupSpan<'a>
+            + Send
+            + Sync,
+    {
+        self.handle.chrome_layer()
     }
-}
-
-/// One summary event at the performance target: how much was profiled and the hottest span.
-fn summary_event(snapshot: &Snapshot) {
-    let inside: u64 = snapshot.spans.iter().map(|s| s.entry_self.total_ns).sum();
-    let hottest = snapshot.spans.iter().max_by_key(|s| s.entry_self.total_ns);
-    let (name, share) = hottest.map_or(("-", 0.0), |s| {
-        let share = if inside == 0 {
-            0.0
-        } else {
-            100.0 * s.entry_self.total_ns as f64 / inside as f64
-        };
-        (s.name.as_str(), share)
-    });
-    tracing::info!(
-        target: PERF_TARGET,
-        span_names = snapshot.spans.len(),
-        run_ms = snapshot.run.duration_ns / 1_000_000,
-        hottest = name,
-        hottest_self_pct = share,
-        "spanprof summary"
-    );
-}
-
-fn write_file(path: &PathBuf, bytes: &[u8], action: &'static str) -> Result<()> {
-    let io = |source| Error::Io {
-        action,
-        path: path.clone(),
-        source,
-    };
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    std::fs::write(path, bytes).map_err(io)
 }
 
 impl Drop for ProfileGuard {
@@ -206,7 +233,7 @@ impl Drop for ProfileGuard {
             return;
         }
         self.finished = true;
-        if let Err(e) = self.flush() {
+        if let Err(e) = self.handle.finish() {
             tracing::warn!(target: PERF_TARGET, error = %e, "spanprof could not write its outputs");
             eprintln!("spanprof: {e}");
         }

@@ -27,10 +27,24 @@
 //! let snapshot = guard.snapshot(); // any time; recording goes on
 //! let step = snapshot.span("step").unwrap();
 //! assert_eq!(step.calls, 100);
-//! println!("{}", spanprof::Report::new(&snapshot));
+//! println!("{}", spanprof::output::Table::new().to_string(&snapshot));
 //! drop(guard); // prints the report (if configured) and writes the outputs
 //! # Ok::<(), spanprof::Error>(())
 //! ```
+//!
+//! # The parts
+//!
+//! - [`ProfileLayer`], its [`Builder`] and [`Preset`]s: what is recorded. The
+//!   `SPANPROF*` environment variables ([`builder`]) override the builder.
+//! - [`ProfileGuard`] ends the session and writes the outputs; [`ProfileHandle`] reads a
+//!   running profile from anywhere and switches [`Resources`] while it runs.
+//! - [`profile`]: the model every output reads, a plain-data [`Snapshot`] that stands alone
+//!   (JSON, versioned).
+//! - [`analysis`]: findings computed from a snapshot (leak suspicion).
+//! - [`output`]: the formats (console [`Table`](output::Table), [`Json`](output::Json)) behind
+//!   one interface, [`output::Format`].
+//! - [`gpu`]: GPU sources (NVML, scripted); [`chrome`]: Chrome / Perfetto traces;
+//!   [`alloc`]: the counting allocator; [`clock`]: the time source, and a mock for tests.
 //!
 //! # What is measured
 //!
@@ -41,17 +55,19 @@
 //! already entered on the same thread is counted once, for its outermost entry.
 //!
 //! Histograms keep 2 significant digits (values within 1/128) from 1 ns to one hour
-//! ([`HIGHEST_NS`]); longer values are recorded as one hour and counted as clamped. Counts,
-//! totals, minima and maxima are exact. Memory: at most 63 KiB per (span name × thread that
-//! recorded it); 27 KiB for spans entered once per instance.
+//! ([`profile::HIGHEST_NS`]); longer values are recorded as one hour and counted as clamped.
+//! Counts, totals, minima and maxima are exact. Memory: at most 63 KiB per (span name × thread
+//! that recorded it); 27 KiB for spans entered once per instance.
 //!
 //! # Resources per span
 //!
 //! At the `detailed` preset ([`Preset::Detailed`], or `SPANPROF=detailed`) spans also carry
 //! RSS, heap (with [`CountingAlloc`] as the global allocator) and thread CPU time; at `full`,
-//! NVML GPU memory, utilisation and energy ([`NvmlSource`], or any [`GpuSource`]) and CPU
-//! package energy. A background thread samples them; the layer copies the published readings.
-//! [`Samplers`] switches each one alone. Spans whose calls keep retaining memory are flagged.
+//! NVML GPU memory, utilisation and energy ([`gpu::NvmlSource`], or any [`gpu::GpuSource`])
+//! and CPU package energy. A background thread samples them; the layer copies the published
+//! readings. [`Resources`] switches each one alone, also while the program runs
+//! ([`ProfileHandle::set_resources`]). Spans whose calls keep retaining memory are flagged
+//! ([`analysis::leaks`]).
 //!
 //! ```no_run
 //! #[global_allocator]
@@ -71,50 +87,69 @@
 //! targets of spanprof's own messages, and targets you can put your own spans on to switch them
 //! with a filter (the DEBUG_PERFORMANCE / DEBUG_PROFILING switches of other profilers):
 //! `SPANPROF_FILTER=spanprof::perf=info` profiles only those.
+//!
+//! # Feature flags
+//!
+//! - `chrome` (default): Chrome / Perfetto traces through `tracing-chrome` ([`chrome`],
+//!   [`Builder::with_chrome`]).
+//! - `nvml` (default): GPU readings through NVML (`nvml-wrapper`, which loads
+//!   `libnvidia-ml.so.1` at run time: no build-time dependency on a driver).
+//! - `ctrlc` (default): [`ProfileHandle::install_ctrlc_handler`].
+//!
+//! Without default features spanprof records span timing and resources (GPU figures need a
+//! [`gpu::GpuSource`] of your own) and writes the report and the JSON profile.
+//!
+//! # Supported Rust versions
+//!
+//! The minimum supported Rust version is in `Cargo.toml` (`rust-version`).
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 // Unsafe code is denied everywhere but in the counting allocator (`GlobalAlloc` is an unsafe
 // trait) and in the few libc calls of the samplers; each has a SAFETY comment.
 #![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[allow(unsafe_code)]
-mod alloc;
+pub mod alloc;
+pub mod analysis;
+mod atomic_file;
+pub mod builder;
+#[cfg(feature = "chrome")]
 pub mod chrome;
-mod clock;
-mod config;
+pub mod clock;
 mod error;
+pub mod gpu;
 mod guard;
-mod hist;
 mod layer;
-mod names;
-mod profiler;
-mod report;
-mod resources;
-pub mod samplers;
-mod snapshot;
-mod store;
-mod table;
+pub mod output;
+pub mod profile;
+mod record;
+mod samplers;
+mod session;
+mod switches;
 
-pub use alloc::{CountingAlloc, HeapCounters};
-pub use clock::{Clock, MockClock};
-pub use config::{
-    Builder, Preset, ReportTarget, Samplers, ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_OUT,
-    ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_TOP,
-};
+pub use alloc::CountingAlloc;
+pub use builder::{Builder, ReportTarget};
 pub use error::{Error, Result};
-pub use guard::{Outputs, ProfileGuard, ProfileHandle, PROFILE_FILE};
-pub use hist::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
+pub use guard::{ProfileGuard, ProfileHandle};
 pub use layer::ProfileLayer;
-pub use names::MAX_SPAN_NAMES;
-pub use report::{format_bytes, format_duration, format_si, Report};
-pub use samplers::gpu::{GpuDevice, GpuSample, GpuSource, ScriptedSource};
-pub use samplers::nvml::NvmlSource;
-pub use snapshot::{
-    CpuUse, Dropped, GpuUse, HeapUse, HistogramSpec, LeakSuspicion, MemoryUse, ResourceInfo,
-    RunInfo, Snapshot, SpanResources, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
-};
+pub use profile::Snapshot;
+pub use switches::{Preset, Resources};
 
 /// Target for lightweight performance spans and spanprof's summaries and warnings.
 pub const PERF_TARGET: &str = "spanprof::perf";
 /// Target for detailed profiling spans and spanprof's notes on where outputs went.
 pub const PROFILING_TARGET: &str = "spanprof::profiling";
+
+/// Exit status of the process after the Ctrl-C handler finished the outputs: 128 + `SIGINT`,
+/// what shells report for a program interrupted by Ctrl-C.
+#[cfg(feature = "ctrlc")]
+pub const CTRLC_EXIT_CODE: i32 = 130;
+
+/// Internals exposed for spanprof's own benches; not part of the API, may change at any time.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::samplers::cpu::{process_cpu_ns, thread_cpu_ns, thread_user_sys_ns};
+    pub use crate::samplers::energy::Rapl;
+    pub use crate::samplers::memory::{peak_rss_bytes, rss_bytes, RssReader};
+}

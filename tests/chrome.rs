@@ -522,7 +522,7 @@ fn ctrl_c_finishes_the_open_window_and_exits_130() {
     assert!(trace.named("train_step").len() >= 4);
     assert!(trace.named("work").len() >= 40);
     // The handler also wrote the profile, as the guard would have.
-    let profile = spanprof::Snapshot::read_json(out.join(spanprof::PROFILE_FILE)).unwrap();
+    let profile = spanprof::Snapshot::read_json(out.join(spanprof::output::PROFILE_FILE)).unwrap();
     assert!(profile.span("work").unwrap().calls >= 40);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&out);

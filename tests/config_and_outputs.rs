@@ -1,6 +1,7 @@
 //! Filtering, presets, throughput and error fields, the JSON profile and the guard's outputs.
 
-use spanprof::{Clock, Error, Preset, ProfileLayer, ReportTarget, Snapshot};
+use spanprof::clock::Clock;
+use spanprof::{Error, Preset, ProfileLayer, ReportTarget, Snapshot};
 use tracing::Dispatch;
 use tracing_subscriber::prelude::*;
 
@@ -196,7 +197,7 @@ fn json_profile_round_trips_exactly_and_hdr_payloads_decode() {
     assert_eq!(step["calls"], 500);
     assert_eq!(h, snap.span("step").unwrap().entry_busy.histogram);
     assert_eq!(value["schema"], "spanprof.profile");
-    assert_eq!(value["version"], spanprof::SCHEMA_VERSION);
+    assert_eq!(value["version"], spanprof::profile::SCHEMA_VERSION);
     assert!(value["run"]["pid"].as_u64().unwrap() > 0);
 }
 
@@ -240,7 +241,7 @@ fn guard_writes_report_and_profile() {
     let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
     tracing::dispatcher::with_default(&dispatch, workload);
     let outputs = guard.finish().unwrap();
-    let profile = outputs.profile.unwrap();
+    let profile = outputs.profile().unwrap().to_path_buf();
     assert_eq!(profile, dir.join("out").join("profile.json"));
     let back = Snapshot::read_json(&profile).unwrap();
     assert_eq!(back.spans.len(), 4);

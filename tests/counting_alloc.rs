@@ -3,7 +3,8 @@
 
 use std::hint::black_box;
 
-use spanprof::{CountingAlloc, HeapCounters};
+use spanprof::alloc::HeapCounters;
+use spanprof::CountingAlloc;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::system();

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use spanprof::{GpuDevice, GpuSample, GpuSource, NvmlSource};
+use spanprof::gpu::{GpuDevice, GpuSample, GpuSource, NvmlSource};
 
 const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_nvml/fake_nvml.c");
 
@@ -431,7 +431,7 @@ fn full_preset_profiles_spans_through_the_fake() {
     let snap = profile_one_span(Some(fake.source()));
     let info = snap.resources.as_ref().unwrap();
     assert_eq!(info.gpu_devices[0].name, "Fake H100");
-    let report = spanprof::Report::new(&snap).to_string();
+    let report = spanprof::output::Table::new().to_string(&snap);
     assert!(report.contains("GPU 0: Fake H100"), "{report}");
 }
 

@@ -5,11 +5,11 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use spanprof::analysis::{leaks, LeakSource};
 use spanprof::chrome::{ChromeOptions, Schedule};
-use spanprof::{
-    GpuDevice, GpuSample, Preset, ProfileGuard, ProfileLayer, ReportTarget, Samplers,
-    ScriptedSource, Snapshot,
-};
+use spanprof::gpu::{GpuDevice, GpuSample, ScriptedSource};
+use spanprof::output::Table;
+use spanprof::{Preset, ProfileGuard, ProfileLayer, ReportTarget, Resources, Snapshot};
 use tracing::Dispatch;
 use tracing_subscriber::prelude::*;
 
@@ -81,10 +81,12 @@ fn heap_per_call_and_leak_suspicion() {
     assert_eq!(heap.entries, 40);
     assert!(heap.allocated_bytes >= 40 << 20, "{heap:?}");
     assert!(heap.net_retained_bytes.abs() < 40 * 1024, "{heap:?}");
-    assert_eq!(scratch.leak, None);
+    let found = leaks(&snap);
+    let leak_of = |name: &str| found.iter().find(|l| l.name == name);
+    assert_eq!(leak_of("scratch"), None);
 
     let leaky = res("leaky");
-    let leak = leaky.leak.as_ref().unwrap_or_else(|| {
+    let leak = leak_of("leaky").unwrap_or_else(|| {
         let heap: Vec<_> = snap
             .resources
             .as_ref()
@@ -102,7 +104,7 @@ fn heap_per_call_and_leak_suspicion() {
     });
     assert!(leak.retained_bytes >= 40 * 16 * 1024, "{leak:?}");
     assert!(leak.share_of_calls >= 0.75);
-    assert!(leak.evidence.contains("40 calls"), "{}", leak.evidence);
+    assert_eq!((leak.source, leak.calls), (LeakSource::Heap, 40));
 
     // The parent retains its child's memory, but none of its own: not flagged.
     let parent = res("parent");
@@ -114,9 +116,9 @@ fn heap_per_call_and_leak_suspicion() {
         own.self_retained_bytes < 64 * 1024 && own.retaining_entries <= 2,
         "{own:?}"
     );
-    assert_eq!(parent.leak, None);
+    assert_eq!(leak_of("parent"), None);
 
-    let report = spanprof::Report::new(&snap).to_string();
+    let report = Table::new().to_string(&snap);
     assert!(report.contains("possible leak: leaky"), "{report}");
     assert!(report.contains("memory and CPU"), "{report}");
     for line in report.lines() {
@@ -132,8 +134,8 @@ fn cpu_utilisation_separates_work_from_waiting() {
         for _ in 0..3 {
             tracing::info_span!("spin").in_scope(|| {
                 // 30 ms of CPU time, however long the machine makes it take.
-                let start = spanprof::samplers::cpu::thread_cpu_ns();
-                while spanprof::samplers::cpu::thread_cpu_ns() - start < 30_000_000 {
+                let start = spanprof::__private::thread_cpu_ns();
+                while spanprof::__private::thread_cpu_ns() - start < 30_000_000 {
                     std::hint::spin_loop();
                 }
             });
@@ -232,10 +234,7 @@ fn gpu_figures_from_a_scripted_source() {
     let _serial = serial();
     let (dispatch, guard) = install(
         ProfileLayer::builder()
-            .with_samplers(Samplers {
-                gpu: true,
-                ..Samplers::NONE
-            })
+            .with_resources(Resources::GPU)
             .with_sample_interval(Duration::from_millis(10))
             .with_gpu_source(scripted_gpu())
             .with_grid_intensity(400.0),
@@ -261,7 +260,7 @@ fn gpu_figures_from_a_scripted_source() {
         "{joules} J vs {expected} J"
     );
     assert!(r.co2e_g.unwrap() > 0.0);
-    let report = spanprof::Report::new(&snap).to_string();
+    let report = Table::new().to_string(&snap);
     assert!(
         report.contains("GPU 0: Scripted A100") && report.contains("GPU and energy"),
         "{report}"
@@ -273,11 +272,7 @@ fn no_gpu_is_reported_and_everything_else_works() {
     let _serial = serial();
     let (dispatch, guard) = install(
         ProfileLayer::builder()
-            .with_samplers(Samplers {
-                gpu: true,
-                memory: true,
-                ..Samplers::NONE
-            })
+            .with_resources(Resources::GPU | Resources::MEMORY)
             .with_gpu_source(ScriptedSource::unavailable("NVML library not found (test)"))
             .with_sample_interval(Duration::from_millis(10)),
     );
@@ -295,7 +290,7 @@ fn no_gpu_is_reported_and_everything_else_works() {
     assert!(r.gpus.is_empty());
     assert!(r.memory.is_some());
     assert_eq!(snap.span("work").unwrap().calls, 1);
-    let report = spanprof::Report::new(&snap).to_string();
+    let report = Table::new().to_string(&snap);
     assert!(
         report.contains("GPU: not available (NVML library not found (test))"),
         "{report}"

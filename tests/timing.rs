@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use spanprof::{Clock, MockClock, ProfileGuard, ProfileLayer, ReportTarget, Snapshot, SpanStats};
+use spanprof::clock::{Clock, MockClock};
+use spanprof::profile::SpanStats;
+use spanprof::{ProfileGuard, ProfileLayer, ReportTarget, Snapshot};
 use tracing::Dispatch;
 use tracing_subscriber::prelude::*;
 

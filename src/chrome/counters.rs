@@ -1,7 +1,10 @@
 //! The seam between resource samplers and chrome traces: counter samples that become counter
 //! tracks (`"ph": "C"` events) in each window's trace file.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::samplers::Timeline;
 
 /// One resource sample on one counter track.
 ///
@@ -27,4 +30,72 @@ pub(crate) struct Counter {
 pub(crate) trait CounterSource: Send + Sync {
     /// The samples taken between `from` and `to` (the window's first and last instant).
     fn counters_between(&self, from: Instant, to: Instant) -> Vec<Counter>;
+}
+
+/// The sampler's timeline as counter tracks: RSS and heap, process CPU %, and per GPU its
+/// utilisation, memory and power.
+pub(crate) struct TimelineCounters {
+    timeline: Arc<Timeline>,
+    /// Time 0 of the timeline's samples.
+    origin: Instant,
+}
+
+impl TimelineCounters {
+    pub(crate) fn new(timeline: Arc<Timeline>, origin: Instant) -> Self {
+        Self { timeline, origin }
+    }
+}
+
+impl CounterSource for TimelineCounters {
+    fn counters_between(&self, from: Instant, to: Instant) -> Vec<Counter> {
+        const MIB: f64 = 1024.0 * 1024.0;
+        let mut out = Vec::new();
+        for s in self.timeline.snapshot() {
+            let at = self.origin + Duration::from_nanos(s.t_ns);
+            if at < from || at > to {
+                continue;
+            }
+            let mut memory = Vec::new();
+            if let Some(rss) = s.rss_bytes {
+                memory.push(("rss_mib".to_string(), rss as f64 / MIB));
+            }
+            if let Some(heap) = s.heap_bytes {
+                memory.push(("heap_mib".to_string(), heap as f64 / MIB));
+            }
+            if !memory.is_empty() {
+                out.push(Counter {
+                    at,
+                    name: "memory".to_string(),
+                    values: memory,
+                });
+            }
+            if let Some(pct) = s.process_cpu_pct {
+                out.push(Counter {
+                    at,
+                    name: "cpu".to_string(),
+                    values: vec![("process_pct".to_string(), f64::from(pct))],
+                });
+            }
+            for (dev, g) in s.gpus.iter().enumerate() {
+                let mut values = Vec::new();
+                if let Some(u) = g.utilization_pct {
+                    values.push(("util_pct".to_string(), f64::from(u)));
+                }
+                if let Some(m) = g.memory_used_bytes {
+                    values.push(("mem_mib".to_string(), m as f64 / MIB));
+                }
+                if let Some(p) = g.power_mw {
+                    values.push(("power_w".to_string(), f64::from(p) / 1e3));
+                }
+                if !values.is_empty() {
+                    out.push(Counter {
+                        at,
+                        name: format!("gpu{dev}"),
+                        values,
+                    });
+                }
+            }
+        }
+        out
+    }
 }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
-use super::{ChromeOptions, Counter, CounterSource, Schedule};
+use super::counters::{Counter, CounterSource};
+use super::{ChromeOptions, Schedule};
 use crate::{ProfileLayer, ReportTarget};
 
 /// Samples pushed by the test at known moments; answers with those inside the interval.
@@ -99,7 +100,7 @@ fn counter_samples_become_counter_tracks_on_the_trace_time_base() {
         )
         .build()
         .unwrap();
-    let session = guard.handle().chrome().unwrap().clone();
+    let session = guard.handle().chrome_session().unwrap();
     session.set_counter_source(source.clone());
     let dispatch = tracing::Dispatch::new(
         tracing_subscriber::registry()

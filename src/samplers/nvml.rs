@@ -11,7 +11,8 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
-use super::gpu::{GpuDevice, GpuSample, GpuSource};
+use super::gpu::GpuSource;
+use crate::profile::{GpuDevice, GpuSample};
 
 /// The library [`NvmlSource::new`] loads.
 const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";

@@ -10,9 +10,12 @@ use std::time::{Duration, Instant};
 
 use super::cpu;
 use super::energy::Rapl;
-use super::gpu::{GpuDevice, GpuSample, GpuSource};
+use super::gpu::GpuSource;
 use super::memory::{self, RssReader};
-use super::timeline::{Readings, Sample, SourceStatus, Timeline};
+use super::timeline::{Readings, SourceStatus, Timeline};
+use crate::profile::Sample;
+use crate::profile::{GpuDevice, GpuSample};
+use crate::switches::Resources;
 
 /// How often the sampler thread samples by default: 100 ms.
 ///
@@ -21,7 +24,7 @@ use super::timeline::{Readings, Sample, SourceStatus, Timeline};
 /// Firecracker VM; release build, 5 s, 50 samples, 78 µs of thread CPU time per sample, most of
 /// it the wake-up itself), from the thread's own CPU clock: run
 /// `SPANPROF_SAMPLER_CPU_SECS=5 cargo test --release --lib sampler_cpu -- --nocapture`.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The shortest interval the sampler accepts; shorter ones are raised to it.
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(1);
@@ -37,24 +40,32 @@ pub(crate) struct SamplerConfig {
     /// Time between samples (default [`DEFAULT_INTERVAL`], clamped to [`MIN_INTERVAL`] ..=
     /// [`MAX_INTERVAL`]).
     pub(crate) interval: Duration,
-    /// RSS, peak RSS, and the counting allocator's net heap when it is installed.
-    pub(crate) memory: bool,
-    /// Process CPU %.
-    pub(crate) cpu: bool,
-    /// GPU figures from the [`GpuSource`].
-    pub(crate) gpu: bool,
-    /// CPU package energy (RAPL).
-    pub(crate) energy: bool,
+    /// What to sample: RSS and the counting allocator's net heap ([`Resources::MEMORY`] or
+    /// [`Resources::HEAP`]), process CPU % ([`Resources::CPU`]), GPU figures from the
+    /// [`GpuSource`] ([`Resources::GPU`]), CPU package energy ([`Resources::ENERGY`]).
+    pub(crate) resources: Resources,
+}
+
+impl SamplerConfig {
+    fn memory(&self) -> bool {
+        self.resources.contains(Resources::MEMORY) || self.resources.contains(Resources::HEAP)
+    }
+    fn cpu(&self) -> bool {
+        self.resources.contains(Resources::CPU)
+    }
+    fn gpu(&self) -> bool {
+        self.resources.contains(Resources::GPU)
+    }
+    fn energy(&self) -> bool {
+        self.resources.contains(Resources::ENERGY)
+    }
 }
 
 impl Default for SamplerConfig {
     fn default() -> Self {
         Self {
             interval: DEFAULT_INTERVAL,
-            memory: true,
-            cpu: true,
-            gpu: true,
-            energy: true,
+            resources: Resources::ALL,
         }
     }
 }
@@ -70,6 +81,8 @@ struct Control {
 struct Flags {
     stop: bool,
     done: bool,
+    /// The first sample is published.
+    sampled: bool,
 }
 
 impl Control {
@@ -121,12 +134,12 @@ impl Sampler {
             interval: config.interval.clamp(MIN_INTERVAL, MAX_INTERVAL),
             ..config
         };
-        if !config.gpu {
+        if !config.gpu() {
             readings.set_gpus(SourceStatus::Off);
         } else if gpu.is_none() {
             readings.set_gpus(SourceStatus::Unavailable("no GPU backend".to_string()));
         }
-        if !config.energy {
+        if !config.energy() {
             readings.set_cpu_energy_status(SourceStatus::Off);
         }
         let control = Arc::new(Control::default());
@@ -140,7 +153,7 @@ impl Sampler {
                     let _no_tracing = tracing::subscriber::set_default(
                         tracing::subscriber::NoSubscriber::default(),
                     );
-                    let gpu = if config.gpu { gpu } else { None };
+                    let gpu = if config.gpu() { gpu } else { None };
                     let mut worker = Worker::new(config, gpu, clock_origin, &readings);
                     worker.run(&control, &readings, &timeline);
                 })?
@@ -149,6 +162,29 @@ impl Sampler {
             control,
             handle: Some(handle),
         })
+    }
+
+    /// Waits up to `timeout` for the first sample to be published (GPU discovery runs first on
+    /// the sampler thread). Returns whether it was.
+    pub(crate) fn wait_first_sample(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut flags = self.control.lock();
+        while !flags.sampled && !flags.done {
+            let left = match deadline {
+                None => Duration::from_secs(3600),
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return false,
+                },
+            };
+            flags = self
+                .control
+                .cv
+                .wait_timeout(flags, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        flags.sampled
     }
 
     /// Stops the thread and waits for it up to `timeout`. Returns `true` if it ended in time; if
@@ -278,7 +314,7 @@ impl Worker {
         if devices.is_empty() {
             gpu = None;
         }
-        let rapl = if config.energy {
+        let rapl = if config.energy() {
             match Rapl::open() {
                 Ok(rapl) => {
                     readings.set_cpu_energy_status(SourceStatus::Available(
@@ -300,7 +336,7 @@ impl Worker {
             gpu_energy: devices.iter().map(|_| GpuEnergy::default()).collect(),
             gpu,
             devices,
-            rss: if config.memory {
+            rss: if config.memory() {
                 RssReader::open()
             } else {
                 None
@@ -321,6 +357,10 @@ impl Worker {
                 return;
             }
             self.sample(readings, timeline);
+            if self.seq == 1 {
+                control.lock().sampled = true;
+                control.cv.notify_all();
+            }
             next += interval;
             let now = Instant::now();
             if next <= now {
@@ -362,7 +402,7 @@ impl Worker {
             gpus: Vec::new(),
         };
 
-        if self.config.memory {
+        if self.config.memory() {
             sample.rss_bytes = self.rss.as_mut().and_then(RssReader::read);
             let peak = memory::peak_rss_bytes()
                 .map(|p| p.max(sample.rss_bytes.unwrap_or(0)))
@@ -381,7 +421,7 @@ impl Worker {
             Relaxed,
         );
 
-        if self.config.cpu {
+        if self.config.cpu() {
             if let Some((user, sys)) = cpu::process_cpu_ns() {
                 let total = user.saturating_add(sys);
                 if let Some((last, at)) = self.last_cpu {
@@ -571,10 +611,7 @@ mod tests {
     fn off_switches() {
         let config = SamplerConfig {
             interval: Duration::from_millis(10),
-            memory: false,
-            cpu: false,
-            gpu: false,
-            energy: false,
+            resources: Resources::NONE,
         };
         let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let gpu = FakeGpu {

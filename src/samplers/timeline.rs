@@ -6,89 +6,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-use super::gpu::{GpuDevice, GpuSample};
-
-/// One reading of the process's resources, as kept in the timeline and written to the profile.
-///
-/// Figures that were not sampled (sampler switched off, reader unavailable) are `None` and left
-/// out of the JSON.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Sample {
-    /// When it was taken, in nanoseconds since the profiler started.
-    pub t_ns: u64,
-    /// Its position in the sampler's sequence (0 for the first sample). Gaps show where the
-    /// timeline thinned out old samples.
-    pub seq: u64,
-    /// Resident set size, in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rss_bytes: Option<u64>,
-    /// Net heap bytes (allocated minus freed since start) by [`crate::CountingAlloc`], to within
-    /// [`crate::HeapCounters::PROCESS_GRANULARITY_BYTES`] per thread; `None` unless it is the
-    /// global allocator.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub heap_bytes: Option<i64>,
-    /// Process CPU time (user + system, all threads) over the last interval, as a percentage of
-    /// one core (so up to 100 × cores). `None` for the first sample.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub process_cpu_pct: Option<f32>,
-    /// CPU package energy since the sampler started, in microjoules (RAPL).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_energy_uj: Option<u64>,
-    /// One reading per GPU device, in the order of the sampler's device list. `energy_mj` is
-    /// energy since the sampler started: from the device's counter, or for devices without one
-    /// the integral of power over time.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        serialize_with = "ser_gpus",
-        deserialize_with = "de_gpus"
-    )]
-    pub gpus: Vec<GpuSample>,
-}
-
-/// Serde shape of [`GpuSample`] (defined beside the `GpuSource` trait without serde derives).
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "GpuSample")]
-struct GpuSampleDef {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    utilization_pct: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    memory_used_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    power_mw: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    energy_mj: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    temperature_c: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    sm_clock_mhz: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    process_memory_bytes: Option<u64>,
-}
-
-struct SerGpu<'a>(&'a GpuSample);
-
-impl Serialize for SerGpu<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        GpuSampleDef::serialize(self.0, s)
-    }
-}
-
-#[derive(Deserialize)]
-struct DeGpu(#[serde(with = "GpuSampleDef")] GpuSample);
-
-fn ser_gpus<S: Serializer>(gpus: &[GpuSample], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(gpus.iter().map(SerGpu))
-}
-
-fn de_gpus<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<GpuSample>, D::Error> {
-    Ok(Vec::<DeGpu>::deserialize(d)?
-        .into_iter()
-        .map(|g| g.0)
-        .collect())
-}
+use crate::profile::{GpuDevice, GpuSample, Sample};
 
 /// Samples the whole-run timeline keeps at most.
 pub(crate) const TIMELINE_CAPACITY: usize = 2048;
@@ -352,7 +270,7 @@ pub(crate) struct Readings {
     pub(crate) t_ns: AtomicU64,
     pub(crate) rss_bytes: AtomicU64,
     pub(crate) peak_rss_bytes: AtomicU64,
-    /// Net heap bytes ([`crate::HeapCounters::process_net_bytes`]), [`NA_I64`] when not installed.
+    /// Net heap bytes ([`crate::alloc::HeapCounters::process_net_bytes`]), [`NA_I64`] when not installed.
     pub(crate) heap_bytes: AtomicI64,
     /// Largest `heap_bytes` seen by the sampler.
     pub(crate) peak_heap_bytes: AtomicI64,

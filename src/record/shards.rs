@@ -9,9 +9,9 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::hist::AtomicHist;
-use crate::names::{Kind, KINDS};
-use crate::resources::{EntryMark, ResourceSlot, ResourceStats};
+use super::hist::AtomicHist;
+use super::names::{Kind, KINDS};
+use super::resources::{EntryMark, ResourceSlot, ResourceStats};
 
 /// What one thread recorded for one span name. Aligned so that two threads' stats never share
 /// a cache line.
@@ -84,6 +84,9 @@ pub(crate) struct Frame {
     pub(crate) start: u64,
     pub(crate) child_ns: u64,
     pub(crate) reentries: u32,
+    /// Resource readings were taken at its enter: its [`EntryMark`] is on the thread's mark
+    /// stack.
+    pub(crate) marked: bool,
 }
 
 /// The shard list of one profiler instance.
@@ -122,7 +125,7 @@ pub(crate) struct Local {
     /// This thread's view of `shard`'s stats, indexed by name: no lock, no atomic.
     stats: Vec<Option<Arc<NameStats>>>,
     pub(crate) stack: Vec<Frame>,
-    /// Resource readings at each frame's enter, in step with `stack` (only when recorded).
+    /// Resource readings at the enter of each marked frame, in stack order.
     pub(crate) marks: Vec<EntryMark>,
     /// This thread's token ([`thread_token`]).
     pub(crate) token: u32,

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use hdrhistogram::Histogram;
 use tracing_core::Metadata;
 
-use crate::hist::new_histogram;
+use super::hist::new_histogram;
 
 /// Most distinct span names one profile holds; spans of further names are counted as dropped.
 pub const MAX_SPAN_NAMES: usize = 4096;

@@ -10,34 +10,14 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
+use super::shards::bump;
 use crate::alloc::HeapCounters;
-use crate::samplers::timeline::{Readings, Timeline};
-use crate::snapshot::{CpuUse, GpuUse, HeapUse, LeakSuspicion, MemoryUse, SpanResources};
-use crate::store::bump;
+use crate::profile::{CpuUse, GpuUse, HeapUse, MemoryUse, SpanResources};
+use crate::samplers::{Readings, Timeline};
+use crate::switches::Resources;
 
 /// GPU devices followed per span (the first ones of the sampler's device list).
 pub(crate) const MAX_GPUS: usize = 8;
-
-/// Which resource figures the layer records.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Plan {
-    pub(crate) memory: bool,
-    pub(crate) heap: bool,
-    pub(crate) cpu: bool,
-    pub(crate) gpu: bool,
-    pub(crate) energy: bool,
-}
-
-impl Plan {
-    /// Marks at span open/close are needed.
-    pub(crate) fn instances(self) -> bool {
-        self.memory || self.gpu || self.energy
-    }
-    /// Marks at enter/exit are needed.
-    pub(crate) fn entries(self) -> bool {
-        self.cpu || self.heap
-    }
-}
 
 /// A GPU device's published figures at one end of a span instance.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -51,6 +31,8 @@ pub(crate) struct GpuMark {
 /// Published readings at one end of a span instance.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct InstanceMark {
+    /// What was read.
+    pub(crate) resources: Resources,
     /// Time of the mark, ns since the profiler started (the timeline's time base).
     pub(crate) t_ns: u64,
     /// Samples published by then.
@@ -79,19 +61,20 @@ fn extrapolate(
 
 impl InstanceMark {
     /// Copies the published readings (no lock, no system call).
-    pub(crate) fn read(readings: &Readings, t_ns: u64, plan: Plan) -> Self {
+    pub(crate) fn read(readings: &Readings, t_ns: u64, resources: Resources) -> Self {
         let seq = readings.seq.load(std::sync::atomic::Ordering::Acquire);
         let sampled = readings.t_ns.load(Relaxed);
         let mut mark = InstanceMark {
+            resources,
             t_ns,
             seq,
             ..InstanceMark::default()
         };
-        if plan.memory {
+        if resources.contains(Resources::MEMORY) {
             mark.rss = Readings::get(&readings.rss_bytes);
             mark.heap = Readings::get_i64(&readings.heap_bytes);
         }
-        if plan.energy {
+        if resources.contains(Resources::ENERGY) {
             // mW × ns = 1e-12 J = 1e-6 µJ.
             mark.cpu_energy_uj = extrapolate(
                 Readings::get(&readings.cpu_energy_uj),
@@ -101,7 +84,7 @@ impl InstanceMark {
                 1e-6,
             );
         }
-        if plan.gpu {
+        if resources.contains(Resources::GPU) {
             for (out, g) in mark.gpus.iter_mut().zip(readings.gpus()) {
                 out.mem = Readings::get(&g.mem_used_bytes);
                 out.util = Readings::get(&g.util_pct);
@@ -117,6 +100,11 @@ impl InstanceMark {
             mark.n_gpus = readings.gpus().len().min(MAX_GPUS);
         }
         mark
+    }
+
+    /// The same readings as this mark, at `t_ns` (a span's close, for its open mark).
+    pub(crate) fn read_again(&self, readings: &Readings, t_ns: u64) -> Self {
+        Self::read(readings, t_ns, self.resources)
     }
 }
 
@@ -216,16 +204,26 @@ pub(crate) struct EntryMark {
 }
 
 impl EntryMark {
-    /// Reads the thread's CPU time (a system call) and heap counters, as planned.
+    /// Reads the thread's CPU time (a system call) and heap counters, as switched on.
     #[inline]
-    pub(crate) fn read(plan: Plan) -> Self {
+    pub(crate) fn read(resources: Resources) -> Self {
+        Self::read_some(
+            resources.contains(Resources::CPU),
+            resources.contains(Resources::HEAP),
+        )
+    }
+
+    /// The same readings as this mark, now (a span's exit, for its enter mark).
+    #[inline]
+    pub(crate) fn read_again(&self) -> Self {
+        Self::read_some(self.cpu.is_some(), self.heap.is_some())
+    }
+
+    #[inline]
+    fn read_some(cpu: bool, heap: bool) -> Self {
         EntryMark {
-            cpu: plan.cpu.then(crate::samplers::cpu::thread_cpu_ns),
-            heap: if plan.heap {
-                HeapCounters::thread()
-            } else {
-                None
-            },
+            cpu: cpu.then(crate::samplers::cpu::thread_cpu_ns),
+            heap: if heap { HeapCounters::thread() } else { None },
             child_net: 0,
         }
     }
@@ -428,17 +426,14 @@ impl ResourceTotals {
         self.heap_retaining += l(&s.heap_retaining);
     }
 
-    /// The snapshot form. `growth` is how much the whole process's memory grew over the second
-    /// half of the run: retention the process does not keep growing (memory a span returns and
-    /// its caller frees, buffers allocated once) is not a leak.
+    /// The profile's form, for the resources recorded (`recorded`) and `n_gpus` devices.
     pub(crate) fn finish(
         &self,
-        plan: Plan,
+        recorded: Resources,
         n_gpus: usize,
         grid_g_per_kwh: Option<f64>,
-        growth: Growth,
     ) -> Option<SpanResources> {
-        let cpu = (plan.cpu && self.cpu[0] > 0).then(|| CpuUse {
+        let cpu = (recorded.contains(Resources::CPU) && self.cpu[0] > 0).then(|| CpuUse {
             entries: self.cpu[0],
             cpu_ns: self.cpu[1],
             busy_ns: self.cpu[2],
@@ -448,7 +443,7 @@ impl ResourceTotals {
                 100.0 * self.cpu[1] as f64 / self.cpu[2] as f64
             },
         });
-        let heap = (plan.heap && self.heap[0] > 0).then(|| HeapUse {
+        let heap = (recorded.contains(Resources::HEAP) && self.heap[0] > 0).then(|| HeapUse {
             entries: self.heap[0],
             allocated_bytes: self.heap[1],
             allocations: self.heap[2],
@@ -457,16 +452,16 @@ impl ResourceTotals {
             self_retained_bytes: self.heap_self_net,
             retaining_entries: self.heap_retaining,
         });
-        let memory = (plan.memory && self.rss[0] > 0).then(|| MemoryUse {
+        let memory = (recorded.contains(Resources::MEMORY) && self.rss[0] > 0).then(|| MemoryUse {
             instances: self.rss[0],
             rss_delta_bytes: self.rss_delta,
             growing_instances: self.rss[1],
             peak_rss_bytes: self.rss_peak,
             peak_heap_bytes: self.heap_peak,
         });
-        let cpu_energy_j =
-            (plan.energy && self.cpu_energy[0] > 0).then(|| self.cpu_energy[1] as f64 / 1e6);
-        let gpus: Vec<GpuUse> = if plan.gpu {
+        let cpu_energy_j = (recorded.contains(Resources::ENERGY) && self.cpu_energy[0] > 0)
+            .then(|| self.cpu_energy[1] as f64 / 1e6);
+        let gpus: Vec<GpuUse> = if recorded.contains(Resources::GPU) {
             self.gpus
                 .iter()
                 .take(n_gpus)
@@ -488,7 +483,6 @@ impl ResourceTotals {
         let any_energy = cpu_energy_j.is_some() || gpus.iter().any(|g| g.energy_j.is_some());
         let energy_j = any_energy.then(|| cpu_energy_j.unwrap_or(0.0) + gpu_j);
         let co2e_g = energy_j.zip(grid_g_per_kwh).map(|(j, g)| j / 3.6e6 * g);
-        let leak = leak_suspicion(heap.as_ref(), memory.as_ref(), growth);
         let r = SpanResources {
             cpu,
             heap,
@@ -497,109 +491,9 @@ impl ResourceTotals {
             gpus,
             energy_j,
             co2e_g,
-            leak,
         };
         (r != SpanResources::default()).then_some(r)
     }
-}
-
-/// Fewest calls before a span is judged.
-pub(crate) const LEAK_MIN_CALLS: u64 = 16;
-/// Share of calls that must have kept memory.
-pub(crate) const LEAK_MIN_SHARE: f64 = 0.75;
-/// Net heap (children excluded) a span must have kept in all.
-pub(crate) const LEAK_MIN_HEAP_BYTES: i64 = 64 * 1024;
-/// RSS growth a span must show in all (RSS moves in pages and is sampled).
-pub(crate) const LEAK_MIN_RSS_BYTES: i64 = 32 * 1024 * 1024;
-
-/// How much the process's memory grew over the second half of the run (from the middle sample
-/// of the timeline to the snapshot).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Growth {
-    pub(crate) heap: Option<i64>,
-    pub(crate) rss: Option<i64>,
-}
-
-/// A span name whose calls keep retaining memory: most calls end with more heap (children
-/// excluded) than they started with, adding up to a real amount that the process as a whole
-/// kept too; or, without the counting allocator, RSS that keeps growing across calls. A span
-/// that frees what it allocates is not flagged, however much it allocates, nor one whose
-/// results its caller frees.
-fn leak_suspicion(
-    heap: Option<&HeapUse>,
-    memory: Option<&MemoryUse>,
-    growth: Growth,
-) -> Option<LeakSuspicion> {
-    if let Some(h) = heap {
-        let retained = h.self_retained_bytes;
-        let share = h.retaining_entries as f64 / h.entries.max(1) as f64;
-        let judged = h.entries >= LEAK_MIN_CALLS
-            && share >= LEAK_MIN_SHARE
-            && retained >= LEAK_MIN_HEAP_BYTES;
-        return judged
-            .then(|| {
-                suspicion(
-                    "heap",
-                    "kept",
-                    "of heap",
-                    retained,
-                    h.entries,
-                    share,
-                    growth.heap,
-                )
-            })
-            .flatten();
-    }
-    let m = memory?;
-    let retained = m.rss_delta_bytes;
-    let share = m.growing_instances as f64 / m.instances.max(1) as f64;
-    let judged =
-        m.instances >= LEAK_MIN_CALLS / 2 && share >= 0.5 && retained >= LEAK_MIN_RSS_BYTES;
-    judged
-        .then(|| {
-            suspicion(
-                "rss",
-                "RSS grew",
-                "",
-                retained,
-                m.instances,
-                share,
-                growth.rss,
-            )
-        })
-        .flatten()
-}
-
-/// The suspicion and its evidence, if the process kept growing meanwhile: memory a steady leak
-/// keeps grows the process in the second half of the run by about half of what the span kept;
-/// a quarter is asked for.
-fn suspicion(
-    source: &str,
-    verb: &str,
-    what: &str,
-    retained: i64,
-    calls: u64,
-    share: f64,
-    grew: Option<i64>,
-) -> Option<LeakSuspicion> {
-    if !grew.is_some_and(|g| 4 * g >= retained) {
-        return None;
-    }
-    let per_call = retained as f64 / calls as f64;
-    let bytes = |b: f64| crate::report::format_bytes(b);
-    Some(LeakSuspicion {
-        source: source.to_string(),
-        retained_bytes: retained,
-        per_call_bytes: per_call,
-        share_of_calls: share,
-        evidence: format!(
-            "{verb} {}{}{what} over {calls} calls ({}/call; {:.0}% of calls)",
-            bytes(retained as f64),
-            if what.is_empty() { "" } else { " " },
-            bytes(per_call),
-            share * 100.0
-        ),
-    })
 }
 
 /// Resource sums attached to a name's stats, made on first use.
@@ -608,8 +502,7 @@ pub(crate) type ResourceSlot = OnceLock<Box<ResourceStats>>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::samplers::gpu::GpuSample;
-    use crate::samplers::timeline::Sample;
+    use crate::profile::{GpuSample, Sample};
 
     fn sample(seq: u64, t_ns: u64, rss: u64, gpu_mem: u64, util: u32) -> Sample {
         Sample {
@@ -765,52 +658,22 @@ mod tests {
         t
     }
 
-    const PLAN: Plan = Plan {
-        memory: true,
-        heap: true,
-        cpu: true,
-        gpu: false,
-        energy: false,
-    };
-
     #[test]
-    fn steady_retention_is_flagged_with_evidence() {
+    fn heap_and_cpu_sums_over_entries() {
         let t = totals_after(&vec![(8 * 1024, 10_000); 40]);
-        let kept = Growth {
-            heap: Some(40 * 8 * 1024),
-            rss: None,
-        };
-        let r = t.finish(PLAN, 0, None, kept).unwrap();
+        let r = t.finish(Resources::DETAILED, 0, None).unwrap();
         let cpu = r.cpu.unwrap();
         assert_eq!((cpu.entries, cpu.cpu_ns, cpu.busy_ns), (40, 32_000, 40_000));
         assert!((cpu.utilization_pct - 80.0).abs() < 1e-9);
-        let leak = r.leak.expect("flagged");
-        assert_eq!(leak.retained_bytes, 40 * 8 * 1024);
-        assert_eq!(leak.share_of_calls, 1.0);
-        assert!(leak.evidence.contains("40 calls"), "{}", leak.evidence);
-        // The same retention, freed by the caller (the process did not grow): no leak.
-        let freed = Growth {
-            heap: Some(0),
-            rss: None,
-        };
-        assert_eq!(t.finish(PLAN, 0, None, freed).unwrap().leak, None);
-    }
-
-    #[test]
-    fn balanced_allocation_is_not_flagged() {
-        let t = totals_after(&vec![(0, 1 << 20); 200]);
-        let r = t.finish(PLAN, 0, None, Growth::default()).unwrap();
-        assert_eq!(r.heap.as_ref().unwrap().allocated_bytes, 200 << 20);
-        assert_eq!(r.leak, None);
-        // Occasional retention (a cache warming up) is not a leak either.
-        let mut calls = vec![(0, 100); 100];
-        calls[0] = (1 << 20, 1 << 20);
-        let grew = Growth {
-            heap: Some(1 << 20),
-            rss: None,
-        };
-        let r = totals_after(&calls).finish(PLAN, 0, None, grew).unwrap();
-        assert_eq!(r.leak, None);
+        let heap = r.heap.unwrap();
+        assert_eq!(
+            (heap.entries, heap.allocated_bytes, heap.allocations),
+            (40, 400_000, 80)
+        );
+        assert_eq!(heap.self_retained_bytes, 40 * 8 * 1024);
+        assert_eq!(heap.retaining_entries, 40);
+        // Switched off: not reported even though summed.
+        assert_eq!(t.finish(Resources::MEMORY, 0, None), None);
     }
 
     #[test]
@@ -833,12 +696,9 @@ mod tests {
         stats.add_instance(&f);
         let mut t = ResourceTotals::default();
         t.add(&stats);
-        let plan = Plan {
-            gpu: true,
-            energy: true,
-            ..Plan::default()
-        };
-        let r = t.finish(plan, 1, Some(400.0), Growth::default()).unwrap();
+        let r = t
+            .finish(Resources::GPU | Resources::ENERGY, 1, Some(400.0))
+            .unwrap();
         let g = &r.gpus[0];
         assert_eq!(
             (g.instances, g.memory_delta_bytes, g.peak_memory_bytes),

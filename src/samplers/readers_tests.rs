@@ -5,7 +5,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use spanprof::samplers::{cpu, energy::Rapl, memory};
+use super::{cpu, energy::Rapl, memory};
 
 #[test]
 fn rss_grows_after_touching_64_mib() {

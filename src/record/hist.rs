@@ -14,14 +14,7 @@ use std::sync::OnceLock;
 
 use hdrhistogram::Histogram;
 
-/// Significant decimal digits kept by every histogram: values are exact to within 1 part in 128
-/// (better than 0.8 %).
-pub const SIGNIFICANT_DIGITS: u8 = 2;
-/// Lowest value the histograms tell apart from zero, in nanoseconds.
-pub const LOWEST_NS: u64 = 1;
-/// Highest value the histograms record, in nanoseconds (one hour). Longer durations are recorded
-/// as this value and counted as clamped in [`Stat::clamped`](crate::Stat::clamped).
-pub const HIGHEST_NS: u64 = 3_600_000_000_000;
+use crate::profile::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
 
 const SUB_BUCKET_HALF_MAGNITUDE: u32 = 7;
 const SUB_BUCKET_HALF: usize = 1 << SUB_BUCKET_HALF_MAGNITUDE;
@@ -211,7 +204,7 @@ mod tests {
         let h = new_histogram();
         assert_eq!(h.distinct_values(), COUNTS_LEN);
         // 9 KiB per histogram, at most seven per (span name × thread): under 64 KiB.
-        const { assert!(crate::names::KINDS * COUNTS_LEN * 2 < 64 * 1024) };
+        const { assert!(crate::record::names::KINDS * COUNTS_LEN * 2 < 64 * 1024) };
     }
 
     #[test]

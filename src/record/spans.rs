@@ -1,9 +1,9 @@
 //! Per-span timing state, reachable from a span `Id` from any thread without a lock.
 //!
-//! An open-addressing table of cache-line-sized entries keyed by the span id. A span is inserted
+//! An open-addressing table of cache-line-sized slots keyed by the span id. A span is inserted
 //! when it is created, looked up on enter/exit/close and turned into a tombstone when it closes.
 //! The table grows in segments (each twice the size of the one before) that are never moved, so
-//! a reference to an entry stays valid for the life of the table. Probing is bounded: a key is
+//! a reference to a slot stays valid for the life of the table. Probing is bounded: a key is
 //! in the first segment whose probe window had room for it when it was inserted, and a slot never
 //! becomes empty again, so a lookup stops at the first empty slot it meets.
 
@@ -14,7 +14,7 @@ const EMPTY: u64 = 0;
 const TOMBSTONE: u64 = u64::MAX;
 const RESERVED: u64 = u64::MAX - 1;
 
-/// No entry completed yet.
+/// No entry (enter→exit interval) completed yet.
 pub(crate) const ENTRIES_NONE: u16 = 0;
 /// The first entry is being added to the sums by the thread that completed it.
 pub(crate) const ENTRIES_WRITING: u16 = 1;
@@ -36,14 +36,14 @@ const PROBES: usize = 16;
 /// instruction, and concurrent entries from several threads lose nothing.
 #[repr(align(64))]
 #[derive(Debug)]
-pub(crate) struct Entry {
+pub(crate) struct Slot {
     key: AtomicU64,
     /// Index of the span's name in the name registry.
     pub(crate) name: AtomicU16,
     /// How many entries completed: [`ENTRIES_NONE`], [`ENTRIES_WRITING`], [`ENTRIES_ONE`],
     /// [`ENTRIES_MANY`].
     pub(crate) entries: AtomicU16,
-    /// Token of the owning thread (see `store::thread_token`), 0 until the first entry.
+    /// Token of the owning thread (see `shards::thread_token`), 0 until the first entry.
     pub(crate) owner: AtomicU32,
     /// Clock reading (raw) when the span was created.
     pub(crate) created: AtomicU64,
@@ -59,7 +59,7 @@ pub(crate) struct Entry {
     pub(crate) entered_at: AtomicU64,
 }
 
-impl Entry {
+impl Slot {
     const fn new() -> Self {
         Self {
             key: AtomicU64::new(EMPTY),
@@ -75,7 +75,7 @@ impl Entry {
         }
     }
 
-    /// The span id this entry holds, if it holds an open span.
+    /// The span id this slot holds, if it holds an open span.
     pub(crate) fn id(&self) -> Option<u64> {
         match self.key.load(Ordering::Acquire) {
             EMPTY | TOMBSTONE | RESERVED => None,
@@ -87,9 +87,9 @@ impl Entry {
 /// The table. See the module docs.
 pub(crate) struct SpanTable {
     /// Segment 0, always there.
-    first: Box<[Entry]>,
+    first: Box<[Slot]>,
     /// Segments 1.., each twice the size of the one before, made when first needed.
-    rest: [OnceLock<Box<[Entry]>>; SEGMENTS - 1],
+    rest: [OnceLock<Box<[Slot]>>; SEGMENTS - 1],
 }
 
 impl std::fmt::Debug for SpanTable {
@@ -123,8 +123,8 @@ fn home(id: u64, segment: usize) -> usize {
     }
 }
 
-fn new_segment(len: usize) -> Box<[Entry]> {
-    (0..len).map(|_| Entry::new()).collect()
+fn new_segment(len: usize) -> Box<[Slot]> {
+    (0..len).map(|_| Slot::new()).collect()
 }
 
 impl SpanTable {
@@ -136,7 +136,7 @@ impl SpanTable {
     }
 
     #[inline(always)]
-    fn segment(&self, k: usize) -> Option<&[Entry]> {
+    fn segment(&self, k: usize) -> Option<&[Slot]> {
         if k == 0 {
             Some(&self.first)
         } else {
@@ -144,10 +144,10 @@ impl SpanTable {
         }
     }
 
-    /// Claims an entry for `id` and initialises it with `init` before publishing it. Returns
+    /// Claims a slot for `id` and initialises it with `init` before publishing it. Returns
     /// `None` when every segment's probe window is full (the span is then not profiled).
     #[inline]
-    pub(crate) fn insert(&self, id: u64, init: impl FnOnce(&Entry)) -> Option<&Entry> {
+    pub(crate) fn insert(&self, id: u64, init: impl FnOnce(&Slot)) -> Option<&Slot> {
         debug_assert!(id != EMPTY && id != TOMBSTONE && id != RESERVED);
         for k in 0..SEGMENTS {
             let segment = match self.segment(k) {
@@ -158,30 +158,30 @@ impl SpanTable {
             let mask = segment.len() - 1;
             for probe in 0..PROBES {
                 let index = (start + probe) & mask;
-                let entry = &segment[index];
-                let key = entry.key.load(Ordering::Relaxed);
+                let slot = &segment[index];
+                let key = slot.key.load(Ordering::Relaxed);
                 if (key == EMPTY || key == TOMBSTONE)
-                    && entry
+                    && slot
                         .key
                         .compare_exchange(key, RESERVED, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok()
                 {
-                    init(entry);
-                    entry.key.store(id, Ordering::Release);
-                    return Some(entry);
+                    init(slot);
+                    slot.key.store(id, Ordering::Release);
+                    return Some(slot);
                 }
             }
         }
         None
     }
 
-    /// The entry of an open span, or `None` if `id` was never inserted (not profiled).
+    /// The slot of an open span, or `None` if `id` was never inserted (not profiled).
     #[inline(always)]
-    pub(crate) fn get(&self, id: u64) -> Option<&Entry> {
+    pub(crate) fn get(&self, id: u64) -> Option<&Slot> {
         let index = home(id, 0) & (FIRST_SEGMENT - 1);
-        let entry = &self.first[index];
-        match entry.key.load(Ordering::Acquire) {
-            key if key == id => Some(entry),
+        let slot = &self.first[index];
+        match slot.key.load(Ordering::Acquire) {
+            key if key == id => Some(slot),
             EMPTY => None,
             _ => self.get_probing(id),
         }
@@ -189,16 +189,16 @@ impl SpanTable {
 
     #[cold]
     #[inline(never)]
-    fn get_probing(&self, id: u64) -> Option<&Entry> {
+    fn get_probing(&self, id: u64) -> Option<&Slot> {
         for k in 0..SEGMENTS {
             let segment = self.segment(k)?;
             let start = home(id, k);
             let mask = segment.len() - 1;
             for probe in 0..PROBES {
                 let index = (start + probe) & mask;
-                let entry = &segment[index];
-                match entry.key.load(Ordering::Acquire) {
-                    key if key == id => return Some(entry),
+                let slot = &segment[index];
+                match slot.key.load(Ordering::Acquire) {
+                    key if key == id => return Some(slot),
                     EMPTY => return None,
                     _ => {}
                 }
@@ -207,14 +207,14 @@ impl SpanTable {
         None
     }
 
-    /// Frees the entry of a closed span.
+    /// Frees the slot of a closed span.
     #[inline]
-    pub(crate) fn remove(&self, entry: &Entry) {
-        entry.key.store(TOMBSTONE, Ordering::Release);
+    pub(crate) fn remove(&self, slot: &Slot) {
+        slot.key.store(TOMBSTONE, Ordering::Release);
     }
 
-    /// Every entry that holds an open span (for snapshots).
-    pub(crate) fn open_entries(&self) -> impl Iterator<Item = &Entry> {
+    /// Every slot that holds an open span (for snapshots).
+    pub(crate) fn open_slots(&self) -> impl Iterator<Item = &Slot> {
         (0..SEGMENTS)
             .filter_map(|k| self.segment(k))
             .flat_map(|s| s.iter())
@@ -222,7 +222,7 @@ impl SpanTable {
     }
 }
 
-const _: () = assert!(std::mem::size_of::<Entry>() == 64);
+const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 #[cfg(test)]
 mod tests {
@@ -246,7 +246,7 @@ mod tests {
         }
         assert!(t.get(1).is_none());
         assert!(t.get(2).is_some());
-        assert_eq!(t.open_entries().count(), 5_000);
+        assert_eq!(t.open_slots().count(), 5_000);
     }
 
     #[test]
@@ -258,7 +258,7 @@ mod tests {
             t.insert(id, |_| {}).expect("room");
         }
         for &id in &ids {
-            assert_eq!(t.get(id).and_then(Entry::id), Some(id));
+            assert_eq!(t.get(id).and_then(Slot::id), Some(id));
         }
     }
 

@@ -1,0 +1,241 @@
+//! Leak suspicion: span names whose calls keep retaining memory that the process keeps.
+
+use crate::profile::{HeapUse, MemoryUse, Snapshot, SpanStats};
+
+/// Fewest calls before a span name is judged.
+pub const LEAK_MIN_CALLS: u64 = 16;
+/// Share of calls that must have kept memory (heap, children excluded).
+pub const LEAK_MIN_SHARE: f64 = 0.75;
+/// Net heap (children excluded) a span name must have kept in all.
+pub const LEAK_MIN_HEAP_BYTES: i64 = 64 * 1024;
+/// RSS growth a span name must show in all, without the counting allocator (RSS moves in pages
+/// and is sampled).
+pub const LEAK_MIN_RSS_BYTES: i64 = 32 * 1024 * 1024;
+
+/// What a leak suspicion was judged from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeakSource {
+    /// Heap kept per entry, children excluded (the counting allocator).
+    Heap,
+    /// RSS growth per instance (without the counting allocator).
+    Rss,
+}
+
+/// A span name whose calls keep retaining memory, with the evidence.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Leak {
+    /// Span name.
+    pub name: String,
+    /// Span target.
+    pub target: String,
+    /// What the judgement rests on.
+    pub source: LeakSource,
+    /// Bytes kept in all.
+    pub retained_bytes: i64,
+    /// Calls (entries for [`LeakSource::Heap`], instances for [`LeakSource::Rss`]) judged.
+    pub calls: u64,
+    /// Bytes kept per call.
+    pub per_call_bytes: f64,
+    /// Share of calls that kept memory, 0..=1.
+    pub share_of_calls: f64,
+    /// How much the process's heap (or RSS) grew over the second half of the run.
+    pub process_growth_bytes: i64,
+}
+
+/// The span names of `snapshot` suspected of leaking, in the snapshot's order.
+///
+/// A span name is suspected when, over at least [`LEAK_MIN_CALLS`] calls, at least
+/// [`LEAK_MIN_SHARE`] of its calls ended with more heap than they started with (children
+/// excluded), adding up to at least [`LEAK_MIN_HEAP_BYTES`]; or, without the counting
+/// allocator, when half of its instances grew RSS by [`LEAK_MIN_RSS_BYTES`] in all. And in both
+/// cases only if the process itself kept growing over the second half of the run (from the
+/// timeline's middle sample to the snapshot) by at least a quarter of what the span kept: memory
+/// a span returns and its caller frees, or buffers allocated once, are not leaks.
+///
+/// The end point is the process's memory when the snapshot was taken
+/// ([`ResourceInfo::heap_bytes_at_end`](crate::profile::ResourceInfo::heap_bytes_at_end)):
+/// profiles written before schema v3 lack it, and nothing in them is judged.
+///
+/// Needs the resource figures of the `detailed` preset; returns nothing without them.
+pub fn leaks(snapshot: &Snapshot) -> Vec<Leak> {
+    let growth = Growth::of(snapshot);
+    snapshot
+        .spans
+        .iter()
+        .filter_map(|s| judge(s, growth))
+        .collect()
+}
+
+/// How much the process's memory grew over the second half of the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Growth {
+    heap: Option<i64>,
+    rss: Option<i64>,
+}
+
+impl Growth {
+    fn of(snapshot: &Snapshot) -> Self {
+        let Some(info) = &snapshot.resources else {
+            return Growth::default();
+        };
+        let timeline = &info.timeline;
+        // With fewer than four samples there is no second half to speak of: since the start.
+        let mid = if timeline.len() >= 4 {
+            timeline.get(timeline.len() / 2)
+        } else {
+            timeline.first()
+        };
+        // Profiles before schema v3 have no end readings: growth is unknown, nothing is judged.
+        // (The last sample is no stand-in: what a run frees at its end would be missed.)
+        Growth {
+            heap: info
+                .heap_bytes_at_end
+                .zip(mid.and_then(|s| s.heap_bytes))
+                .map(|(now, then)| now - then),
+            rss: info
+                .rss_bytes_at_end
+                .zip(mid.and_then(|s| s.rss_bytes))
+                .map(|(now, then)| now as i64 - then as i64),
+        }
+    }
+}
+
+fn judge(span: &SpanStats, growth: Growth) -> Option<Leak> {
+    let r = span.resources.as_ref()?;
+    if let Some(h) = &r.heap {
+        return judge_heap(span, h, growth.heap);
+    }
+    judge_rss(span, r.memory.as_ref()?, growth.rss)
+}
+
+fn judge_heap(span: &SpanStats, h: &HeapUse, grew: Option<i64>) -> Option<Leak> {
+    let retained = h.self_retained_bytes;
+    let share = h.retaining_entries as f64 / h.entries.max(1) as f64;
+    let judged =
+        h.entries >= LEAK_MIN_CALLS && share >= LEAK_MIN_SHARE && retained >= LEAK_MIN_HEAP_BYTES;
+    judged
+        .then(|| suspect(span, LeakSource::Heap, retained, h.entries, share, grew))
+        .flatten()
+}
+
+fn judge_rss(span: &SpanStats, m: &MemoryUse, grew: Option<i64>) -> Option<Leak> {
+    let retained = m.rss_delta_bytes;
+    let share = m.growing_instances as f64 / m.instances.max(1) as f64;
+    let judged =
+        m.instances >= LEAK_MIN_CALLS / 2 && share >= 0.5 && retained >= LEAK_MIN_RSS_BYTES;
+    judged
+        .then(|| suspect(span, LeakSource::Rss, retained, m.instances, share, grew))
+        .flatten()
+}
+
+/// The suspicion, if the process kept growing meanwhile: memory a steady leak keeps grows the
+/// process in the second half of the run by about half of what the span kept; a quarter is
+/// asked for.
+fn suspect(
+    span: &SpanStats,
+    source: LeakSource,
+    retained: i64,
+    calls: u64,
+    share: f64,
+    grew: Option<i64>,
+) -> Option<Leak> {
+    let grew = grew.filter(|g| 4 * g >= retained)?;
+    Some(Leak {
+        name: span.name.clone(),
+        target: span.target.clone(),
+        source,
+        retained_bytes: retained,
+        calls,
+        per_call_bytes: retained as f64 / calls as f64,
+        share_of_calls: share,
+        process_growth_bytes: grew,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::Sample;
+
+    /// A snapshot with one span name whose `calls` entries each kept `self_net` bytes, the
+    /// process's heap going from `mid` (middle sample) to `end`.
+    fn profile(calls: Vec<i64>, mid: i64, end: i64) -> Snapshot {
+        let mut snapshot = Snapshot::from_json(
+            include_str!("../../tests/data/profile-v2-detailed.json"),
+            "test data",
+        )
+        .unwrap();
+        snapshot.spans.truncate(1);
+        let span = &mut snapshot.spans[0];
+        let heap = span
+            .resources
+            .as_mut()
+            .and_then(|r| r.heap.as_mut())
+            .unwrap();
+        heap.entries = calls.len() as u64;
+        heap.self_retained_bytes = calls.iter().sum();
+        heap.retaining_entries = calls.iter().filter(|&&c| c > 0).count() as u64;
+        let info = snapshot.resources.as_mut().unwrap();
+        info.timeline = (0..8)
+            .map(|i| Sample {
+                t_ns: i * 100,
+                seq: i,
+                heap_bytes: Some(if i < 4 { 0 } else { mid }),
+                ..Sample::default()
+            })
+            .collect();
+        info.heap_bytes_at_end = Some(end);
+        snapshot
+    }
+
+    #[test]
+    fn steady_retention_the_process_keeps_is_a_leak() {
+        let s = profile(vec![8 * 1024; 40], 0, 40 * 8 * 1024);
+        let found = leaks(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let leak = &found[0];
+        assert_eq!(leak.name, s.spans[0].name);
+        assert_eq!(leak.source, LeakSource::Heap);
+        assert_eq!((leak.retained_bytes, leak.calls), (40 * 8 * 1024, 40));
+        assert_eq!(leak.per_call_bytes, 8.0 * 1024.0);
+        assert_eq!(leak.share_of_calls, 1.0);
+        assert_eq!(leak.process_growth_bytes, 40 * 8 * 1024);
+    }
+
+    #[test]
+    fn retention_the_caller_frees_is_not_a_leak() {
+        // The same retention, but the process did not grow in the second half.
+        assert_eq!(leaks(&profile(vec![8 * 1024; 40], 5 << 20, 5 << 20)), []);
+    }
+
+    #[test]
+    fn balanced_or_occasional_retention_is_not_a_leak() {
+        assert_eq!(leaks(&profile(vec![0; 200], 0, 1 << 30)), []);
+        // A cache warming up: one call keeps 1 MiB, 99 keep nothing.
+        let mut calls = vec![0; 100];
+        calls[0] = 1 << 20;
+        assert_eq!(leaks(&profile(calls, 0, 1 << 20)), []);
+        // Too few calls to judge.
+        assert_eq!(leaks(&profile(vec![1 << 20; 15], 0, 1 << 30)), []);
+    }
+
+    #[test]
+    fn profiles_without_end_readings_are_not_judged() {
+        let mut s = profile(vec![8 * 1024; 40], 0, 1 << 20);
+        assert_eq!(leaks(&s).len(), 1);
+        s.resources.as_mut().unwrap().heap_bytes_at_end = None;
+        assert_eq!(leaks(&s), []);
+    }
+
+    #[test]
+    fn a_basic_profile_has_no_findings() {
+        let s = Snapshot::from_json(
+            include_str!("../../tests/data/profile-v1-basic.json"),
+            "test data",
+        )
+        .unwrap();
+        assert_eq!(leaks(&s), []);
+    }
+}

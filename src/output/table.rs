@@ -1,0 +1,552 @@
+//! The console report: one row per span name, sorted by self time, like `torch.profiler`'s
+//! `key_averages().table()`, then sections for throughput, errors, span instances, resources
+//! and leak suspicions. Fits a 100-column terminal.
+
+use std::fmt::{self, Write as _};
+use std::io::{self, Write};
+
+use super::units::{format_bytes, format_count, format_duration, format_si};
+use super::Format;
+use crate::analysis::{leaks, Leak, LeakSource};
+use crate::profile::{ResourceInfo, Snapshot, SpanResources, SpanStats};
+
+/// Name of the report file in an output directory.
+pub const REPORT_FILE: &str = "report.txt";
+
+const NAME_WIDTH: usize = 22;
+
+/// The console report of a [`Snapshot`].
+///
+/// ```
+/// # use spanprof::{ProfileLayer, ReportTarget};
+/// # use tracing_subscriber::prelude::*;
+/// use spanprof::output::Table;
+/// let (layer, guard) = ProfileLayer::builder()
+///     .with_env(false)
+///     .with_report(ReportTarget::Off)
+///     .build()?;
+/// let subscriber = tracing_subscriber::registry().with(layer);
+/// tracing::subscriber::with_default(subscriber, || {
+///     tracing::info_span!("work").in_scope(|| std::hint::black_box(1 + 1));
+/// });
+/// let text = Table::new().with_top(10).to_string(&guard.snapshot());
+/// assert!(text.contains("work"));
+/// # Ok::<(), spanprof::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table {
+    top: usize,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Table {
+    /// A report of every span name.
+    pub fn new() -> Self {
+        Self { top: usize::MAX }
+    }
+
+    /// Shows only the `n` span names with the most self time (at least one).
+    pub fn with_top(self, n: usize) -> Self {
+        Self { top: n.max(1) }
+    }
+
+    /// The report as text.
+    pub fn to_string(&self, snapshot: &Snapshot) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = View::new(snapshot, self.top).write(&mut out);
+        out
+    }
+}
+
+impl Format for Table {
+    fn name(&self) -> &'static str {
+        "table"
+    }
+
+    fn file_name(&self) -> &'static str {
+        REPORT_FILE
+    }
+
+    fn action(&self) -> &'static str {
+        "writing report"
+    }
+
+    fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(self.to_string(snapshot).as_bytes())
+    }
+}
+
+/// The rows of a report: every span name sorted by self time, and the ones shown.
+struct View<'a> {
+    snap: &'a Snapshot,
+    rows: Vec<&'a SpanStats>,
+    top: usize,
+    /// Self time of every span name.
+    all_self: u64,
+}
+
+impl<'a> View<'a> {
+    fn new(snap: &'a Snapshot, top: usize) -> Self {
+        let mut rows: Vec<&SpanStats> = snap.spans.iter().collect();
+        rows.sort_by(|a, b| {
+            b.entry_self
+                .total_ns
+                .cmp(&a.entry_self.total_ns)
+                .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
+                .then(a.name.cmp(&b.name))
+        });
+        let all_self = rows.iter().map(|s| s.entry_self.total_ns).sum();
+        Self {
+            snap,
+            rows,
+            top,
+            all_self,
+        }
+    }
+
+    fn shown(&self) -> &[&'a SpanStats] {
+        &self.rows[..self.rows.len().min(self.top)]
+    }
+
+    fn write(&self, f: &mut String) -> fmt::Result {
+        self.spans(f)?;
+        self.throughput(f)?;
+        self.errors(f)?;
+        self.instances(f)?;
+        if let Some(info) = &self.snap.resources {
+            self.resources(f, info)?;
+        }
+        self.notes(f)
+    }
+
+    /// The header and one row per span name shown.
+    fn spans(&self, f: &mut String) -> fmt::Result {
+        writeln!(
+            f,
+            "spanprof: {} span names, {} inside spans, run {} (preset {})",
+            self.rows.len(),
+            format_duration(self.all_self),
+            format_duration(self.snap.run.duration_ns),
+            self.snap.run.preset
+        )?;
+        writeln!(
+            f,
+            "calls = completed entries (enter→exit); per-call times; self % = share of time in spans"
+        )?;
+        writeln!(
+            f,
+            "{:<nw$} {:>7} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "name",
+            "calls",
+            "total",
+            "self",
+            "self%",
+            "mean",
+            "p50",
+            "p90",
+            "p99",
+            "max",
+            nw = NAME_WIDTH
+        )?;
+        for s in self.shown() {
+            let e = &s.entry_busy;
+            writeln!(
+                f,
+                "{:<nw$} {:>7} {:>8} {:>8} {:>5.1}% {:>8} {:>8} {:>8} {:>8} {:>8}",
+                short_name(s),
+                format_count(s.calls),
+                format_duration(e.total_ns),
+                format_duration(s.entry_self.total_ns),
+                share(s.entry_self.total_ns, self.all_self),
+                format_duration(e.mean_ns.round() as u64),
+                format_duration(e.p50_ns),
+                format_duration(e.p90_ns),
+                format_duration(e.p99_ns),
+                format_duration(e.max_ns),
+                nw = NAME_WIDTH
+            )?;
+        }
+        let hidden = self.rows.len() - self.shown().len();
+        if hidden > 0 {
+            writeln!(
+                f,
+                "… {hidden} more span names (raise SPANPROF_TOP to show them)"
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Sums of the `items`, `bytes` and `flops` fields, and their rates over busy time.
+    fn throughput(&self, f: &mut String) -> fmt::Result {
+        let rows: Vec<_> = self
+            .shown()
+            .iter()
+            .filter(|s| s.items.is_some() || s.bytes.is_some() || s.flops.is_some())
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        writeln!(f)?;
+        writeln!(f, "throughput (field sum ÷ busy time)")?;
+        writeln!(
+            f,
+            "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "name",
+            "items",
+            "items/s",
+            "bytes",
+            "bytes/s",
+            "FLOP",
+            "FLOP/s",
+            nw = NAME_WIDTH
+        )?;
+        for s in rows {
+            let cell = |v: Option<u64>| v.map_or_else(dash, |v| format_si(v as f64));
+            let rate = |v: Option<u64>| s.rate(v).map_or_else(dash, format_si);
+            writeln!(
+                f,
+                "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                short_name(s),
+                cell(s.items),
+                rate(s.items),
+                cell(s.bytes),
+                rate(s.bytes),
+                cell(s.flops),
+                rate(s.flops),
+                nw = NAME_WIDTH
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Error-level events per span name.
+    fn errors(&self, f: &mut String) -> fmt::Result {
+        let rows: Vec<_> = self.shown().iter().filter(|s| s.errors > 0).collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        writeln!(f)?;
+        let mut line = String::from("errors:");
+        for s in rows {
+            write!(line, " {} {} of {} calls;", s.name, s.errors, s.calls)?;
+        }
+        writeln!(f, "{}", line.trim_end_matches(';'))
+    }
+
+    /// Spans whose instances are not one entry each: async tasks, long-lived spans.
+    fn instances(&self, f: &mut String) -> fmt::Result {
+        let rows: Vec<_> = self
+            .shown()
+            .iter()
+            .filter(|s| s.open > 0 || s.instances != s.calls)
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "span instances (busy = sum of entries; wall = creation to close)"
+        )?;
+        writeln!(
+            f,
+            "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "name",
+            "instances",
+            "open",
+            "calls/ins",
+            "busy",
+            "wall",
+            "busy%",
+            "running",
+            nw = NAME_WIDTH
+        )?;
+        for s in rows {
+            let per = if s.created == 0 {
+                dash()
+            } else {
+                format_si(s.calls as f64 / s.created as f64)
+            };
+            let busy_share = if s.wall.total_ns == 0 {
+                dash()
+            } else {
+                format!("{:.1}%", share(s.busy.total_ns, s.wall.total_ns))
+            };
+            let mean = |n: u64, t: u64| t.checked_div(n).map_or_else(dash, format_duration);
+            writeln!(
+                f,
+                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                short_name(s),
+                s.instances,
+                s.open,
+                per,
+                mean(s.busy.count, s.busy.total_ns),
+                mean(s.wall.count, s.wall.total_ns),
+                busy_share,
+                format_duration(s.in_progress_ns),
+                nw = NAME_WIDTH
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The resource sections (presets `detailed` and `full`).
+    fn resources(&self, f: &mut String, info: &ResourceInfo) -> fmt::Result {
+        writeln!(f)?;
+        sampler_status(f, info)?;
+        let with = |keep: fn(&SpanResources) -> bool| -> Vec<(&SpanStats, &SpanResources)> {
+            self.shown()
+                .iter()
+                .filter_map(|s| Some((*s, s.resources.as_ref()?)))
+                .filter(|(_, r)| keep(r))
+                .collect()
+        };
+        memory_and_cpu(
+            f,
+            &with(|r| r.cpu.is_some() || r.heap.is_some() || r.memory.is_some()),
+        )?;
+        gpu_and_energy(
+            f,
+            &with(|r| !r.gpus.is_empty() || r.energy_j.is_some()),
+            info.grid_g_per_kwh.is_some(),
+        )?;
+        let found = leaks(self.snap);
+        for s in self.shown() {
+            if let Some(leak) = found
+                .iter()
+                .find(|l| l.name == s.name && l.target == s.target)
+            {
+                writeln!(f, "possible leak: {} {}", s.name, leak_evidence(leak))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Clamped samples and spans not profiled.
+    fn notes(&self, f: &mut String) -> fmt::Result {
+        let clamped: u64 = self
+            .snap
+            .spans
+            .iter()
+            .map(|s| s.entry_busy.clamped + s.wall.clamped)
+            .sum();
+        if clamped > 0 {
+            writeln!(
+                f,
+                "note: {clamped} samples longer than {} were recorded as that value",
+                format_duration(self.snap.histograms.highest)
+            )?;
+        }
+        let d = &self.snap.dropped;
+        if d.spans_table_full + d.spans_too_many_names > 0 {
+            writeln!(
+                f,
+                "note: not profiled: {} spans (open-span table full), {} spans (too many names)",
+                d.spans_table_full, d.spans_too_many_names
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Which samplers ran, the peaks, and what was not available.
+fn sampler_status(f: &mut String, info: &ResourceInfo) -> fmt::Result {
+    write!(
+        f,
+        "resources: sampled every {} ms ({})",
+        info.interval_ms,
+        info.samplers.join(", ")
+    )?;
+    if let Some(peak) = info.peak_rss_bytes {
+        write!(f, "; peak RSS {}", format_bytes(peak as f64))?;
+    }
+    if let Some(peak) = info.peak_heap_bytes {
+        write!(f, "; peak heap {}", format_bytes(peak as f64))?;
+    }
+    writeln!(f)?;
+    let wants = |s: &str| info.samplers.iter().any(|x| x == s);
+    if wants("heap") && !info.heap_allocator {
+        writeln!(
+            f,
+            "heap: not measured (install spanprof::CountingAlloc as #[global_allocator])"
+        )?;
+    }
+    if wants("gpu") {
+        match &info.gpu_unavailable {
+            Some(reason) => writeln!(f, "GPU: not available ({reason})")?,
+            None => {
+                for (i, d) in info.gpu_devices.iter().enumerate() {
+                    writeln!(f, "GPU {i}: {}", d.name)?;
+                }
+            }
+        }
+    }
+    if wants("energy") {
+        if let Some(reason) = &info.cpu_energy_unavailable {
+            writeln!(f, "CPU energy: not available ({reason})")?;
+        }
+    }
+    Ok(())
+}
+
+/// Memory and CPU per call: RSS and peaks over instances, heap and CPU over entries.
+fn memory_and_cpu(f: &mut String, rows: &[(&SpanStats, &SpanResources)]) -> fmt::Result {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        f,
+        "memory and CPU (per call; RSS and peaks over instances, heap and CPU over entries)"
+    )?;
+    writeln!(
+        f,
+        "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
+        "name",
+        "cpu%",
+        "rss Δ",
+        "peak rss",
+        "peak heap",
+        "alloc",
+        "allocs",
+        "kept",
+        "self kept",
+        nw = NAME_WIDTH
+    )?;
+    let per = |total: f64, n: u64| {
+        if n == 0 {
+            dash()
+        } else {
+            format_bytes(total / n as f64)
+        }
+    };
+    for (s, r) in rows {
+        let (cpu, memory, heap) = (r.cpu.as_ref(), r.memory.as_ref(), r.heap.as_ref());
+        writeln!(
+            f,
+            "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
+            short_name(s),
+            cpu.map_or_else(dash, |c| format!("{:.0}%", c.utilization_pct)),
+            memory.map_or_else(dash, |m| per(m.rss_delta_bytes as f64, m.instances)),
+            memory.map_or_else(dash, |m| format_bytes(m.peak_rss_bytes as f64)),
+            memory
+                .and_then(|m| m.peak_heap_bytes)
+                .map_or_else(dash, |p| format_bytes(p as f64)),
+            heap.map_or_else(dash, |h| per(h.allocated_bytes as f64, h.entries)),
+            heap.map_or_else(dash, |h| format_si(
+                h.allocations as f64 / h.entries.max(1) as f64
+            )),
+            heap.map_or_else(dash, |h| per(h.net_retained_bytes as f64, h.entries)),
+            heap.map_or_else(dash, |h| per(h.self_retained_bytes as f64, h.entries)),
+            nw = NAME_WIDTH
+        )?;
+    }
+    Ok(())
+}
+
+/// GPU per device and energy per span name, over instances.
+fn gpu_and_energy(f: &mut String, rows: &[(&SpanStats, &SpanResources)], co2: bool) -> fmt::Result {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        f,
+        "GPU and energy (over instances; GPU memory per call, energy in total)"
+    )?;
+    let row = |cells: [&str; 8]| {
+        let line = format!(
+            "{:<nw$} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            cells[6],
+            cells[7],
+            nw = NAME_WIDTH
+        );
+        line.trim_end().to_string()
+    };
+    let co2_head = if co2 { "CO2e" } else { "" };
+    writeln!(
+        f,
+        "{}",
+        row(["name", "gpu", "util%", "mem Δ", "peak mem", "gpu J", "total J", co2_head])
+    )?;
+    let joules = |j: Option<f64>| j.map_or_else(dash, |j| format!("{j:.3}"));
+    for (s, r) in rows {
+        let total = joules(r.energy_j);
+        let co2e = r.co2e_g.map_or_else(String::new, |g| format!("{g:.4} g"));
+        let name = short_name(s);
+        if r.gpus.is_empty() {
+            writeln!(
+                f,
+                "{}",
+                row([&name, "-", "-", "-", "-", "-", &total, &co2e])
+            )?;
+        }
+        for (i, g) in r.gpus.iter().enumerate() {
+            let first = i == 0;
+            writeln!(
+                f,
+                "{}",
+                row([
+                    if first { &name } else { "" },
+                    &g.device.to_string(),
+                    &g.mean_utilization_pct
+                        .map_or_else(dash, |u| format!("{u:.0}%")),
+                    &format_bytes(g.memory_delta_bytes as f64 / g.instances.max(1) as f64),
+                    &format_bytes(g.peak_memory_bytes as f64),
+                    &joules(g.energy_j),
+                    if first { &total } else { "" },
+                    if first { &co2e } else { "" },
+                ])
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// One line of evidence for a leak suspicion.
+fn leak_evidence(leak: &Leak) -> String {
+    let (verb, what) = match leak.source {
+        LeakSource::Heap => ("kept", " of heap"),
+        _ => ("RSS grew", ""),
+    };
+    format!(
+        "{verb} {}{what} over {} calls ({}/call; {:.0}% of calls)",
+        format_bytes(leak.retained_bytes as f64),
+        leak.calls,
+        format_bytes(leak.per_call_bytes),
+        leak.share_of_calls * 100.0
+    )
+}
+
+fn short_name(s: &SpanStats) -> String {
+    if s.name.chars().count() <= NAME_WIDTH {
+        s.name.clone()
+    } else {
+        let mut n: String = s.name.chars().take(NAME_WIDTH - 1).collect();
+        n.push('…');
+        n
+    }
+}
+
+/// `part` as a percentage of `whole` (0 when `whole` is 0).
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+fn dash() -> String {
+    "-".to_string()
+}

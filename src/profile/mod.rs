@@ -1,0 +1,249 @@
+//! The profile model: a [`Snapshot`] of everything recorded up to one moment, as plain data.
+//!
+//! A snapshot stands alone: it holds no live state, no sampler types and no prose, and every
+//! output and analysis reads only it. So a snapshot written as JSON and read back
+//! ([`Snapshot::from_json`], [`Snapshot::read_json`]) renders byte for byte as the live one did.
+//!
+//! The JSON profile is this model serialised with `serde_json`; its schema is documented in the
+//! README ("JSON profile"). Histograms are stored whole, as HdrHistogram V2 + deflate, base64,
+//! so profiles merge and compare exactly and any HdrHistogram implementation can read them.
+//!
+//! # Versions
+//!
+//! This crate writes schema version [`SCHEMA_VERSION`] (3) and reads versions 1 to 3:
+//! - **1**: timing only.
+//! - **2**: adds `resources` to the profile and to each span.
+//! - **3**: drops the per-span `resources.leak` (leak suspicion is now an analysis of the
+//!   profile, [`crate::analysis::leaks`]) and adds `resources.rss_bytes_at_end` and
+//!   `resources.heap_bytes_at_end`, which that analysis reads.
+//!
+//! An older profile is read into the current model and its `version` becomes the current one.
+
+mod json;
+mod resources;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+pub use resources::{
+    CpuUse, GpuDevice, GpuSample, GpuUse, HeapUse, MemoryUse, ResourceInfo, Sample, SpanResources,
+};
+
+/// The `schema` field of every profile.
+pub const SCHEMA: &str = "spanprof.profile";
+/// The version of the profile schema this crate writes; it reads this one and every earlier one.
+pub const SCHEMA_VERSION: u32 = 3;
+
+/// Significant decimal digits kept by every histogram: values are exact to within 1 part in 128
+/// (better than 0.8 %).
+pub const SIGNIFICANT_DIGITS: u8 = 2;
+/// Lowest value the histograms tell apart from zero, in nanoseconds.
+pub const LOWEST_NS: u64 = 1;
+/// Highest value the histograms record, in nanoseconds (one hour). Longer durations are recorded
+/// as this value and counted in [`Stat::clamped`].
+pub const HIGHEST_NS: u64 = 3_600_000_000_000;
+
+/// A profile: everything recorded up to one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// Schema version, [`SCHEMA_VERSION`] when written by this crate.
+    pub version: u32,
+    /// What ran, where and when.
+    pub run: RunInfo,
+    /// How the histograms are bounded and encoded.
+    pub histograms: HistogramSpec,
+    /// One entry per span name (name + target), in no particular order.
+    pub spans: Vec<SpanStats>,
+    /// What could not be recorded.
+    pub dropped: Dropped,
+    /// Resource samplers (absent at the `basic` preset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceInfo>,
+}
+
+/// Metadata of the profiled run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunInfo {
+    /// When profiling started, RFC 3339 (UTC).
+    pub start_time: String,
+    /// When profiling started, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// Time from the start of profiling to this snapshot, ns.
+    pub duration_ns: u64,
+    /// Host name of the machine.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// The program's command line.
+    pub command_line: Vec<String>,
+    /// Version of spanprof that wrote the profile.
+    pub crate_version: String,
+    /// The preset in effect (`basic`, `detailed`, `full`).
+    pub preset: String,
+    /// The span filter in effect (`SPANPROF_FILTER` or the builder's), if any.
+    pub filter: Option<String>,
+}
+
+/// Bounds and encoding of the histograms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct HistogramSpec {
+    /// Unit of every recorded value: `ns`.
+    pub unit: String,
+    /// Significant decimal digits kept.
+    pub significant_digits: u8,
+    /// Lowest discernible value.
+    pub lowest: u64,
+    /// Highest trackable value; larger values are recorded as this and counted in `clamped`.
+    pub highest: u64,
+    /// `hdrhistogram-v2-deflate-base64`.
+    pub encoding: String,
+}
+
+/// What spanprof had to leave out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Dropped {
+    /// Spans not profiled because the open-span table was full.
+    pub spans_table_full: u64,
+    /// Spans not profiled because [`MAX_SPAN_NAMES`](crate::builder::MAX_SPAN_NAMES) names were in use.
+    pub spans_too_many_names: u64,
+}
+
+/// Statistics of one span name.
+///
+/// Two kinds of sample: an **entry** is one enter→exit interval of a span (the code ran once;
+/// an async span is entered at every poll, a long-lived span at every use); an **instance** is a
+/// span from creation to close. For a span entered once (a plain `#[instrument]` function) the
+/// two are the same.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SpanStats {
+    /// Span name.
+    pub name: String,
+    /// Span target (module path unless set).
+    pub target: String,
+    /// Completed entries (enter→exit intervals): how many times the code ran.
+    pub calls: u64,
+    /// Instances created.
+    pub created: u64,
+    /// Instances closed.
+    pub instances: u64,
+    /// Instances open when the snapshot was taken.
+    pub open: u64,
+    /// Time inside entries still in progress when the snapshot was taken, ns (not part of the
+    /// histograms).
+    pub in_progress_ns: u64,
+    /// Busy time of each entry.
+    pub entry_busy: Stat,
+    /// Self time of each entry: busy time minus time in child spans entered during it on the
+    /// same thread.
+    pub entry_self: Stat,
+    /// Busy time of each closed instance: the sum of its entries.
+    pub busy: Stat,
+    /// Self time of each closed instance: the sum of its entries' self time.
+    #[serde(rename = "self")]
+    pub self_time: Stat,
+    /// Wall time of each closed instance, creation to close.
+    pub wall: Stat,
+    /// Sum of the `items` field of the spans, if any span had one.
+    pub items: Option<u64>,
+    /// Sum of the `bytes` field, if any.
+    pub bytes: Option<u64>,
+    /// Sum of the `flops` field, if any.
+    pub flops: Option<u64>,
+    /// `error`-level events inside spans of this name.
+    pub errors: u64,
+    /// Resources used by spans of this name (`detailed` and `full` presets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<SpanResources>,
+}
+
+impl SpanStats {
+    /// Rate of a throughput sum over the busy time of this span's entries (per second).
+    pub fn rate(&self, sum: Option<u64>) -> Option<f64> {
+        let sum = sum?;
+        (self.entry_busy.total_ns > 0).then(|| sum as f64 * 1e9 / self.entry_busy.total_ns as f64)
+    }
+}
+
+/// Statistics of one histogram.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Stat {
+    /// Samples.
+    pub count: u64,
+    /// Exact sum of the samples, ns.
+    pub total_ns: u64,
+    /// Exact smallest sample, ns (0 when empty).
+    pub min_ns: u64,
+    /// Exact largest sample, ns (0 when empty).
+    pub max_ns: u64,
+    /// Exact mean, ns.
+    pub mean_ns: f64,
+    /// Standard deviation, from the histogram, ns.
+    pub stddev_ns: f64,
+    /// Median, ns (histogram precision).
+    pub p50_ns: u64,
+    /// 90th percentile, ns.
+    pub p90_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// Samples above the histogram's highest value, recorded as that value.
+    pub clamped: u64,
+    /// The full histogram.
+    #[serde(with = "json::hdr_base64")]
+    pub histogram: Histogram<u64>,
+}
+
+impl Stat {
+    /// Builds the statistics of a histogram and its exact figures.
+    pub(crate) fn new(
+        histogram: Histogram<u64>,
+        total_ns: u64,
+        min_ns: u64,
+        max_ns: u64,
+        clamped: u64,
+    ) -> Self {
+        let count = histogram.len();
+        let clamp = |v: u64| v.clamp(min_ns, max_ns.max(min_ns));
+        let q = |q: f64| {
+            if count == 0 {
+                0
+            } else {
+                clamp(histogram.value_at_quantile(q))
+            }
+        };
+        Stat {
+            count,
+            total_ns,
+            min_ns,
+            max_ns,
+            mean_ns: if count == 0 {
+                0.0
+            } else {
+                total_ns as f64 / count as f64
+            },
+            stddev_ns: if count == 0 { 0.0 } else { histogram.stdev() },
+            p50_ns: q(0.5),
+            p90_ns: q(0.9),
+            p99_ns: q(0.99),
+            p999_ns: q(0.999),
+            clamped,
+            histogram,
+        }
+    }
+}
+
+impl Snapshot {
+    /// The statistics of a span name (first match on name; any target).
+    pub fn span(&self, name: &str) -> Option<&SpanStats> {
+        self.spans.iter().find(|s| s.name == name)
+    }
+}

@@ -1,0 +1,264 @@
+//! The merge of every thread's shard into a [`Snapshot`]: the one place where recorded state
+//! becomes the profile model.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::time::UNIX_EPOCH;
+
+use hdrhistogram::Histogram;
+
+use super::hist::{new_histogram, Exact};
+use super::names::{Kind, KINDS};
+use super::resources::ResourceTotals;
+use super::spans::ENTRIES_ONE;
+use super::Recorder;
+use crate::profile::{
+    Dropped, HistogramSpec, ResourceInfo, RunInfo, Snapshot, SpanStats, Stat, HIGHEST_NS,
+    LOWEST_NS, SCHEMA, SCHEMA_VERSION, SIGNIFICANT_DIGITS,
+};
+use crate::samplers::{Readings, SourceStatus};
+
+impl Recorder {
+    /// Merges every shard into a snapshot.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let now = self.clock.raw();
+        let shards: Vec<_> = self.shards.all().iter().map(|s| s.names()).collect();
+        let names = self.names.all();
+        let open = self.open_spans(names.len(), now);
+        // Everything that was on at some point: a resource stepped down keeps its figures.
+        let recorded = self.available;
+        let n_gpus = self.readings.gpus().len();
+
+        let mut spans = Vec::with_capacity(names.len());
+        for (index, info) in names.iter().enumerate() {
+            let spill = info.spill.lock().unwrap_or_else(|e| e.into_inner());
+            let mut hists: [Histogram<u64>; KINDS] =
+                std::array::from_fn(|k| spill[k].clone().unwrap_or_else(new_histogram));
+            let mut exact = [Exact::default(); KINDS];
+            let (mut items, mut bytes, mut flops) = (None::<u64>, None::<u64>, None::<u64>);
+            let mut errors = 0;
+            let mut any = false;
+            let mut res = ResourceTotals::default();
+            for shard in &shards {
+                let Some(Some(stats)) = shard.get(index) else {
+                    continue;
+                };
+                any = true;
+                for k in 0..KINDS {
+                    stats.hists[k].add_to(&mut hists[k]);
+                    exact[k].merge(&stats.hists[k].exact());
+                }
+                let add = |acc: &mut Option<u64>, v: u64| {
+                    if v != 0 {
+                        *acc = Some(acc.unwrap_or(0).saturating_add(v));
+                    }
+                };
+                add(&mut items, stats.items.load(Relaxed));
+                add(&mut bytes, stats.bytes.load(Relaxed));
+                add(&mut flops, stats.flops.load(Relaxed));
+                errors += stats.errors.load(Relaxed);
+                if let Some(r) = stats.res.get() {
+                    res.add(r);
+                }
+            }
+            drop(spill);
+            let open = &open[index];
+            if !any && open.count == 0 {
+                continue;
+            }
+            let h = Merged { hists, exact };
+            // Entries: multi-entry spans' entries, single-entry instances, and the first entry
+            // of open spans entered once. Instances: closed ones of either kind.
+            let mut entry_busy = h.sum(&[Kind::EntryBusy, Kind::SingleBusy]);
+            let mut entry_self = h.sum(&[Kind::EntrySelf, Kind::SingleSelf]);
+            for &(busy, self_ns) in &open.first_entries {
+                entry_busy.record(busy);
+                entry_self.record(self_ns);
+            }
+            let busy = h.sum(&[Kind::Busy, Kind::SingleBusy]);
+            let self_time = h.sum(&[Kind::SelfTime, Kind::SingleSelf]);
+            let wall = h.sum(&[Kind::Wall]);
+            let closed = wall.histogram.len();
+            spans.push(SpanStats {
+                name: info.name.to_string(),
+                target: info.target.to_string(),
+                calls: entry_busy.histogram.len(),
+                created: closed + open.count,
+                instances: closed,
+                open: open.count,
+                in_progress_ns: open.in_progress,
+                entry_busy: entry_busy.stat(),
+                entry_self: entry_self.stat(),
+                busy: busy.stat(),
+                self_time: self_time.stat(),
+                wall: wall.stat(),
+                items,
+                bytes,
+                flops,
+                errors,
+                resources: res.finish(recorded, n_gpus, self.settings.grid_g_per_kwh),
+            });
+        }
+
+        Snapshot {
+            schema: SCHEMA.to_string(),
+            version: SCHEMA_VERSION,
+            run: self.run_info(now),
+            histograms: HistogramSpec {
+                unit: "ns".to_string(),
+                significant_digits: SIGNIFICANT_DIGITS,
+                lowest: LOWEST_NS,
+                highest: HIGHEST_NS,
+                encoding: "hdrhistogram-v2-deflate-base64".to_string(),
+            },
+            spans,
+            dropped: Dropped {
+                spans_table_full: self.dropped_table_full.load(Relaxed),
+                spans_too_many_names: self.dropped_too_many_names.load(Relaxed),
+            },
+            resources: self.resource_info(),
+        }
+    }
+
+    /// Open spans per name index, from a scan of the span table.
+    fn open_spans(&self, names: usize, now: u64) -> Vec<OpenSpans> {
+        let mut open = vec![OpenSpans::default(); names];
+        for slot in self.table.open_slots() {
+            let Some(o) = open.get_mut(usize::from(slot.name.load(Relaxed))) else {
+                continue;
+            };
+            o.count += 1;
+            let at = slot.entered_at.load(Relaxed);
+            if at != 0 {
+                o.in_progress += self.clock.delta_ns(at, now);
+            }
+            if slot.entries.load(Acquire) == ENTRIES_ONE {
+                let busy = slot.busy.load(Relaxed) + slot.shared_busy.load(Relaxed);
+                let self_ns = slot.self_ns.load(Relaxed) + slot.shared_self.load(Relaxed);
+                o.first_entries.push((busy, self_ns));
+            }
+        }
+        open
+    }
+
+    fn run_info(&self, now: u64) -> RunInfo {
+        RunInfo {
+            start_time: humantime::format_rfc3339_micros(self.start_wall).to_string(),
+            start_unix_ns: self
+                .start_wall
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+            duration_ns: self.clock.delta_ns(self.start_raw, now),
+            host: host_name(),
+            pid: std::process::id(),
+            command_line: std::env::args().collect(),
+            crate_version: env!("CARGO_PKG_VERSION").to_string(),
+            preset: self.settings.preset.to_string(),
+            filter: self.settings.filter.clone(),
+        }
+    }
+
+    /// What the samplers found (absent when none ran), with the process's memory now: the end
+    /// point against which an analysis judges growth.
+    fn resource_info(&self) -> Option<ResourceInfo> {
+        let sampled = self.settings.sampled;
+        if sampled.is_empty() {
+            return None;
+        }
+        fn unavailable<T>(status: SourceStatus<T>) -> Option<String> {
+            match status {
+                SourceStatus::Unavailable(reason) => Some(reason),
+                _ => None,
+            }
+        }
+        let r = &self.readings;
+        Some(ResourceInfo {
+            interval_ms: self.settings.interval_ms,
+            samplers: sampled.names().into_iter().map(String::from).collect(),
+            heap_allocator: crate::alloc::installed(),
+            gpu_devices: match r.gpu_status() {
+                SourceStatus::Available(devices) => devices,
+                _ => Vec::new(),
+            },
+            gpu_unavailable: unavailable(r.gpu_status()),
+            cpu_energy_unavailable: unavailable(r.cpu_energy_status()),
+            peak_rss_bytes: Readings::get(&r.peak_rss_bytes),
+            peak_heap_bytes: Readings::get_i64(&r.peak_heap_bytes),
+            sampler_cpu_ns: r.sampler_cpu_ns.load(Relaxed),
+            grid_g_per_kwh: self.settings.grid_g_per_kwh,
+            timeline: self.timeline.snapshot(),
+            rss_bytes_at_end: crate::samplers::memory::rss_bytes(),
+            heap_bytes_at_end: crate::alloc::global_heap_bytes(),
+        })
+    }
+}
+
+/// Open spans of one name, found by scanning the span table.
+#[derive(Debug, Clone, Default)]
+struct OpenSpans {
+    count: u64,
+    in_progress: u64,
+    /// (busy, self) of the one completed entry of spans entered exactly once so far.
+    first_entries: Vec<(u64, u64)>,
+}
+
+/// The merged histograms of one span name, per kind.
+struct Merged {
+    hists: [Histogram<u64>; KINDS],
+    exact: [Exact; KINDS],
+}
+
+impl Merged {
+    /// The union of some kinds (each kind is used by at most one union per statistic).
+    fn sum(&self, kinds: &[Kind]) -> Partial {
+        let mut out = Partial {
+            histogram: new_histogram(),
+            exact: Exact::default(),
+        };
+        for &k in kinds {
+            // Histograms with identical bounds always add.
+            let _ = out.histogram.add(&self.hists[k as usize]);
+            out.exact.merge(&self.exact[k as usize]);
+        }
+        out
+    }
+}
+
+/// A histogram and its exact figures, on the way to a [`Stat`].
+struct Partial {
+    histogram: Histogram<u64>,
+    exact: Exact,
+}
+
+impl Partial {
+    fn record(&mut self, value: u64) {
+        let clamped = value.min(HIGHEST_NS);
+        self.histogram.saturating_record(clamped);
+        self.exact.merge(&Exact {
+            sum: value,
+            min: value,
+            max: value,
+            clamped: u64::from(value > HIGHEST_NS),
+        });
+    }
+
+    fn stat(self) -> Stat {
+        Stat::new(
+            self.histogram,
+            self.exact.sum,
+            self.exact.min_or_zero(),
+            self.exact.max,
+            self.exact.clamped,
+        )
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .unwrap_or_else(|| "unknown".to_string())
+}

@@ -1,0 +1,515 @@
+//! Recording: the state one profiler shares between its layer, its guard and its handles, and
+//! the hot path that writes it.
+//!
+//! The [`Recorder`] owns the span table ([`spans`]), the span names and per-callsite decisions
+//! ([`names`]), the per-thread shards ([`shards`]) with their histograms ([`hist`]) and resource
+//! sums ([`resources`]), and reads the sampler's published readings. The layer
+//! (`crate::layer`) turns `tracing` callbacks into calls of its methods; [`collect`] merges
+//! everything into a [`Snapshot`](crate::profile::Snapshot). Nothing outside this module sees
+//! its fields.
+//!
+//! Per span: a callsite decision looked up once at creation (no lock, no hashing of names), one
+//! slot in the lock-free span table, a raw clock read at new/enter/exit/close, and records into
+//! the current thread's shard. No allocation once a thread and a callsite are warm, no system
+//! call (at `basic`), no formatting.
+
+mod collect;
+pub(crate) mod hist;
+pub(crate) mod names;
+pub(crate) mod resources;
+mod shards;
+mod spans;
+
+use std::fmt;
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tracing_core::field::{Field, Visit};
+use tracing_core::span::{Attributes, Record};
+use tracing_core::Metadata;
+
+use crate::clock::Clock;
+use crate::samplers::{Readings, Timeline};
+use crate::switches::{Resources, Switches};
+use names::{
+    throughput_fields, Decision, Kind, NameInfo, Names, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS,
+};
+pub(crate) use resources::InstanceMark;
+use resources::{entry_figures, instance_figures, EntryMark};
+use shards::{bump, with_local, Frame, Local, NameStats, Shards};
+pub(crate) use spans::Slot;
+use spans::{SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, ENTRIES_WRITING};
+
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
+
+/// What a snapshot reports about how the profile was configured.
+#[derive(Debug, Clone)]
+pub(crate) struct RunSettings {
+    /// The preset's name.
+    pub(crate) preset: &'static str,
+    /// The span filter's directives, if any.
+    pub(crate) filter: Option<String>,
+    /// The resources the sampler thread was started for (none if it is not running).
+    pub(crate) sampled: Resources,
+    /// Sampling interval, ms.
+    pub(crate) interval_ms: u64,
+    /// Grid carbon intensity, g/kWh.
+    pub(crate) grid_g_per_kwh: Option<f64>,
+}
+
+/// The recording state of one profiler.
+pub(crate) struct Recorder {
+    /// Tells this profiler's thread-local state from another's.
+    id: u64,
+    switches: Switches,
+    /// The resources that can be switched on: those asked for at build time that this process
+    /// can record (the counting allocator installed, a CPU clock).
+    available: Resources,
+    clock: Clock,
+    table: SpanTable,
+    names: Names,
+    shards: Arc<Shards>,
+    start_raw: u64,
+    start_wall: SystemTime,
+    dropped_table_full: AtomicU64,
+    dropped_too_many_names: AtomicU64,
+    /// Latest resource readings, published by the sampler thread.
+    readings: Arc<Readings>,
+    timeline: Arc<Timeline>,
+    settings: RunSettings,
+}
+
+impl fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recorder")
+            .field("id", &self.id)
+            .field("switches", &self.switches)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Recorder {
+    /// A recorder; with `recording` false it records nothing, ever. `resources` are those asked
+    /// for; the ones this process cannot record (heap without the counting allocator, thread CPU
+    /// time where there is no thread CPU clock) are left out.
+    /// `start_raw` is the clock's reading at time 0 of the profile.
+    pub(crate) fn new(
+        clock: Clock,
+        start_raw: u64,
+        recording: bool,
+        resources: Resources,
+        readings: Arc<Readings>,
+        timeline: Arc<Timeline>,
+        settings: RunSettings,
+    ) -> Self {
+        let mut available = resources;
+        if !crate::alloc::installed() {
+            available = available.without(Resources::HEAP);
+        }
+        if !crate::samplers::cpu::SUPPORTED {
+            available = available.without(Resources::CPU);
+        }
+        Self {
+            id: NEXT_INSTANCE.fetch_add(1, Relaxed),
+            switches: Switches::new(recording, available),
+            available,
+            start_raw,
+            start_wall: SystemTime::now(),
+            clock,
+            table: SpanTable::new(),
+            names: Names::new(),
+            shards: Arc::new(Shards::default()),
+            dropped_table_full: AtomicU64::new(0),
+            dropped_too_many_names: AtomicU64::new(0),
+            readings,
+            timeline,
+            settings,
+        }
+    }
+
+    /// Stops recording new spans; spans already open are still completed.
+    pub(crate) fn stop(&self) {
+        self.switches.stop_recording();
+    }
+
+    /// Switches resources on or off while the program runs; only those available at build time
+    /// can be on. Returns the set now in effect.
+    pub(crate) fn set_resources(&self, resources: Resources) -> Resources {
+        let effective = resources & self.available;
+        self.switches.set_resources(effective);
+        effective
+    }
+
+    /// The resources recorded now.
+    #[inline(always)]
+    pub(crate) fn resources(&self) -> Resources {
+        self.switches.get().resources()
+    }
+
+    /// Nanoseconds since the profiler started: the timeline's time base.
+    #[inline]
+    fn t_ns(&self, raw: u64) -> u64 {
+        self.clock.delta_ns(self.start_raw, raw)
+    }
+
+    #[inline(always)]
+    fn local<R>(&self, f: impl FnOnce(&mut Local) -> R) -> Option<R> {
+        with_local(self.id, &self.shards, f)
+    }
+
+    /// The cached decision for a callsite, if it was decided.
+    #[inline(always)]
+    pub(crate) fn cached(&self, meta: &'static Metadata<'static>) -> Option<Decision> {
+        self.names.cached(meta)
+    }
+
+    /// Decides a callsite the span filter never enables: skipped for good.
+    #[cold]
+    pub(crate) fn skip(&self, meta: &'static Metadata<'static>) -> Decision {
+        self.names.remember(meta, Decision::SKIP);
+        Decision::SKIP
+    }
+
+    /// Decides, once per callsite, under which name its spans are recorded. `dynamic`: the
+    /// span filter must be asked again for each span.
+    #[cold]
+    pub(crate) fn decide(&self, meta: &'static Metadata<'static>, dynamic: bool) -> Decision {
+        let decision = match self.names.intern(meta.name(), meta.target()) {
+            Some(name) => Decision::record(name, throughput_fields(meta), dynamic),
+            None => {
+                self.dropped_too_many_names.fetch_add(1, Relaxed);
+                Decision::SKIP
+            }
+        };
+        self.names.remember(meta, decision);
+        decision
+    }
+
+    /// Whether new spans are recorded.
+    #[inline(always)]
+    pub(crate) fn recording(&self) -> bool {
+        self.switches.get().recording()
+    }
+
+    /// Opens a span the decision records. Returns `None` if it is not recorded (the table is
+    /// full), else the readings to keep with the span until it closes, if any are recorded.
+    pub(crate) fn open(
+        &self,
+        id: u64,
+        decision: Decision,
+        attrs: &Attributes<'_>,
+    ) -> Option<Option<InstanceMark>> {
+        let name = decision.name();
+        let now = self.clock.raw();
+        let inserted = self.table.insert(id, |s| {
+            // MAX_SPAN_NAMES fits u16 (asserted in `names`).
+            s.name.store(name as u16, Relaxed);
+            s.entries.store(ENTRIES_NONE, Relaxed);
+            s.owner.store(0, Relaxed);
+            s.created.store(now, Relaxed);
+            s.busy.store(0, Relaxed);
+            s.self_ns.store(0, Relaxed);
+            s.shared_busy.store(0, Relaxed);
+            s.shared_self.store(0, Relaxed);
+            s.entered_at.store(0, Relaxed);
+        });
+        if inserted.is_none() {
+            self.dropped_table_full.fetch_add(1, Relaxed);
+            return None;
+        }
+        let fields = decision.fields();
+        if fields != 0 {
+            self.local(|local| {
+                let stats = local.stats(name);
+                attrs.record(&mut Throughput { stats, fields });
+            });
+        }
+        let resources = self.switches.get().resources();
+        Some(
+            resources
+                .instances()
+                .then(|| InstanceMark::read(&self.readings, self.t_ns(now), resources)),
+        )
+    }
+
+    /// The slot of a recorded open span.
+    #[inline(always)]
+    pub(crate) fn slot(&self, id: u64) -> Option<&Slot> {
+        self.table.get(id)
+    }
+
+    /// Adds the throughput fields of values recorded on an open span.
+    pub(crate) fn record_fields(&self, slot: &Slot, values: &Record<'_>) {
+        let name = u32::from(slot.name.load(Relaxed));
+        self.local(|local| {
+            values.record(&mut Throughput {
+                stats: local.stats(name),
+                fields: FIELD_ITEMS | FIELD_BYTES | FIELD_FLOPS,
+            });
+        });
+    }
+
+    /// A span was entered on this thread.
+    pub(crate) fn enter(&self, id: u64, slot: &Slot) {
+        self.local(|local| {
+            if slot.entered_at.load(Relaxed) != 0 {
+                // Entered somewhere: if on this thread, this is a re-entry.
+                if let Some(frame) = local.stack.iter_mut().rev().find(|f| f.id == id) {
+                    frame.reentries += 1;
+                    return;
+                }
+            }
+            let resources = self.switches.get().resources();
+            let marked = resources.entries();
+            if marked {
+                // Read before the clock, so the system call is not inside the span.
+                local.marks.push(EntryMark::read(resources));
+            }
+            let now = self.clock.raw();
+            slot.entered_at.store(now, Relaxed);
+            local.stack.push(Frame {
+                id,
+                name: u32::from(slot.name.load(Relaxed)),
+                start: now,
+                child_ns: 0,
+                reentries: 0,
+                marked,
+            });
+        });
+    }
+
+    /// A span was exited on this thread.
+    pub(crate) fn exit(&self, id: u64, slot: &Slot) {
+        self.local(|local| {
+            // Fast path: the span on top of this thread's stack (no search).
+            let top = match local.stack.last() {
+                Some(top) if top.id == id && top.reentries == 0 => local.stack.len() - 1,
+                _ => match find_frame(local, id) {
+                    Some(pos) => pos,
+                    None => return,
+                },
+            };
+            let now = self.clock.raw();
+            let stack = &mut local.stack;
+            let frame = if top + 1 == stack.len() {
+                stack.pop()
+            } else {
+                Some(stack.remove(top))
+            };
+            let Some(frame) = frame else { return };
+            let busy = self.clock.delta_ns(frame.start, now);
+            let self_ns = busy.saturating_sub(frame.child_ns);
+            if let Some(parent) = top.checked_sub(1).and_then(|p| stack.get_mut(p)) {
+                parent.child_ns += busy;
+            }
+            slot.entered_at.store(0, Relaxed);
+            if frame.marked {
+                // This frame's mark: one per marked frame below it, in stack order.
+                let index = local.stack[..top].iter().filter(|f| f.marked).count();
+                if index < local.marks.len() {
+                    let at_enter = local.marks.remove(index);
+                    let at_exit = at_enter.read_again();
+                    let figures = entry_figures(&at_enter, &at_exit);
+                    if let (Some(parent), Some(heap)) = (
+                        index.checked_sub(1).and_then(|p| local.marks.get_mut(p)),
+                        figures.heap,
+                    ) {
+                        parent.child_net += heap.net_bytes();
+                    }
+                    local.stats(frame.name).res().add_entry(&figures, busy);
+                }
+            }
+            self.complete_entry(local, slot, frame.name, busy, self_ns);
+        });
+    }
+
+    /// Adds a completed entry to its span. The first entry is only added to the span's sums: if
+    /// it stays the only one, close records it once as both entry and instance. From the second
+    /// entry on, every entry (the first one included) goes to the entry histograms.
+    #[inline(always)]
+    fn complete_entry(&self, local: &mut Local, slot: &Slot, name: u32, busy: u64, self_ns: u64) {
+        let mut spins = 0u32;
+        loop {
+            match slot.entries.load(Acquire) {
+                ENTRIES_NONE => {
+                    if slot
+                        .entries
+                        .compare_exchange(ENTRIES_NONE, ENTRIES_WRITING, Acquire, Relaxed)
+                        .is_ok()
+                    {
+                        // The thread that completes the first entry owns the span's sums.
+                        slot.owner.store(local.token, Relaxed);
+                        add_entry(slot, local.token != 0, busy, self_ns);
+                        slot.entries.store(ENTRIES_ONE, Release);
+                        return;
+                    }
+                }
+                ENTRIES_WRITING => {
+                    // Another thread is adding the first entry (two stores away).
+                    spins += 1;
+                    if spins < 64 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                ENTRIES_ONE => {
+                    let first_busy = slot.busy.load(Relaxed) + slot.shared_busy.load(Relaxed);
+                    let first_self = slot.self_ns.load(Relaxed) + slot.shared_self.load(Relaxed);
+                    if slot
+                        .entries
+                        .compare_exchange(ENTRIES_ONE, ENTRIES_MANY, Acquire, Relaxed)
+                        .is_ok()
+                    {
+                        let stats = local.stats(name);
+                        self.record(stats, name, Kind::EntryBusy, first_busy);
+                        self.record(stats, name, Kind::EntrySelf, first_self);
+                        break;
+                    }
+                }
+                _ => break,
+            }
+        }
+        let owned = local.token != 0 && slot.owner.load(Relaxed) == local.token;
+        add_entry(slot, owned, busy, self_ns);
+        let stats = local.stats(name);
+        self.record(stats, name, Kind::EntryBusy, busy);
+        self.record(stats, name, Kind::EntrySelf, self_ns);
+    }
+
+    /// A recorded span closed; `open` holds the readings taken when it opened, if any.
+    pub(crate) fn close(&self, slot: &Slot, open: Option<InstanceMark>) {
+        let now = self.clock.raw();
+        let name = u32::from(slot.name.load(Relaxed));
+        let wall = self.clock.delta_ns(slot.created.load(Relaxed), now);
+        let busy = slot.busy.load(Relaxed) + slot.shared_busy.load(Relaxed);
+        let self_ns = slot.self_ns.load(Relaxed) + slot.shared_self.load(Relaxed);
+        let (busy_kind, self_kind) = match slot.entries.load(Acquire) {
+            ENTRIES_ONE => (Kind::SingleBusy, Kind::SingleSelf),
+            _ => (Kind::Busy, Kind::SelfTime),
+        };
+        self.table.remove(slot);
+        self.local(|local| {
+            let stats = local.stats(name);
+            self.record(stats, name, busy_kind, busy);
+            self.record(stats, name, self_kind, self_ns);
+            self.record(stats, name, Kind::Wall, wall);
+            if let Some(open) = open {
+                let close = open.read_again(&self.readings, self.t_ns(now));
+                let figures = instance_figures(&open, &close, &self.timeline);
+                stats.res().add_instance(&figures);
+            }
+        });
+    }
+
+    /// An error-level event: counted for its explicit parent if recorded, else (`contextual`)
+    /// for the span this thread is in.
+    pub(crate) fn error_event(&self, parent: Option<u64>, contextual: bool) {
+        let from_table = parent
+            .and_then(|id| self.table.get(id))
+            .map(|s| u32::from(s.name.load(Relaxed)));
+        self.local(|local| {
+            let name = if parent.is_some() {
+                from_table
+            } else if contextual {
+                local.stack.last().map(|f| f.name)
+            } else {
+                None
+            };
+            if let Some(name) = name {
+                bump(&local.stats(name).errors, 1);
+            }
+        });
+    }
+
+    #[inline(always)]
+    fn record(&self, stats: &NameStats, name: u32, kind: Kind, value: u64) {
+        if stats.hist(kind).record(value) {
+            self.drain(stats, name, kind);
+        }
+    }
+
+    /// Drains one histogram of a thread's shard into the name's spill (rare: once per 65 535
+    /// samples of that histogram).
+    #[cold]
+    #[inline(never)]
+    fn drain(&self, stats: &NameStats, name: u32, kind: Kind) {
+        let Some(info) = self.names.get(name) else {
+            return;
+        };
+        let mut spill = info.spill.lock().unwrap_or_else(|e| e.into_inner());
+        stats
+            .hist(kind)
+            .drain_into(NameInfo::spill_mut(&mut spill, kind));
+    }
+}
+
+/// The frame an exit closes when it is not the plain top of the stack: `None` for spans not
+/// entered on this thread, or a re-entry's exit (which only counts down).
+#[cold]
+#[inline(never)]
+fn find_frame(local: &mut Local, id: u64) -> Option<usize> {
+    let pos = local.stack.iter().rposition(|f| f.id == id)?;
+    let frame = &mut local.stack[pos];
+    if frame.reentries > 0 {
+        frame.reentries -= 1;
+        return None;
+    }
+    Some(pos)
+}
+
+/// Adds a completed entry to its span's sums: plain stores by the owning thread, atomic adds
+/// by others.
+#[inline(always)]
+fn add_entry(slot: &Slot, owned: bool, busy: u64, self_ns: u64) {
+    if owned {
+        bump(&slot.busy, busy);
+        bump(&slot.self_ns, self_ns);
+    } else {
+        slot.shared_busy.fetch_add(busy, Relaxed);
+        slot.shared_self.fetch_add(self_ns, Relaxed);
+    }
+}
+
+/// Adds the throughput fields of a span's values to its name's sums.
+struct Throughput<'a> {
+    stats: &'a NameStats,
+    fields: u32,
+}
+
+impl Throughput<'_> {
+    fn add(&self, field: &Field, value: u64) {
+        let counter = match field.name() {
+            "items" if self.fields & FIELD_ITEMS != 0 => &self.stats.items,
+            "bytes" if self.fields & FIELD_BYTES != 0 => &self.stats.bytes,
+            "flops" if self.fields & FIELD_FLOPS != 0 => &self.stats.flops,
+            _ => return,
+        };
+        bump(counter, value);
+    }
+}
+
+impl Visit for Throughput<'_> {
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.add(field, value);
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if let Ok(v) = u64::try_from(value) {
+            self.add(field, v);
+        }
+    }
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        self.add(field, u64::try_from(value).unwrap_or(u64::MAX));
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        if value.is_finite() && value >= 0.0 {
+            self.add(field, value.round() as u64);
+        }
+    }
+    fn record_debug(&mut self, _: &Field, _: &dyn fmt::Debug) {}
+}
