@@ -20,7 +20,8 @@
 //! Per allocation or free: three adds to thread-local cells (no lock, no shared atomic), one
 //! relaxed load of a flag that is written once per process, and, once per
 //! [`HeapCounters::PROCESS_GRANULARITY_BYTES`] of net change on a thread, one atomic add to a
-//! process-wide counter. `benches/alloc.rs` measures it against `System`.
+//! process-wide counter. `cargo bench -p spanprof-peers --bench alloc` measures it against
+//! `System`.
 //!
 //! # Platform note
 //!

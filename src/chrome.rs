@@ -94,8 +94,8 @@
 //! # Cost
 //!
 //! Between windows each callback of the chrome layer returns after one atomic load; creating a
-//! span also compares its name with the step span's name. `benches/chrome.rs` measures it
-//! beside spanprof alone and beside a traced step.
+//! span also compares its name with the step span's name. `cargo bench -p spanprof-peers --bench
+//! chrome` measures it beside spanprof alone and beside a traced step.
 //!
 //! # Limits
 //!

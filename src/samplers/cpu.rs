@@ -4,8 +4,9 @@
 //! ([`SUPPORTED`] says which).
 //!
 //! Costs per call measured on the development machine (2-vCPU Firecracker VM on AMD EPYC, Linux
-//! 6.18, glibc 2.36; `cargo bench --bench samplers`, where `Instant::now()` costs 24 ns): see
-//! each function. System calls are expensive in this VM; expect less on bare metal.
+//! 6.18, glibc 2.36; `cargo bench -p spanprof-peers --bench samplers`, where `Instant::now()`
+//! costs 24 ns): see each function. System calls are expensive in this VM; expect less on
+//! bare metal.
 
 /// Whether this platform has the readers of this module (Linux and Android).
 pub(crate) const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));

@@ -25,9 +25,9 @@ pub(crate) const POWERCAP_ROOT: &str = "/sys/class/powercap";
 ///
 /// Each [`Rapl::read`] is one `pread` per package of a file kept open. Not measured on real
 /// RAPL hardware here (the development VM has none); on a stand-in tree of regular files in the
-/// temp directory a read costs ~0.85 µs per package (`benches/samplers.rs`), and the kernel's
-/// RAPL read adds a model-specific-register read on the package (an inter-processor call when
-/// issued from another package).
+/// temp directory a read costs ~0.85 µs per package (`benches/peers/benches/samplers.rs`), and
+/// the kernel's RAPL read adds a model-specific-register read on the package (an
+/// inter-processor call when issued from another package).
 #[derive(Debug)]
 pub struct Rapl {
     domains: Vec<Domain>,

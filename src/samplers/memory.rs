@@ -11,8 +11,8 @@ use std::os::unix::fs::FileExt;
 /// times the page size. `None` where unsupported or unreadable.
 ///
 /// Opens, reads and closes the file: ~6.5 µs per call on the development machine
-/// (2-vCPU Firecracker VM, Linux 6.18; `benches/samplers.rs`). [`RssReader`] keeps the file open
-/// and costs a third of that.
+/// (2-vCPU Firecracker VM, Linux 6.18; `benches/peers/benches/samplers.rs`). [`RssReader`] keeps
+/// the file open and costs a third of that.
 pub fn rss_bytes() -> Option<u64> {
     RssReader::open()?.read()
 }
@@ -24,7 +24,7 @@ pub fn rss_bytes() -> Option<u64> {
 /// growth it can be a little (observed: 250 KiB) below what [`rss_bytes`] reads; the sampler
 /// publishes the larger of the two.
 ///
-/// ~0.7–1.1 µs per call on the development machine (`benches/samplers.rs`).
+/// ~0.7–1.1 µs per call on the development machine (`benches/peers/benches/samplers.rs`).
 pub fn peak_rss_bytes() -> Option<u64> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
@@ -39,7 +39,7 @@ pub fn peak_rss_bytes() -> Option<u64> {
 /// Reads the resident set size repeatedly through one open `/proc/self/statm` (one `pread` per
 /// read, which makes the kernel regenerate the figures).
 ///
-/// ~2 µs per read on the development machine (`benches/samplers.rs`).
+/// ~2 µs per read on the development machine (`benches/peers/benches/samplers.rs`).
 #[derive(Debug)]
 pub struct RssReader {
     #[cfg(any(target_os = "linux", target_os = "android"))]

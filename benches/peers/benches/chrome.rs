@@ -1,8 +1,8 @@
 //! # `chrome` — what does chrome tracing cost per span, inside and outside its windows?
 //!
 //! ```text
-//! cargo bench --bench chrome                   # every case (about half a minute)
-//! cargo test  --bench chrome                   # smoke: each case once, checks run
+//! cargo bench -p spanprof-peers --bench chrome  # every case (about half a minute)
+//! cargo test  -p spanprof-peers --bench chrome  # smoke: each case once, checks run
 //! ```
 //!
 //! Every case measures **ns per span**: create + enter + exit + close of a span with an empty

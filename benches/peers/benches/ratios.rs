@@ -1,10 +1,10 @@
 //! # `ratios` — spanprof's cost as a ratio to the registry floor, robust to a noisy machine
 //!
 //! ```text
-//! cargo bench --bench ratios            # ROUNDS=30 SPANS=300000 by default
+//! cargo bench -p spanprof-peers --bench ratios  # ROUNDS=30 SPANS=300000 by default
 //! ```
 //!
-//! Criterion (`benches/overhead.rs`) measures each case in turn, so a burst of load on a shared
+//! Criterion (the `overhead` bench) measures each case in turn, so a burst of load on a shared
 //! machine lands on one case and skews its ratio to the floor. This bench interleaves the
 //! cases: every round runs each of them once, and the best round of each is kept. Prints ns per
 //! span (create + enter + exit + close, empty body) and the ratio to
@@ -54,7 +54,7 @@ fn env(name: &str, default: u64) -> u64 {
 }
 
 fn main() {
-    // `cargo test --benches` runs benches with `--bench` absent: keep that quick.
+    // `cargo test -p spanprof-peers --benches` runs benches without `--bench`: keep that quick.
     let quick = !std::env::args().any(|a| a == "--bench");
     let rounds = if quick { 1 } else { env("ROUNDS", 30) };
     let n = if quick { 1_000 } else { env("SPANS", 300_000) };

@@ -1,8 +1,8 @@
 //! # `alloc` — what does [`spanprof::CountingAlloc`] add to an allocation?
 //!
 //! ```text
-//! cargo bench --bench alloc
-//! cargo test  --bench alloc         # smoke: each case once
+//! cargo bench -p spanprof-peers --bench alloc
+//! cargo test  -p spanprof-peers --bench alloc  # smoke: each case once
 //! ```
 //!
 //! This binary installs `CountingAlloc::system()` as its global allocator. Each case is one

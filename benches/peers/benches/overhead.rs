@@ -3,10 +3,10 @@
 //! Run everything (a few minutes on 2 cores):
 //!
 //! ```text
-//! cargo bench --bench overhead
-//! cargo bench --bench overhead -- overhead/flat          # one group
-//! cargo bench --bench overhead -- spanprof_basic         # one case
-//! cargo test  --bench overhead                           # smoke: each case once, checks run
+//! cargo bench -p spanprof-peers --bench overhead
+//! cargo bench -p spanprof-peers --bench overhead -- overhead/flat   # one group
+//! cargo bench -p spanprof-peers --bench overhead -- spanprof_basic  # one case
+//! cargo test  -p spanprof-peers --bench overhead                    # smoke: each case once, checks run
 //! ```
 //!
 //! Every case measures **ns per span**: create + enter + exit + close of a span

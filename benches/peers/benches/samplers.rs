@@ -1,8 +1,8 @@
 //! # `samplers` — what does each resource reader cost per call?
 //!
 //! ```text
-//! cargo bench --bench samplers
-//! cargo test  --bench samplers      # smoke: each case once
+//! cargo bench -p spanprof-peers --bench samplers
+//! cargo test  -p spanprof-peers --bench samplers  # smoke: each case once
 //! ```
 //!
 //! Every case is **one call** of a reader, on the benchmarking thread:
