@@ -149,7 +149,5 @@ pub const CTRLC_EXIT_CODE: i32 = 130;
 /// Internals exposed for spanprof's own benches; not part of the API, may change at any time.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::samplers::cpu::{process_cpu_ns, thread_cpu_ns, thread_user_sys_ns};
-    pub use crate::samplers::energy::Rapl;
-    pub use crate::samplers::memory::{peak_rss_bytes, rss_bytes, RssReader};
+    pub use crate::samplers::{cpu, energy, memory};
 }

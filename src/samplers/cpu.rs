@@ -9,7 +9,7 @@
 //! bare metal.
 
 /// Whether this platform has the readers of this module (Linux and Android).
-pub(crate) const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
+pub const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
 
 /// CPU time consumed by the calling thread, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`);
 /// 0 where unsupported or if the clock fails.

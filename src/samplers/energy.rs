@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::os::unix::fs::FileExt;
 
 /// Where the kernel exposes powercap zones.
-pub(crate) const POWERCAP_ROOT: &str = "/sys/class/powercap";
+pub const POWERCAP_ROOT: &str = "/sys/class/powercap";
 
 /// Cumulative energy of the CPU packages, corrected for counter wraparound.
 ///

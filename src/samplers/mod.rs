@@ -5,10 +5,10 @@
 //! spanprof's layer only reads what the sampler thread published (no system call on the span
 //! hot path), except the thread CPU clock when [`Resources::CPU`] is on.
 
-pub(crate) mod cpu;
-pub(crate) mod energy;
+pub mod cpu;
+pub mod energy;
 pub(crate) mod gpu;
-pub(crate) mod memory;
+pub mod memory;
 #[cfg(feature = "nvml")]
 pub(crate) mod nvml;
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]

@@ -76,7 +76,7 @@ fn alloc_free(c: &mut Criterion) {
         });
     }
     g.finish();
-    if let Some(h) = spanprof::HeapCounters::thread() {
+    if let Some(h) = spanprof::alloc::HeapCounters::thread() {
         eprintln!("this thread: {h:?}");
     }
 }

@@ -349,24 +349,24 @@ fn spanprof_not_recording(
 /// spanprof at a preset with resource samplers: `detailed` (RSS, heap, thread CPU clock) and
 /// `full` (plus GPU from a scripted one-device source, and energy).
 fn spanprof_with_resources(preset: spanprof::Preset) -> (Dispatch, spanprof::ProfileGuard) {
-    let device = spanprof::GpuDevice {
+    let device = spanprof::gpu::GpuDevice {
         index: 0,
         name: "scripted".to_string(),
         uuid: None,
         memory_total_bytes: Some(1 << 34),
         power_limit_mw: None,
     };
-    let sample = spanprof::GpuSample {
+    let sample = spanprof::gpu::GpuSample {
         utilization_pct: Some(50),
         memory_used_bytes: Some(1 << 30),
         power_mw: Some(100_000),
-        ..spanprof::GpuSample::default()
+        ..spanprof::gpu::GpuSample::default()
     };
     let (layer, guard) = spanprof::ProfileLayer::builder()
         .with_env(false)
         .with_report(spanprof::ReportTarget::Off)
         .with_preset(preset)
-        .with_gpu_source(spanprof::ScriptedSource::new(vec![device]).with_samples(0, vec![sample]))
+        .with_gpu_source(spanprof::gpu::ScriptedSource::new(vec![device]).with_samples(0, vec![sample]))
         .build()
         .expect("spanprof layer builds");
     let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));

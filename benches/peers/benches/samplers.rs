@@ -38,7 +38,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use spanprof::samplers::{cpu, energy::Rapl, memory};
+use spanprof::__private::{cpu, energy::Rapl, memory};
 
 fn readers(c: &mut Criterion) {
     let mut g = c.benchmark_group("samplers");
