@@ -10,7 +10,6 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::builder::Builder;
 use crate::record::names::Decision;
 use crate::record::{InstanceMark, Recorder};
 
@@ -18,7 +17,7 @@ use crate::record::{InstanceMark, Recorder};
 /// `tracing_subscriber::registry()`.
 ///
 /// It never filters what other layers see: spans it does not profile (see
-/// [`Builder::with_filter`]) cost it one table probe per callback.
+/// [`Builder::with_filter`](crate::Builder::with_filter)) cost it one table probe per callback.
 #[derive(Clone)]
 pub struct ProfileLayer {
     recorder: Arc<Recorder>,
@@ -38,11 +37,6 @@ impl fmt::Debug for ProfileLayer {
 }
 
 impl ProfileLayer {
-    /// A builder with the defaults (see [`Builder`]).
-    pub fn builder() -> Builder {
-        Builder::default()
-    }
-
     pub(crate) fn new(recorder: Arc<Recorder>, filter: Option<EnvFilter>, enabled: bool) -> Self {
         Self {
             recorder,

@@ -117,6 +117,7 @@ pub mod builder;
 #[cfg(feature = "chrome")]
 pub mod chrome;
 pub mod clock;
+mod env;
 mod error;
 pub mod gpu;
 mod guard;

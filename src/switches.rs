@@ -5,7 +5,7 @@ use std::fmt;
 use std::ops::{BitAnd, BitOr};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use crate::builder::ENV_PRESET;
+use crate::env::{ENV_PRESET, ENV_SAMPLERS};
 use crate::error::{Error, Result};
 
 /// How much spanprof records.
@@ -207,7 +207,7 @@ impl std::str::FromStr for Resources {
                     Some((r, _)) => out = out | *r,
                     None => {
                         return Err(Error::InvalidEnv {
-                            var: crate::builder::ENV_SAMPLERS,
+                            var: ENV_SAMPLERS,
                             value: value.to_string(),
                             expected: Self::ACCEPTED,
                         })

@@ -1,5 +1,8 @@
 //! Chrome traces through tracing-chrome: the files a run writes parse, nest, hold only the active
 //! steps, agree with spanprof's histograms, and survive a panic and Ctrl-C.
+#![cfg(feature = "chrome")]
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,26 +10,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use spanprof::chrome::{ChromeOptions, Schedule};
-use spanprof::{Error, Preset, ProfileGuard, ProfileLayer, ReportTarget};
+use spanprof::{Error, Preset, ProfileGuard, ProfileLayer};
 use tracing::Dispatch;
-use tracing_subscriber::prelude::*;
 
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("spanprof-chrome-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    support::temp_dir(&format!("chrome-{name}"))
 }
 
 fn setup(options: ChromeOptions) -> (Dispatch, ProfileGuard) {
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .with_chrome(options)
-        .build()
-        .unwrap();
-    let subscriber = tracing_subscriber::registry().with(layer);
-    let subscriber = subscriber.with(guard.chrome_layer());
-    (Dispatch::new(subscriber), guard)
+    support::install_chrome(ProfileLayer::builder().with_chrome(options))
 }
 
 fn spin(d: Duration) {
@@ -429,22 +421,16 @@ fn configuration_errors_and_absent_layers() {
     let _ = std::fs::remove_file(&blocker);
 
     // No chrome configured, or the off preset: no layer, nothing written.
-    let (_, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .build()
-        .unwrap();
+    let (_, guard) = support::install(ProfileLayer::builder());
     assert!(guard
         .chrome_layer::<tracing_subscriber::Registry>()
         .is_none());
     let off_dir = temp_dir("off");
-    let (_, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_preset(Preset::Off)
-        .with_report(ReportTarget::Off)
-        .with_chrome(ChromeOptions::dir(&off_dir))
-        .build()
-        .unwrap();
+    let (_, guard) = support::install(
+        ProfileLayer::builder()
+            .with_preset(Preset::Off)
+            .with_chrome(ChromeOptions::dir(&off_dir)),
+    );
     assert!(guard
         .chrome_layer::<tracing_subscriber::Registry>()
         .is_none());
@@ -455,27 +441,20 @@ fn configuration_errors_and_absent_layers() {
 /// The Ctrl-C child: runs only when the parent test below starts this binary with
 /// `SPANPROF_CTRLC_CHILD` set. It traces steps 0-999 in one window, sends itself SIGINT in step
 /// 3, and is ended by spanprof's handler (exit status 130).
-#[cfg(unix)]
+#[cfg(all(unix, feature = "ctrlc"))]
 #[test]
 fn ctrlc_child() {
     let Some(dir) = std::env::var_os("SPANPROF_CTRLC_CHILD") else {
         return;
     };
     let out = std::env::var_os("SPANPROF_CTRLC_OUT").expect("output dir");
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .with_output_dir(PathBuf::from(out))
-        .with_chrome(ChromeOptions::dir(PathBuf::from(dir)).with_steps(
-            "train_step",
-            Schedule::new(0, 0, 1000).unwrap().with_repeat(1),
-        ))
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(
-        tracing_subscriber::registry()
-            .with(layer)
-            .with(guard.chrome_layer()),
+    let (dispatch, guard) = support::install_chrome(
+        ProfileLayer::builder()
+            .with_output_dir(PathBuf::from(out))
+            .with_chrome(ChromeOptions::dir(PathBuf::from(dir)).with_steps(
+                "train_step",
+                Schedule::new(0, 0, 1000).unwrap().with_repeat(1),
+            )),
     );
     guard.handle().install_ctrlc_handler().unwrap();
     let start = Instant::now();
@@ -502,7 +481,7 @@ fn ctrlc_child() {
     std::process::exit(3);
 }
 
-#[cfg(unix)]
+#[cfg(all(unix, feature = "ctrlc"))]
 #[test]
 fn ctrl_c_finishes_the_open_window_and_exits_130() {
     let dir = temp_dir("ctrlc");

@@ -1,20 +1,12 @@
 //! Filtering, presets, throughput and error fields, the JSON profile and the guard's outputs.
 
+mod support;
+
 use spanprof::clock::Clock;
 use spanprof::{Error, Preset, ProfileLayer, ReportTarget, Snapshot};
+use support::{install, install_beside, run_with, temp_dir};
 use tracing::Dispatch;
 use tracing_subscriber::prelude::*;
-
-fn run_with(builder: spanprof::Builder, work: impl FnOnce()) -> Snapshot {
-    let (layer, guard) = builder
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
-    tracing::dispatcher::with_default(&dispatch, work);
-    guard.snapshot()
-}
 
 fn workload() {
     tracing::info_span!(target: "app::model", "forward").in_scope(|| {
@@ -96,17 +88,11 @@ fn spanprof_filter_does_not_change_what_other_layers_see() {
         }
     }
     let seen = Arc::new(AtomicUsize::new(0));
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .with_filter("nothing=trace")
-        .unwrap()
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(
-        tracing_subscriber::registry()
-            .with(Count(seen.clone()))
-            .with(layer),
+    let (dispatch, guard) = install_beside(
+        ProfileLayer::builder()
+            .with_filter("nothing=trace")
+            .unwrap(),
+        Count(seen.clone()),
     );
     tracing::dispatcher::with_default(&dispatch, workload);
     assert_eq!(seen.load(Ordering::Relaxed), 4);
@@ -230,8 +216,7 @@ fn corrupt_profiles_are_clear_errors() {
 
 #[test]
 fn guard_writes_report_and_profile() {
-    let dir = std::env::temp_dir().join(format!("spanprof-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = temp_dir("test");
     let (layer, guard) = ProfileLayer::builder()
         .with_env(false)
         .with_output_dir(dir.join("out"))
@@ -258,15 +243,9 @@ fn guard_writes_report_and_profile() {
 
 #[test]
 fn unwritable_output_is_reported_not_fatal() {
-    let blocker = std::env::temp_dir().join(format!("spanprof-blocker-{}", std::process::id()));
+    let blocker = temp_dir("blocker");
     std::fs::write(&blocker, b"a file, not a directory").unwrap();
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .with_output_dir(blocker.join("sub"))
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    let (dispatch, guard) = install(ProfileLayer::builder().with_output_dir(blocker.join("sub")));
     tracing::dispatcher::with_default(&dispatch, workload);
     let err = guard.finish().unwrap_err();
     assert!(matches!(err, Error::Io { .. }));
@@ -290,19 +269,10 @@ fn own_messages_go_to_the_documented_targets() {
                 .push(e.metadata().target().to_string());
         }
     }
-    let dir = std::env::temp_dir().join(format!("spanprof-targets-{}", std::process::id()));
+    let dir = temp_dir("targets");
     let seen = Targets::default();
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .with_output_dir(&dir)
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(
-        tracing_subscriber::registry()
-            .with(seen.clone())
-            .with(layer),
-    );
+    let (dispatch, guard) =
+        install_beside(ProfileLayer::builder().with_output_dir(&dir), seen.clone());
     tracing::dispatcher::with_default(&dispatch, || {
         workload();
         guard.finish().unwrap();

@@ -4,7 +4,9 @@
 //! Each test compiles its own copy of the fake into its own directory and configures it with a
 //! `fake_nvml.conf` file there, which the fake reads at every call. Copies loaded from different
 //! paths share nothing, so the tests run in parallel without touching the environment.
-#![cfg(target_os = "linux")]
+#![cfg(all(target_os = "linux", feature = "nvml"))]
+
+mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -388,29 +390,21 @@ fn default_library_without_a_driver_is_an_error() {
 /// A profiled span at `full` with the fake as GPU backend: per-span GPU figures come from the
 /// real NVML code path, and energy ≈ power × the span's wall time.
 fn profile_one_span(source: Option<NvmlSource>) -> spanprof::Snapshot {
-    use tracing_subscriber::prelude::*;
     let mut builder = spanprof::ProfileLayer::builder()
-        .with_env(false)
-        .with_report(spanprof::ReportTarget::Off)
         .with_preset(spanprof::Preset::Full)
         .with_sample_interval(Duration::from_millis(10));
     if let Some(source) = source {
         builder = builder.with_gpu_source(source);
     }
-    let (layer, guard) = builder.build().unwrap();
-    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let (dispatch, guard) = support::install(builder);
     let start = Instant::now();
     tracing::dispatcher::with_default(&dispatch, || {
         tracing::info_span!("train_step")
             .in_scope(|| std::thread::sleep(Duration::from_millis(300)));
     });
     let wall = start.elapsed().as_secs_f64();
-    let handle = guard.handle();
-    guard.finish().unwrap();
-    let snap = handle.snapshot();
-    let gpu = &snap
-        .span("train_step")
-        .unwrap()
+    let snap = support::finish_snapshot(guard);
+    let gpu = &support::span(&snap, "train_step")
         .resources
         .as_ref()
         .unwrap()

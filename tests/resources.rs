@@ -2,16 +2,17 @@
 //! test binary), leak suspicion, thread CPU time, GPU through a scripted source, energy, the
 //! timeline in the profile, and resource counters in Chrome traces.
 
+mod support;
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use spanprof::analysis::{leaks, LeakSource};
-use spanprof::chrome::{ChromeOptions, Schedule};
 use spanprof::gpu::{GpuDevice, GpuSample, ScriptedSource};
 use spanprof::output::Table;
-use spanprof::{Preset, ProfileGuard, ProfileLayer, ReportTarget, Resources, Snapshot};
+use spanprof::{Preset, ProfileGuard, ProfileLayer, Resources, Snapshot};
+use support::{finish_snapshot, install};
 use tracing::Dispatch;
-use tracing_subscriber::prelude::*;
 
 #[global_allocator]
 static ALLOC: spanprof::CountingAlloc = spanprof::CountingAlloc::system();
@@ -21,17 +22,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Builds the layer (environment ignored, no report) into a dispatcher of its own.
-fn install(builder: spanprof::Builder) -> (Dispatch, ProfileGuard) {
-    let (layer, guard) = builder
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
-    (dispatch, guard)
 }
 
 fn detailed() -> (Dispatch, ProfileGuard) {
@@ -69,7 +59,7 @@ fn heap_per_call_and_leak_suspicion() {
             });
         }
     });
-    let snap = guard.finish_snapshot();
+    let snap = finish_snapshot(guard);
     let res = |name: &str| {
         snap.span(name)
             .and_then(|s| s.resources.clone())
@@ -134,15 +124,15 @@ fn cpu_utilisation_separates_work_from_waiting() {
         for _ in 0..3 {
             tracing::info_span!("spin").in_scope(|| {
                 // 30 ms of CPU time, however long the machine makes it take.
-                let start = spanprof::__private::thread_cpu_ns();
-                while spanprof::__private::thread_cpu_ns() - start < 30_000_000 {
+                let start = spanprof::__private::cpu::thread_cpu_ns();
+                while spanprof::__private::cpu::thread_cpu_ns() - start < 30_000_000 {
                     std::hint::spin_loop();
                 }
             });
             tracing::info_span!("sleep").in_scope(|| std::thread::sleep(Duration::from_millis(30)));
         }
     });
-    let snap = guard.finish_snapshot();
+    let snap = finish_snapshot(guard);
     let cpu = |name: &str| {
         snap.span(name)
             .unwrap()
@@ -182,7 +172,7 @@ fn rss_and_timeline_in_the_profile() {
             kept.push(v);
         });
     });
-    let snap = guard.finish_snapshot();
+    let snap = finish_snapshot(guard);
     let mem = snap
         .span("grow")
         .unwrap()
@@ -244,7 +234,7 @@ fn gpu_figures_from_a_scripted_source() {
         tracing::info_span!("kernel").in_scope(|| std::thread::sleep(Duration::from_millis(300)));
     });
     let wall = started.elapsed().as_secs_f64();
-    let snap = guard.finish_snapshot();
+    let snap = finish_snapshot(guard);
     let info = snap.resources.as_ref().unwrap();
     assert_eq!(info.gpu_devices.len(), 1);
     assert_eq!(info.gpu_devices[0].name, "Scripted A100");
@@ -279,7 +269,7 @@ fn no_gpu_is_reported_and_everything_else_works() {
     tracing::dispatcher::with_default(&dispatch, || {
         tracing::info_span!("work").in_scope(|| std::thread::sleep(Duration::from_millis(30)));
     });
-    let snap = guard.finish_snapshot();
+    let snap = finish_snapshot(guard);
     let info = snap.resources.as_ref().unwrap();
     assert!(info.gpu_devices.is_empty());
     assert_eq!(
@@ -302,27 +292,26 @@ fn basic_preset_has_no_resources() {
     let _serial = serial();
     let (dispatch, guard) = install(ProfileLayer::builder());
     tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("x").in_scope(|| {}));
-    let snap = guard.finish_snapshot();
+    let snap = finish_snapshot(guard);
     assert!(snap.resources.is_none());
     assert!(snap.span("x").unwrap().resources.is_none());
     assert!(!snap.to_json().contains("\"resources\":"));
 }
 
+#[cfg(feature = "chrome")]
 #[test]
 fn chrome_traces_carry_resource_counters() {
+    use spanprof::chrome::{ChromeOptions, Schedule};
     let _serial = serial();
-    let dir = std::env::temp_dir().join(format!("spanprof-res-chrome-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .with_preset(Preset::Detailed)
-        .with_sample_interval(Duration::from_millis(5))
-        .with_chrome(ChromeOptions::dir(&dir).with_steps("step", Schedule::new(0, 0, 2).unwrap()))
-        .build()
-        .unwrap();
-    let chrome = guard.chrome_layer();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer).with(chrome));
+    let dir = support::temp_dir("res-chrome");
+    let (dispatch, guard) = support::install_chrome(
+        ProfileLayer::builder()
+            .with_preset(Preset::Detailed)
+            .with_sample_interval(Duration::from_millis(5))
+            .with_chrome(
+                ChromeOptions::dir(&dir).with_steps("step", Schedule::new(0, 0, 2).unwrap()),
+            ),
+    );
     tracing::dispatcher::with_default(&dispatch, || {
         for _ in 0..2 {
             tracing::info_span!("step").in_scope(|| std::thread::sleep(Duration::from_millis(40)));
@@ -345,17 +334,4 @@ fn chrome_traces_carry_resource_counters() {
         "{rss:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Finishes the guard and returns the final snapshot (the sampler stopped).
-trait FinishSnapshot {
-    fn finish_snapshot(self) -> Snapshot;
-}
-
-impl FinishSnapshot for ProfileGuard {
-    fn finish_snapshot(self) -> Snapshot {
-        let handle = self.handle();
-        self.finish().unwrap();
-        handle.snapshot()
-    }
 }

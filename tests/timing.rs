@@ -1,47 +1,22 @@
 //! Exact timing arithmetic with an injected clock: nested, re-entered, recursive, async-style,
 //! cross-thread and panicking spans.
 
+mod support;
+
 use std::time::Duration;
 
-use spanprof::clock::{Clock, MockClock};
-use spanprof::profile::SpanStats;
-use spanprof::{ProfileGuard, ProfileLayer, ReportTarget, Snapshot};
-use tracing::Dispatch;
-use tracing_subscriber::prelude::*;
-
-fn setup() -> (Dispatch, ProfileGuard, MockClock) {
-    let (clock, mock) = Clock::mock();
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .with_clock(clock)
-        .build()
-        .unwrap();
-    (
-        Dispatch::new(tracing_subscriber::registry().with(layer)),
-        guard,
-        mock,
-    )
-}
+use spanprof::ProfileLayer;
+use support::{install, mock, span};
 
 fn us(n: u64) -> Duration {
     Duration::from_micros(n)
-}
-
-fn span<'a>(snap: &'a Snapshot, name: &str) -> &'a SpanStats {
-    snap.span(name).unwrap_or_else(|| {
-        panic!(
-            "span {name} missing from {:?}",
-            snap.spans.iter().map(|s| &s.name).collect::<Vec<_>>()
-        )
-    })
 }
 
 const US: u64 = 1_000;
 
 #[test]
 fn nested_spans_busy_self_wall() {
-    let (dispatch, guard, clock) = setup();
+    let (dispatch, guard, clock) = mock();
     tracing::dispatcher::with_default(&dispatch, || {
         let outer = tracing::info_span!("outer");
         clock.advance(us(3)); // created, not entered: wall only
@@ -88,7 +63,7 @@ fn nested_spans_busy_self_wall() {
 #[test]
 fn long_lived_span_entered_many_times() {
     // A module span created once at model build and entered on every forward pass.
-    let (dispatch, guard, clock) = setup();
+    let (dispatch, guard, clock) = mock();
     let linear = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("linear"));
     for pass in 1..=100u64 {
         tracing::dispatcher::with_default(&dispatch, || {
@@ -122,7 +97,7 @@ fn long_lived_span_entered_many_times() {
 
 #[test]
 fn recursive_reentry_counts_outermost_entry_once() {
-    let (dispatch, guard, clock) = setup();
+    let (dispatch, guard, clock) = mock();
     tracing::dispatcher::with_default(&dispatch, || {
         let s = tracing::info_span!("walk");
         s.in_scope(|| {
@@ -145,7 +120,7 @@ fn recursive_reentry_counts_outermost_entry_once() {
 #[test]
 fn async_style_polls_busy_vs_wall() {
     // An instrumented future: entered at each poll, idle in between.
-    let (dispatch, guard, clock) = setup();
+    let (dispatch, guard, clock) = mock();
     tracing::dispatcher::with_default(&dispatch, || {
         let task = tracing::info_span!("request");
         for poll in 0..5 {
@@ -166,7 +141,7 @@ fn async_style_polls_busy_vs_wall() {
 
 #[test]
 fn spans_moving_between_threads() {
-    let (dispatch, guard, clock) = setup();
+    let (dispatch, guard, clock) = mock();
     let span = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("moved"));
     let clock2 = clock.clone();
     let d2 = dispatch.clone();
@@ -191,19 +166,15 @@ fn spans_moving_between_threads() {
     .join()
     .unwrap();
     let snap = guard.snapshot();
-    let m = span_of(&snap);
+    let m = support::span(&snap, "moved");
     assert_eq!((m.calls, m.instances, m.open), (2, 1, 0));
     assert_eq!(m.busy.total_ns, 42 * US);
     assert_eq!(m.wall.total_ns, 47 * US);
-
-    fn span_of(snap: &Snapshot) -> &SpanStats {
-        snap.span("moved").unwrap()
-    }
 }
 
 #[test]
 fn panic_unwinding_exits_and_closes_spans() {
-    let (dispatch, guard, clock) = setup();
+    let (dispatch, guard, clock) = mock();
     tracing::dispatcher::with_default(&dispatch, || {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let outer = tracing::info_span!("doomed");
@@ -229,14 +200,7 @@ fn panic_unwinding_exits_and_closes_spans() {
 
 #[test]
 fn many_threads_exact_counts_after_threads_exit() {
-    let (clock, _mock) = Clock::mock();
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .with_clock(clock)
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    let (dispatch, guard, _clock) = mock();
     const THREADS: u64 = 8;
     const SPANS: u64 = 5_000;
     let handles: Vec<_> = (0..THREADS)
@@ -276,7 +240,7 @@ fn many_threads_exact_counts_after_threads_exit() {
 #[test]
 fn histograms_survive_more_samples_than_a_counter_holds() {
     // 70 000 samples in one bucket on one thread: more than a u16 counter, so shards drain.
-    let (dispatch, guard, clock) = setup();
+    let (dispatch, guard, clock) = mock();
     tracing::dispatcher::with_default(&dispatch, || {
         for _ in 0..70_000 {
             tracing::info_span!("tight").in_scope(|| clock.advance(Duration::from_nanos(100)));
@@ -292,7 +256,7 @@ fn histograms_survive_more_samples_than_a_counter_holds() {
 
 #[test]
 fn durations_beyond_range_are_clamped_and_counted() {
-    let (dispatch, guard, clock) = setup();
+    let (dispatch, guard, clock) = mock();
     tracing::dispatcher::with_default(&dispatch, || {
         tracing::info_span!("epoch").in_scope(|| clock.advance(Duration::from_secs(2 * 3600)));
     });
@@ -313,12 +277,7 @@ fn one_span_entered_concurrently_on_many_threads() {
     // The rayon pattern: workers enter one shared span at the same time. Nothing is lost:
     // the instance's busy time is the sum of every thread's entries. Real clock: the entries
     // must have non-zero durations for the sums to mean something.
-    let (layer, guard) = ProfileLayer::builder()
-        .with_env(false)
-        .with_report(ReportTarget::Off)
-        .build()
-        .unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    let (dispatch, guard) = install(ProfileLayer::builder());
     let shared = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("parallel"));
     let barrier = std::sync::Barrier::new(4);
     std::thread::scope(|scope| {
@@ -350,11 +309,11 @@ fn one_span_entered_concurrently_on_many_threads() {
 
 #[test]
 fn open_span_has_empty_instance_stats() {
-    let (dispatch, guard, clock) = setup();
+    let (dispatch, guard, clock) = mock();
     let span = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("open"));
     span.in_scope(|| clock.advance(us(5)));
     let snap = guard.snapshot();
-    let o = span_of_name(&snap, "open");
+    let o = support::span(&snap, "open");
     assert_eq!((o.instances, o.open, o.calls), (0, 1, 1));
     assert_eq!(
         (o.wall.count, o.wall.min_ns, o.wall.max_ns, o.wall.p99_ns),
@@ -362,8 +321,4 @@ fn open_span_has_empty_instance_stats() {
     );
     assert_eq!(o.entry_busy.min_ns, 5 * US);
     drop(span);
-
-    fn span_of_name<'a>(snap: &'a Snapshot, name: &str) -> &'a SpanStats {
-        snap.span(name).unwrap()
-    }
 }

@@ -366,7 +366,9 @@ fn spanprof_with_resources(preset: spanprof::Preset) -> (Dispatch, spanprof::Pro
         .with_env(false)
         .with_report(spanprof::ReportTarget::Off)
         .with_preset(preset)
-        .with_gpu_source(spanprof::gpu::ScriptedSource::new(vec![device]).with_samples(0, vec![sample]))
+        .with_gpu_source(
+            spanprof::gpu::ScriptedSource::new(vec![device]).with_samples(0, vec![sample]),
+        )
         .build()
         .expect("spanprof layer builds");
     let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));

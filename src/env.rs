@@ -1,0 +1,27 @@
+//! The environment variables that override the [`Builder`](crate::Builder), re-exported from
+//! [`crate::builder`].
+
+/// Environment variable: the master switch and preset (`off`, `basic`, `detailed`, `full`).
+pub const ENV_PRESET: &str = "SPANPROF";
+
+/// Environment variable: which spans are profiled, in `EnvFilter` directive syntax.
+pub const ENV_FILTER: &str = "SPANPROF_FILTER";
+
+/// Environment variable: where the report goes on drop (`stderr`, `off`, or a file path).
+pub const ENV_REPORT: &str = "SPANPROF_REPORT";
+
+/// Environment variable: how many rows the report shows.
+pub const ENV_TOP: &str = "SPANPROF_TOP";
+
+/// Environment variable: the output directory (every file output is written there on drop).
+pub const ENV_OUT: &str = "SPANPROF_OUT";
+
+/// Environment variable: which resource samplers run (`memory,heap,cpu,gpu,energy`, `none`),
+/// overriding the preset's choice.
+pub const ENV_SAMPLERS: &str = "SPANPROF_SAMPLERS";
+
+/// Environment variable: the sampling interval in milliseconds.
+pub const ENV_INTERVAL_MS: &str = "SPANPROF_INTERVAL_MS";
+
+/// Environment variable: grid carbon intensity, grams CO2e per kWh (enables CO2e figures).
+pub const ENV_GRID: &str = "SPANPROF_GRID_G_PER_KWH";

@@ -1,0 +1,100 @@
+//! Helpers shared by the integration tests: `mod support;` at the top of a test file.
+//!
+//! Each test binary compiles this module on its own and uses only some of it, hence the
+//! `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use spanprof::clock::{Clock, MockClock};
+use spanprof::profile::SpanStats;
+use spanprof::{Builder, ProfileGuard, ReportTarget, Snapshot};
+use tracing::Dispatch;
+use tracing_subscriber::prelude::*;
+
+/// The builder as every test wants it: environment ignored, no report when the guard drops.
+pub fn quiet(builder: Builder) -> Builder {
+    builder.with_env(false).with_report(ReportTarget::Off)
+}
+
+/// Builds the layer (environment ignored, no report) into a dispatcher of its own.
+pub fn install(builder: Builder) -> (Dispatch, ProfileGuard) {
+    let (layer, guard) = quiet(builder).build().unwrap();
+    (
+        Dispatch::new(tracing_subscriber::registry().with(layer)),
+        guard,
+    )
+}
+
+/// Like [`install`], with another layer between the registry and spanprof's (to watch what the
+/// subscriber sees).
+pub fn install_beside<L>(builder: Builder, other: L) -> (Dispatch, ProfileGuard)
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
+    let (layer, guard) = quiet(builder).build().unwrap();
+    (
+        Dispatch::new(tracing_subscriber::registry().with(other).with(layer)),
+        guard,
+    )
+}
+
+/// Like [`install`], with the guard's Chrome trace layer (if the builder configured one) after
+/// spanprof's.
+#[cfg(feature = "chrome")]
+pub fn install_chrome(builder: Builder) -> (Dispatch, ProfileGuard) {
+    let (layer, guard) = quiet(builder).build().unwrap();
+    let subscriber = tracing_subscriber::registry()
+        .with(layer)
+        .with(guard.chrome_layer());
+    (Dispatch::new(subscriber), guard)
+}
+
+/// A default layer on a mock clock, which moves only when the returned [`MockClock`] moves it.
+pub fn mock() -> (Dispatch, ProfileGuard, MockClock) {
+    mock_with(spanprof::ProfileLayer::builder())
+}
+
+/// [`install`] with a mock clock.
+pub fn mock_with(builder: Builder) -> (Dispatch, ProfileGuard, MockClock) {
+    let (clock, mock) = Clock::mock();
+    let (dispatch, guard) = install(builder.with_clock(clock));
+    (dispatch, guard, mock)
+}
+
+/// Runs `work` under a layer of its own and returns the snapshot taken right after.
+pub fn run_with(builder: Builder, work: impl FnOnce()) -> Snapshot {
+    let (dispatch, guard) = install(builder);
+    tracing::dispatcher::with_default(&dispatch, work);
+    guard.snapshot()
+}
+
+/// Finishes the guard and returns the final snapshot (the sampler stopped).
+pub fn finish_snapshot(guard: ProfileGuard) -> Snapshot {
+    let handle = guard.handle();
+    guard.finish().unwrap();
+    handle.snapshot()
+}
+
+/// The statistics of a span name; panics listing the names the snapshot has.
+pub fn span<'a>(snap: &'a Snapshot, name: &str) -> &'a SpanStats {
+    snap.span(name).unwrap_or_else(|| {
+        panic!(
+            "span {name} missing from {:?}",
+            snap.spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        )
+    })
+}
+
+/// A path in the system temp directory that no other test (of any binary, or any run still
+/// going) uses: `spanprof-<name>-<pid>-<n>`. Whatever a crashed run left there is removed; the
+/// path itself is not created.
+pub fn temp_dir(name: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("spanprof-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    let _ = std::fs::remove_file(&path);
+    path
+}
