@@ -137,6 +137,8 @@ struct Counters {
     allocs: Cell<u64>,
     /// Net bytes not yet added to [`PROCESS_NET`].
     unflushed: Cell<i64>,
+    /// Nesting depth of [`untracked`] sections: spanprof's own allocations, not counted.
+    paused: Cell<u32>,
 }
 
 thread_local! {
@@ -146,6 +148,7 @@ thread_local! {
             freed: Cell::new(0),
             allocs: Cell::new(0),
             unflushed: Cell::new(0),
+            paused: Cell::new(0),
         }
     };
     /// Flushes this thread's remainder into [`PROCESS_NET`] when the thread exits. Touched only
@@ -191,10 +194,24 @@ fn flush(c: &Counters, pending: i64) {
     PROCESS_NET.fetch_add(pending, Relaxed);
 }
 
+/// Runs `f` without counting its allocations and frees: spanprof's own memory (its per-thread
+/// and per-name state, made on first use inside a user's span) must not show in any span's heap
+/// figures, nor in the process's. Only for memory spanprof keeps, or frees within the section.
+#[inline]
+pub(crate) fn untracked<R>(f: impl FnOnce() -> R) -> R {
+    let _ = COUNTERS.try_with(|c| c.paused.set(c.paused.get() + 1));
+    let out = f();
+    let _ = COUNTERS.try_with(|c| c.paused.set(c.paused.get().saturating_sub(1)));
+    out
+}
+
 #[inline(always)]
 fn count_alloc(size: usize) {
     // A thread being torn down may have lost its slot: losing those counts is fine.
     let _ = COUNTERS.try_with(|c| {
+        if c.paused.get() > 0 {
+            return;
+        }
         c.allocated.set(c.allocated.get().wrapping_add(size as u64));
         c.allocs.set(c.allocs.get().wrapping_add(1));
         flush_if_due(c, c.unflushed.get().wrapping_add(size as i64));
@@ -204,6 +221,9 @@ fn count_alloc(size: usize) {
 #[inline(always)]
 fn count_free(size: usize) {
     let _ = COUNTERS.try_with(|c| {
+        if c.paused.get() > 0 {
+            return;
+        }
         c.freed.set(c.freed.get().wrapping_add(size as u64));
         flush_if_due(c, c.unflushed.get().wrapping_sub(size as i64));
     });
@@ -212,6 +232,9 @@ fn count_free(size: usize) {
 #[inline(always)]
 fn count_realloc(old: usize, new: usize) {
     let _ = COUNTERS.try_with(|c| {
+        if c.paused.get() > 0 {
+            return;
+        }
         c.allocated.set(c.allocated.get().wrapping_add(new as u64));
         c.freed.set(c.freed.get().wrapping_add(old as u64));
         c.allocs.set(c.allocs.get().wrapping_add(1));
@@ -324,6 +347,24 @@ mod tests {
         );
         assert_eq!(d.net_bytes(), 50);
         assert_eq!(a.since(b).net_bytes(), -50);
+    }
+
+    #[test]
+    fn untracked_sections_count_nothing() {
+        std::thread::spawn(|| {
+            count_alloc(100);
+            untracked(|| {
+                count_alloc(1000);
+                untracked(|| count_free(50));
+                count_realloc(10, 20);
+            });
+            count_free(30);
+            let c = COUNTERS.with(|c| (c.allocated.get(), c.freed.get(), c.allocs.get()));
+            assert_eq!(c, (100, 30, 1));
+            assert_eq!(COUNTERS.with(|c| c.unflushed.get()), 70);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

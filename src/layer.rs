@@ -11,7 +11,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::record::names::Decision;
-use crate::record::{InstanceMark, Recorder};
+use crate::record::Recorder;
 
 /// The profiling layer. Build it with [`ProfileLayer::builder`] and add it to a
 /// `tracing_subscriber::registry()`.
@@ -83,6 +83,9 @@ impl ProfileLayer {
             None => self.decide::<S>(meta),
         };
         if decision.is_skip() {
+            if decision.is_drop() {
+                self.recorder.dropped();
+            }
             return;
         }
         if decision.is_dynamic() {
@@ -92,18 +95,9 @@ impl ProfileLayer {
                 }
             }
         }
-        if let Some(Some(mark)) = self.recorder.open(id.into_u64(), decision, attrs) {
-            if let Some(span) = ctx.span(id) {
-                span.extensions_mut().insert(OpenMark(mark));
-            }
-        }
+        self.recorder.open(id.into_u64(), decision, attrs);
     }
 }
-
-/// Resource readings at a span's creation, kept in the registry's span extensions (only while
-/// resources taken at open and close are switched on).
-#[derive(Debug, Clone, Copy)]
-struct OpenMark(InstanceMark);
 
 impl<S> Layer<S> for ProfileLayer
 where
@@ -113,9 +107,13 @@ where
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         if self.enabled {
             // Callsites spanprof does not profile leave here: one inlined cache probe.
-            let decision = self.recorder.cached(attrs.metadata());
-            if !matches!(decision, Some(d) if d.is_skip()) {
-                self.new_span(attrs, id, ctx, decision);
+            match self.recorder.cached(attrs.metadata()) {
+                Some(d) if d.is_skip() => {
+                    if d.is_drop() {
+                        self.recorder.dropped();
+                    }
+                }
+                decision => self.new_span(attrs, id, ctx, decision),
             }
         }
     }
@@ -151,17 +149,10 @@ where
     }
 
     #[inline(always)]
-    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
         if self.enabled {
             if let Some(slot) = self.recorder.slot(id.into_u64()) {
-                // The registry's extensions are read only while such readings are taken.
-                let open = if self.recorder.resources().instances() {
-                    ctx.span(&id)
-                        .and_then(|span| span.extensions().get::<OpenMark>().map(|m| m.0))
-                } else {
-                    None
-                };
-                self.recorder.close(slot, open);
+                self.recorder.close(slot);
             }
         }
     }

@@ -335,3 +335,50 @@ fn chrome_traces_carry_resource_counters() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// spanprof's own memory (its per-thread and per-name state, made on first use inside a user's
+/// span; the readings it keeps per open span) shows in no span's heap figures.
+#[test]
+fn spanprofs_own_allocations_are_in_no_span() {
+    let _serial = serial();
+    let (dispatch, guard) = support::install(
+        ProfileLayer::builder()
+            .with_preset(Preset::Detailed)
+            .with_sample_interval(Duration::from_secs(3600)),
+    );
+    // A fresh thread: spanprof's state for it, and for each name on it, is made inside `parent`.
+    std::thread::spawn(move || {
+        tracing::dispatcher::with_default(&dispatch, || {
+            // The registry's own per-thread storage, warmed with spans of other names.
+            for _ in 0..64 {
+                tracing::info_span!("warm")
+                    .in_scope(|| tracing::info_span!("warm_inner").in_scope(|| {}));
+            }
+            for _ in 0..40 {
+                tracing::info_span!("parent").in_scope(|| {
+                    tracing::info_span!("child").in_scope(|| {});
+                });
+            }
+        })
+    })
+    .join()
+    .unwrap();
+    let snap = support::finish_snapshot(guard);
+    for name in ["parent", "child"] {
+        let heap = support::span(&snap, name)
+            .resources
+            .as_ref()
+            .and_then(|r| r.heap.clone())
+            .unwrap_or_else(|| panic!("{name} has heap figures"));
+        assert_eq!(heap.entries, 40, "{name}");
+        assert_eq!(
+            (
+                heap.allocated_bytes,
+                heap.allocations,
+                heap.self_retained_bytes
+            ),
+            (0, 0, 0),
+            "{name}: {heap:?}"
+        );
+    }
+}

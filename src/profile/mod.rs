@@ -158,6 +158,9 @@ pub struct SpanStats {
     pub flops: Option<u64>,
     /// `error`-level events inside spans of this name.
     pub errors: u64,
+    /// Closed instances that had at least one error-level event inside.
+    #[serde(default)]
+    pub errored_instances: u64,
     /// Resources used by spans of this name (`detailed` and `full` presets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<SpanResources>,

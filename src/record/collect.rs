@@ -2,13 +2,15 @@
 //! becomes the profile model.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use hdrhistogram::Histogram;
 
-use super::hist::{new_histogram, Exact};
+use super::hist::{new_histogram, record_n, Exact};
 use super::names::{Kind, KINDS};
 use super::resources::ResourceTotals;
+use super::shards::{NameStats, Shard};
 use super::spans::ENTRIES_ONE;
 use super::Recorder;
 use crate::profile::{
@@ -21,14 +23,18 @@ impl Recorder {
     /// Merges every shard into a snapshot.
     pub(crate) fn snapshot(&self) -> Snapshot {
         let now = self.clock.raw();
-        let shards: Vec<_> = self.shards.all().iter().map(|s| s.names()).collect();
+        let all_shards = self.shards.all();
+        let shards: Vec<_> = all_shards.iter().map(|s| s.names()).collect();
         let names = self.names.all();
-        let open = self.open_spans(names.len(), now);
+        let pending = self.pending_first_entries(names.len());
+        let in_progress = self.in_progress(&all_shards, names.len(), now);
         // Everything that was on at some point: a resource stepped down keeps its figures.
         let recorded = self.available;
         let n_gpus = self.readings.gpus().len();
 
         let mut spans = Vec::with_capacity(names.len());
+        // The name index of each span pushed.
+        let mut indices = Vec::with_capacity(names.len());
         for (index, info) in names.iter().enumerate() {
             let spill = info.spill.lock().unwrap_or_else(|e| e.into_inner());
             let mut hists: [Histogram<u64>; KINDS] =
@@ -36,6 +42,7 @@ impl Recorder {
             let mut exact = [Exact::default(); KINDS];
             let (mut items, mut bytes, mut flops) = (None::<u64>, None::<u64>, None::<u64>);
             let mut errors = 0;
+            let (mut closed, mut entries, mut errored) = (0u64, 0u64, 0u64);
             let mut any = false;
             let mut res = ResourceTotals::default();
             for shard in &shards {
@@ -56,13 +63,15 @@ impl Recorder {
                 add(&mut bytes, stats.bytes.load(Relaxed));
                 add(&mut flops, stats.flops.load(Relaxed));
                 errors += stats.errors.load(Relaxed);
+                closed += stats.closed.load(Relaxed);
+                entries += stats.entries.load(Relaxed);
+                errored += stats.errored_instances.load(Relaxed);
                 if let Some(r) = stats.res.get() {
                     res.add(r);
                 }
             }
             drop(spill);
-            let open = &open[index];
-            if !any && open.count == 0 {
+            if !any {
                 continue;
             }
             let h = Merged { hists, exact };
@@ -70,22 +79,22 @@ impl Recorder {
             // of open spans entered once. Instances: closed ones of either kind.
             let mut entry_busy = h.sum(&[Kind::EntryBusy, Kind::SingleBusy]);
             let mut entry_self = h.sum(&[Kind::EntrySelf, Kind::SingleSelf]);
-            for &(busy, self_ns) in &open.first_entries {
+            for &(busy, self_ns) in &pending[index] {
                 entry_busy.record(busy);
                 entry_self.record(self_ns);
             }
             let busy = h.sum(&[Kind::Busy, Kind::SingleBusy]);
             let self_time = h.sum(&[Kind::SelfTime, Kind::SingleSelf]);
             let wall = h.sum(&[Kind::Wall]);
-            let closed = wall.histogram.len();
+            indices.push(index);
             spans.push(SpanStats {
                 name: info.name.to_string(),
                 target: info.target.to_string(),
-                calls: entry_busy.histogram.len(),
-                created: closed + open.count,
+                calls: entries,
+                created: closed,
                 instances: closed,
-                open: open.count,
-                in_progress_ns: open.in_progress,
+                open: 0,
+                in_progress_ns: in_progress[index],
                 entry_busy: entry_busy.stat(),
                 entry_self: entry_self.stat(),
                 busy: busy.stat(),
@@ -95,8 +104,19 @@ impl Recorder {
                 bytes,
                 flops,
                 errors,
+                errored_instances: errored,
                 resources: res.finish(recorded, n_gpus, self.settings.grid_g_per_kwh),
             });
+        }
+
+        // Spans opened, read after every close count: each close counted above was preceded by
+        // its span's open (the fence pairs with the one in `Recorder::close`), so `open` is
+        // never negative, and each span is counted once, closed or open.
+        std::sync::atomic::fence(Acquire);
+        let opened = opened(&shards, names.len());
+        for (span, &index) in spans.iter_mut().zip(&indices) {
+            span.created = opened[index].max(span.instances);
+            span.open = span.created - span.instances;
         }
 
         Snapshot {
@@ -119,25 +139,34 @@ impl Recorder {
         }
     }
 
-    /// Open spans per name index, from a scan of the span table.
-    fn open_spans(&self, names: usize, now: u64) -> Vec<OpenSpans> {
-        let mut open = vec![OpenSpans::default(); names];
+    /// (busy, self) of the one completed entry of each open span entered exactly once so far,
+    /// per name index: recorded nowhere until the span closes or is entered again.
+    fn pending_first_entries(&self, names: usize) -> Vec<Vec<(u64, u64)>> {
+        let mut pending = vec![Vec::new(); names];
         for slot in self.table.open_slots() {
-            let Some(o) = open.get_mut(usize::from(slot.name.load(Relaxed))) else {
+            let Some(p) = pending.get_mut(usize::from(slot.name.load(Relaxed))) else {
                 continue;
             };
-            o.count += 1;
-            let at = slot.entered_at.load(Relaxed);
-            if at != 0 {
-                o.in_progress += self.clock.delta_ns(at, now);
-            }
             if slot.entries.load(Acquire) == ENTRIES_ONE {
                 let busy = slot.busy.load(Relaxed) + slot.shared_busy.load(Relaxed);
                 let self_ns = slot.self_ns.load(Relaxed) + slot.shared_self.load(Relaxed);
-                o.first_entries.push((busy, self_ns));
+                p.push((busy, self_ns));
             }
         }
-        open
+        pending
+    }
+
+    /// Time inside entries in progress per name index, from every thread's published stack.
+    fn in_progress(&self, shards: &[Arc<Shard>], names: usize, now: u64) -> Vec<u64> {
+        let mut in_progress = vec![0u64; names];
+        for shard in shards {
+            shard.entries_in_progress(|name, start| {
+                if let Some(t) = in_progress.get_mut(name as usize) {
+                    *t = t.saturating_add(self.clock.delta_ns(start, now));
+                }
+            });
+        }
+        in_progress
     }
 
     fn run_info(&self, now: u64) -> RunInfo {
@@ -193,13 +222,17 @@ impl Recorder {
     }
 }
 
-/// Open spans of one name, found by scanning the span table.
-#[derive(Debug, Clone, Default)]
-struct OpenSpans {
-    count: u64,
-    in_progress: u64,
-    /// (busy, self) of the one completed entry of spans entered exactly once so far.
-    first_entries: Vec<(u64, u64)>,
+/// Spans opened per name index, over every shard.
+fn opened(shards: &[Vec<Option<Arc<NameStats>>>], names: usize) -> Vec<u64> {
+    let mut opened = vec![0u64; names];
+    for shard in shards {
+        for (index, stats) in shard.iter().enumerate() {
+            if let (Some(stats), Some(o)) = (stats, opened.get_mut(index)) {
+                *o = o.saturating_add(stats.opened.load(Relaxed));
+            }
+        }
+    }
+    opened
 }
 
 /// The merged histograms of one span name, per kind.
@@ -233,7 +266,7 @@ struct Partial {
 impl Partial {
     fn record(&mut self, value: u64) {
         let clamped = value.min(HIGHEST_NS);
-        self.histogram.saturating_record(clamped);
+        record_n(&mut self.histogram, clamped, 1);
         self.exact.merge(&Exact {
             sum: value,
             min: value,

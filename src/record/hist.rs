@@ -51,10 +51,24 @@ fn value_of(index: usize) -> u64 {
     (sub_bucket as u64) << bucket
 }
 
-/// A new, empty `u64` histogram with spanprof's layout.
+/// A new, empty `u64` histogram with spanprof's layout, sized to the values recorded into it:
+/// it starts with one bucket and grows as larger values arrive (up to [`HIGHEST_NS`], the clamp),
+/// so a span name's histograms in a snapshot or a read profile take memory for the range its
+/// values span, not for an hour. 1 KiB per power of two of range: e.g. 8 KiB for spans up to
+/// 1 µs, 18 KiB up to 1 ms, 26 KiB up to 1 s, against 36 KiB at full range.
 pub(crate) fn new_histogram() -> Histogram<u64> {
     // UNWRAP: the bounds are constants that satisfy hdrhistogram's preconditions (tested).
-    Histogram::new_with_bounds(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS).expect("valid bounds")
+    let mut h = Histogram::new_with_bounds(LOWEST_NS, 2, SIGNIFICANT_DIGITS).expect("valid bounds");
+    h.auto(true);
+    h
+}
+
+/// Records `n` samples of `value` (at most [`HIGHEST_NS`]) into `into`, growing it if it is one
+/// of [`new_histogram`]'s; a histogram of fixed range clamps instead. Never fails.
+pub(crate) fn record_n(into: &mut Histogram<u64>, value: u64, n: u64) {
+    if into.record_n(value, n).is_err() {
+        into.saturating_record_n(value, n);
+    }
 }
 
 /// Exact running figures kept beside the buckets (the buckets only know values to 2 digits;
@@ -137,9 +151,9 @@ impl AtomicHist {
         } else {
             value_ns
         };
-        let counts = self
-            .counts
-            .get_or_init(|| (0..COUNTS_LEN).map(|_| AtomicU16::new(0)).collect());
+        let counts = self.counts.get_or_init(|| {
+            crate::alloc::untracked(|| (0..COUNTS_LEN).map(|_| AtomicU16::new(0)).collect())
+        });
         let bucket = &counts[index_of(value)];
         let n = bucket.load(Relaxed).wrapping_add(1);
         bucket.store(n, Relaxed);
@@ -172,8 +186,7 @@ impl AtomicHist {
         for (index, bucket) in counts.iter().enumerate() {
             let n = bucket.load(Relaxed);
             if n != 0 {
-                // saturating_record_n cannot fail; the value is in range by construction.
-                into.saturating_record_n(value_of(index), u64::from(n));
+                record_n(into, value_of(index), u64::from(n));
             }
         }
     }
@@ -188,7 +201,7 @@ impl AtomicHist {
         for (index, bucket) in counts.iter().enumerate() {
             let n = bucket.load(Relaxed);
             if n != 0 {
-                into.saturating_record_n(value_of(index), u64::from(n));
+                record_n(into, value_of(index), u64::from(n));
                 bucket.store(0, Relaxed);
             }
         }
@@ -201,7 +214,8 @@ mod tests {
 
     #[test]
     fn layout_matches_hdrhistogram() {
-        let h = new_histogram();
+        let h =
+            Histogram::<u64>::new_with_bounds(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS).unwrap();
         assert_eq!(h.distinct_values(), COUNTS_LEN);
         // 9 KiB per histogram, at most seven per (span name × thread): under 64 KiB.
         const { assert!(crate::record::names::KINDS * COUNTS_LEN * 2 < 64 * 1024) };
@@ -253,6 +267,44 @@ mod tests {
         a.add_to(&mut out);
         assert_eq!(out.len(), 2);
         assert!(out.equivalent(out.max(), HIGHEST_NS));
+    }
+
+    #[test]
+    fn histograms_take_memory_for_the_range_recorded() {
+        let a = AtomicHist::new();
+        for v in [300, 700, 1_000] {
+            a.record(v);
+        }
+        let mut small = new_histogram();
+        a.add_to(&mut small);
+        // Up to 1 µs: 4 half-buckets of 128 after the first 256 values.
+        assert!(
+            small.distinct_values() * 8 <= 8 * 1024,
+            "{}",
+            small.distinct_values()
+        );
+        assert_eq!(
+            (small.len(), small.max()),
+            (3, small.highest_equivalent(1_000))
+        );
+        // A second of range grows it, and it agrees with a full-range histogram.
+        a.record(1_000_000_000);
+        let mut grown = new_histogram();
+        a.add_to(&mut grown);
+        assert!(
+            grown.distinct_values() * 8 <= 26 * 1024,
+            "{}",
+            grown.distinct_values()
+        );
+        let mut full = Histogram::<u64>::new_with_bounds(LOWEST_NS, HIGHEST_NS, 2).unwrap();
+        a.add_to(&mut full);
+        for q in [0.0, 0.25, 0.5, 0.75, 1.0] {
+            assert_eq!(
+                grown.value_at_quantile(q),
+                full.value_at_quantile(q),
+                "q {q}"
+            );
+        }
     }
 
     #[test]

@@ -38,11 +38,12 @@ use crate::switches::{Resources, Switches};
 use names::{
     throughput_fields, Decision, Kind, NameInfo, Names, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS,
 };
-pub(crate) use resources::InstanceMark;
-use resources::{entry_figures, instance_figures, EntryMark};
+use resources::{entry_figures, instance_figures, EntryMark, InstanceMark, MarkTable};
 use shards::{bump, with_local, Frame, Local, NameStats, Shards};
 pub(crate) use spans::Slot;
-use spans::{SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, ENTRIES_WRITING};
+use spans::{
+    SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, ENTRIES_WRITING, FLAG_ERRORED, FLAG_MARKED,
+};
 
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 
@@ -71,6 +72,8 @@ pub(crate) struct Recorder {
     available: Resources,
     clock: Clock,
     table: SpanTable,
+    /// Readings taken when spans opened, beside their slots.
+    marks: MarkTable,
     names: Names,
     shards: Arc<Shards>,
     start_raw: u64,
@@ -122,6 +125,7 @@ impl Recorder {
             start_wall: SystemTime::now(),
             clock,
             table: SpanTable::new(),
+            marks: MarkTable::default(),
             names: Names::new(),
             shards: Arc::new(Shards::default()),
             dropped_table_full: AtomicU64::new(0),
@@ -162,6 +166,23 @@ impl Recorder {
         with_local(self.id, &self.shards, f)
     }
 
+    /// Runs `f` with this thread's stats of `name`; while the thread is being torn down (its
+    /// thread-local state gone), with the stats of a shared shard instead, so nothing is lost.
+    #[inline(always)]
+    fn with_stats(&self, name: u32, f: impl FnOnce(&NameStats)) {
+        let mut f = Some(f);
+        let done = self.local(|local| {
+            if let Some(f) = f.take() {
+                f(local.stats(name));
+            }
+        });
+        if done.is_none() {
+            if let Some(f) = f.take() {
+                self.shards.with_orphan(name, f);
+            }
+        }
+    }
+
     /// The cached decision for a callsite, if it was decided.
     #[inline(always)]
     pub(crate) fn cached(&self, meta: &'static Metadata<'static>) -> Option<Decision> {
@@ -176,18 +197,24 @@ impl Recorder {
     }
 
     /// Decides, once per callsite, under which name its spans are recorded. `dynamic`: the
-    /// span filter must be asked again for each span.
+    /// span filter must be asked again for each span. Past [`MAX_SPAN_NAMES`] names, the
+    /// callsite's spans are dropped, each counted ([`Recorder::dropped`]).
+    ///
+    /// [`MAX_SPAN_NAMES`]: names::MAX_SPAN_NAMES
     #[cold]
     pub(crate) fn decide(&self, meta: &'static Metadata<'static>, dynamic: bool) -> Decision {
         let decision = match self.names.intern(meta.name(), meta.target()) {
             Some(name) => Decision::record(name, throughput_fields(meta), dynamic),
-            None => {
-                self.dropped_too_many_names.fetch_add(1, Relaxed);
-                Decision::SKIP
-            }
+            None => Decision::DROP,
         };
         self.names.remember(meta, decision);
         decision
+    }
+
+    /// A span of a callsite decided [`Decision::DROP`] was created: counted as dropped.
+    #[cold]
+    pub(crate) fn dropped(&self) {
+        self.dropped_too_many_names.fetch_add(1, Relaxed);
     }
 
     /// Whether new spans are recorded.
@@ -196,16 +223,13 @@ impl Recorder {
         self.switches.get().recording()
     }
 
-    /// Opens a span the decision records. Returns `None` if it is not recorded (the table is
-    /// full), else the readings to keep with the span until it closes, if any are recorded.
-    pub(crate) fn open(
-        &self,
-        id: u64,
-        decision: Decision,
-        attrs: &Attributes<'_>,
-    ) -> Option<Option<InstanceMark>> {
+    /// Opens a span the decision records. Returns whether it is recorded (not when the span
+    /// table is full).
+    pub(crate) fn open(&self, id: u64, decision: Decision, attrs: &Attributes<'_>) -> bool {
         let name = decision.name();
         let now = self.clock.raw();
+        let resources = self.switches.get().resources();
+        let marked = resources.instances();
         let inserted = self.table.insert(id, |s| {
             // MAX_SPAN_NAMES fits u16 (asserted in `names`).
             s.name.store(name as u16, Relaxed);
@@ -216,25 +240,24 @@ impl Recorder {
             s.self_ns.store(0, Relaxed);
             s.shared_busy.store(0, Relaxed);
             s.shared_self.store(0, Relaxed);
-            s.entered_at.store(0, Relaxed);
+            s.flags.store(if marked { FLAG_MARKED } else { 0 }, Relaxed);
+            if marked {
+                let mark = InstanceMark::read(&self.readings, self.t_ns(now), resources);
+                self.marks.put(s.position(), mark);
+            }
         });
         if inserted.is_none() {
             self.dropped_table_full.fetch_add(1, Relaxed);
-            return None;
+            return false;
         }
         let fields = decision.fields();
-        if fields != 0 {
-            self.local(|local| {
-                let stats = local.stats(name);
+        self.with_stats(name, |stats| {
+            bump(&stats.opened, 1);
+            if fields != 0 {
                 attrs.record(&mut Throughput { stats, fields });
-            });
-        }
-        let resources = self.switches.get().resources();
-        Some(
-            resources
-                .instances()
-                .then(|| InstanceMark::read(&self.readings, self.t_ns(now), resources)),
-        )
+            }
+        });
+        true
     }
 
     /// The slot of a recorded open span.
@@ -257,12 +280,11 @@ impl Recorder {
     /// A span was entered on this thread.
     pub(crate) fn enter(&self, id: u64, slot: &Slot) {
         self.local(|local| {
-            if slot.entered_at.load(Relaxed) != 0 {
-                // Entered somewhere: if on this thread, this is a re-entry.
-                if let Some(frame) = local.stack.iter_mut().rev().find(|f| f.id == id) {
-                    frame.reentries += 1;
-                    return;
-                }
+            // Entered on this thread already: a re-entry, counted once with its outermost entry.
+            // (Other threads inside the same span have frames of their own.)
+            if let Some(frame) = local.stack.iter_mut().rev().find(|f| f.id == id) {
+                frame.reentries += 1;
+                return;
             }
             let resources = self.switches.get().resources();
             let marked = resources.entries();
@@ -271,8 +293,7 @@ impl Recorder {
                 local.marks.push(EntryMark::read(resources));
             }
             let now = self.clock.raw();
-            slot.entered_at.store(now, Relaxed);
-            local.stack.push(Frame {
+            local.push(Frame {
                 id,
                 name: u32::from(slot.name.load(Relaxed)),
                 start: now,
@@ -295,19 +316,14 @@ impl Recorder {
                 },
             };
             let now = self.clock.raw();
-            let stack = &mut local.stack;
-            let frame = if top + 1 == stack.len() {
-                stack.pop()
-            } else {
-                Some(stack.remove(top))
+            let Some(frame) = local.remove(top) else {
+                return;
             };
-            let Some(frame) = frame else { return };
             let busy = self.clock.delta_ns(frame.start, now);
             let self_ns = busy.saturating_sub(frame.child_ns);
-            if let Some(parent) = top.checked_sub(1).and_then(|p| stack.get_mut(p)) {
+            if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
                 parent.child_ns += busy;
             }
-            slot.entered_at.store(0, Relaxed);
             if frame.marked {
                 // This frame's mark: one per marked frame below it, in stack order.
                 let index = local.stack[..top].iter().filter(|f| f.marked).count();
@@ -333,6 +349,7 @@ impl Recorder {
     /// entry on, every entry (the first one included) goes to the entry histograms.
     #[inline(always)]
     fn complete_entry(&self, local: &mut Local, slot: &Slot, name: u32, busy: u64, self_ns: u64) {
+        bump(&local.stats(name).entries, 1);
         let mut spins = 0u32;
         loop {
             match slot.entries.load(Acquire) {
@@ -382,8 +399,8 @@ impl Recorder {
         self.record(stats, name, Kind::EntrySelf, self_ns);
     }
 
-    /// A recorded span closed; `open` holds the readings taken when it opened, if any.
-    pub(crate) fn close(&self, slot: &Slot, open: Option<InstanceMark>) {
+    /// A recorded span closed.
+    pub(crate) fn close(&self, slot: &Slot) {
         let now = self.clock.raw();
         let name = u32::from(slot.name.load(Relaxed));
         let wall = self.clock.delta_ns(slot.created.load(Relaxed), now);
@@ -393,9 +410,15 @@ impl Recorder {
             ENTRIES_ONE => (Kind::SingleBusy, Kind::SingleSelf),
             _ => (Kind::Busy, Kind::SelfTime),
         };
+        let flags = slot.flags.load(Acquire);
+        let open = (flags & FLAG_MARKED != 0)
+            .then(|| self.marks.get(slot.position()))
+            .flatten();
         self.table.remove(slot);
-        self.local(|local| {
-            let stats = local.stats(name);
+        // What the span's opening thread wrote (its `opened` count) is visible to a snapshot
+        // that sees this close: see `collect`.
+        std::sync::atomic::fence(Release);
+        self.with_stats(name, |stats| {
             self.record(stats, name, busy_kind, busy);
             self.record(stats, name, self_kind, self_ns);
             self.record(stats, name, Kind::Wall, wall);
@@ -404,25 +427,26 @@ impl Recorder {
                 let figures = instance_figures(&open, &close, &self.timeline);
                 stats.res().add_instance(&figures);
             }
+            if flags & FLAG_ERRORED != 0 {
+                bump(&stats.errored_instances, 1);
+            }
+            bump(&stats.closed, 1);
         });
     }
 
     /// An error-level event: counted for its explicit parent if recorded, else (`contextual`)
-    /// for the span this thread is in.
+    /// for the span this thread is in; that span instance is marked as having had an error.
     pub(crate) fn error_event(&self, parent: Option<u64>, contextual: bool) {
-        let from_table = parent
-            .and_then(|id| self.table.get(id))
-            .map(|s| u32::from(s.name.load(Relaxed)));
+        let explicit = parent.and_then(|id| self.table.get(id));
         self.local(|local| {
-            let name = if parent.is_some() {
-                from_table
-            } else if contextual {
-                local.stack.last().map(|f| f.name)
-            } else {
-                None
+            let slot = match parent {
+                Some(_) => explicit,
+                None if contextual => local.stack.last().and_then(|f| self.table.get(f.id)),
+                None => None,
             };
-            if let Some(name) = name {
-                bump(&local.stats(name).errors, 1);
+            if let Some(slot) = slot {
+                slot.flags.fetch_or(FLAG_ERRORED, Relaxed);
+                bump(&local.stats(u32::from(slot.name.load(Relaxed))).errors, 1);
             }
         });
     }
@@ -512,4 +536,91 @@ impl Visit for Throughput<'_> {
         }
     }
     fn record_debug(&mut self, _: &Field, _: &dyn fmt::Debug) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_core::callsite::{Callsite, Identifier};
+    use tracing_core::field::FieldSet;
+    use tracing_core::{Interest, Level};
+    use tracing_subscriber::prelude::*;
+
+    fn recorder() -> Arc<Recorder> {
+        let clock = Clock::new();
+        let start = clock.raw();
+        Arc::new(Recorder::new(
+            clock,
+            start,
+            true,
+            Resources::NONE,
+            Arc::new(Readings::new()),
+            Arc::new(Timeline::default()),
+            RunSettings {
+                preset: "basic",
+                filter: None,
+                sampled: Resources::NONE,
+                interval_ms: 100,
+                grid_g_per_kwh: None,
+            },
+        ))
+    }
+
+    #[test]
+    fn past_the_last_span_name_every_span_is_counted_as_dropped() {
+        let rec = recorder();
+        for i in 0..names::MAX_SPAN_NAMES {
+            let name: &'static str = Box::leak(format!("name{i}").into_boxed_str());
+            assert!(rec.names.intern(name, "filler").is_some());
+        }
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        tracing::dispatcher::with_default(&dispatch, || {
+            for _ in 0..10 {
+                tracing::info_span!("one").in_scope(|| {});
+            }
+            for _ in 0..5 {
+                tracing::info_span!("other").in_scope(|| {});
+            }
+        });
+        assert_eq!(rec.snapshot().dropped.spans_too_many_names, 15);
+    }
+
+    struct Site;
+    impl Callsite for Site {
+        fn set_interest(&self, _: Interest) {}
+        fn metadata(&self) -> &Metadata<'_> {
+            unreachable!("not registered")
+        }
+    }
+    static SITE: Site = Site;
+
+    #[test]
+    fn callsites_beyond_the_cache_stay_cached() {
+        let rec = recorder();
+        let metas: Vec<&'static Metadata<'static>> = (0..3 * 8192)
+            .map(|_| {
+                &*Box::leak(Box::new(Metadata::new(
+                    "span",
+                    "target",
+                    Level::INFO,
+                    None,
+                    None,
+                    None,
+                    FieldSet::new(&[], Identifier(&SITE)),
+                    tracing_core::metadata::Kind::SPAN,
+                )))
+            })
+            .collect();
+        for (i, meta) in metas.iter().enumerate() {
+            rec.names
+                .remember(meta, Decision::record(i as u32 % 64, 0, false));
+        }
+        for (i, meta) in metas.iter().enumerate() {
+            let cached = rec
+                .cached(meta)
+                .expect("every callsite's decision is cached");
+            assert_eq!(cached.name(), i as u32 % 64);
+        }
+    }
 }

@@ -6,7 +6,7 @@
 //! one probe, never a lock or a hash of the name.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use hdrhistogram::Histogram;
@@ -19,6 +19,8 @@ pub const MAX_SPAN_NAMES: usize = 4096;
 const _: () = assert!(MAX_SPAN_NAMES <= u16::MAX as usize);
 
 const CALLSITE_SLOTS: usize = 8192;
+/// Slots a callsite may be cached in, from its home slot on.
+const CALLSITE_PROBES: usize = 32;
 const EMPTY: usize = 0;
 const RESERVED: usize = 1;
 
@@ -57,6 +59,8 @@ pub(crate) struct Decision(u32);
 
 impl Decision {
     pub(crate) const SKIP: Decision = Decision(0);
+    /// Would be recorded, but every span name is in use: each span is counted as dropped.
+    pub(crate) const DROP: Decision = Decision(3);
     const RECORD: u32 = 1;
     const DYNAMIC: u32 = 2;
 
@@ -64,9 +68,14 @@ impl Decision {
         let mode = if dynamic { Self::DYNAMIC } else { Self::RECORD };
         Decision(mode | (fields << 2) | (name << 8))
     }
+    /// Not recorded: skipped for good, or dropped ([`Decision::is_drop`]).
     #[inline(always)]
     pub(crate) fn is_skip(self) -> bool {
-        self.0 & 3 == 0
+        self.0 & 3 == 0 || self.0 & 3 == 3
+    }
+    #[inline(always)]
+    pub(crate) fn is_drop(self) -> bool {
+        self.0 & 3 == 3
     }
     #[inline(always)]
     pub(crate) fn is_dynamic(self) -> bool {
@@ -97,7 +106,7 @@ impl NameInfo {
         spill: &mut [Option<Histogram<u64>>; KINDS],
         kind: Kind,
     ) -> &mut Histogram<u64> {
-        spill[kind as usize].get_or_insert_with(new_histogram)
+        spill[kind as usize].get_or_insert_with(|| crate::alloc::untracked(new_histogram))
     }
 }
 
@@ -107,6 +116,11 @@ pub(crate) struct Names {
     by_key: Mutex<HashMap<(&'static str, &'static str), u32>>,
     keys: Box<[AtomicUsize]>,
     decisions: Box<[AtomicU32]>,
+    /// Decisions of callsites whose probe window in the cache was full (more callsites than the
+    /// cache holds): a read lock and a hash away, still far from deciding again.
+    overflow: RwLock<HashMap<usize, Decision>>,
+    /// Set once a decision went to `overflow`.
+    overflowed: AtomicBool,
 }
 
 impl std::fmt::Debug for Names {
@@ -130,6 +144,8 @@ impl Names {
                 .map(|_| AtomicUsize::new(EMPTY))
                 .collect(),
             decisions: (0..CALLSITE_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            overflow: RwLock::new(HashMap::new()),
+            overflowed: AtomicBool::new(false),
         }
     }
 
@@ -138,7 +154,7 @@ impl Names {
     pub(crate) fn cached(&self, meta: &'static Metadata<'static>) -> Option<Decision> {
         let key = meta as *const Metadata<'static> as usize;
         let start = slot_of(key);
-        for probe in 0..CALLSITE_SLOTS {
+        for probe in 0..CALLSITE_PROBES {
             let slot = (start + probe) & (CALLSITE_SLOTS - 1);
             match self.keys[slot].load(Ordering::Acquire) {
                 k if k == key => {
@@ -148,15 +164,28 @@ impl Names {
                 _ => {}
             }
         }
-        None
+        self.cached_overflow(key)
     }
 
-    /// Caches a decision for a callsite (first one wins; a full cache only means the decision is
-    /// recomputed each time).
+    #[cold]
+    #[inline(never)]
+    fn cached_overflow(&self, key: usize) -> Option<Decision> {
+        if !self.overflowed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.overflow
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied()
+    }
+
+    /// Caches a decision for a callsite (first one wins). Past the cache's probe window, in the
+    /// overflow map.
     pub(crate) fn remember(&self, meta: &'static Metadata<'static>, decision: Decision) {
         let key = meta as *const Metadata<'static> as usize;
         let start = slot_of(key);
-        for probe in 0..CALLSITE_SLOTS {
+        for probe in 0..CALLSITE_PROBES {
             let slot = (start + probe) & (CALLSITE_SLOTS - 1);
             let k = self.keys[slot].load(Ordering::Acquire);
             if k == key {
@@ -172,10 +201,22 @@ impl Names {
                 return;
             }
         }
+        crate::alloc::untracked(|| {
+            self.overflow
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(key)
+                .or_insert(decision);
+        });
+        self.overflowed.store(true, Ordering::Release);
     }
 
     /// The index of a span name, registering it if new; `None` past [`MAX_SPAN_NAMES`].
     pub(crate) fn intern(&self, name: &'static str, target: &'static str) -> Option<u32> {
+        crate::alloc::untracked(|| self.register(name, target))
+    }
+
+    fn register(&self, name: &'static str, target: &'static str) -> Option<u32> {
         let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&index) = by_key.get(&(name, target)) {
             return Some(index);

@@ -6,7 +6,10 @@
 //! adopts a shard left by an exited one, so memory is bounded by the most threads alive at once.
 
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::hist::AtomicHist;
@@ -23,6 +26,15 @@ pub(crate) struct NameStats {
     pub(crate) bytes: AtomicU64,
     pub(crate) flops: AtomicU64,
     pub(crate) errors: AtomicU64,
+    /// Spans opened (created and recorded) by this thread. With `closed` these are the exact
+    /// counts of a snapshot, whatever the histograms hold at that instant.
+    pub(crate) opened: AtomicU64,
+    /// Spans closed on this thread.
+    pub(crate) closed: AtomicU64,
+    /// Entries (enter→exit) completed on this thread.
+    pub(crate) entries: AtomicU64,
+    /// Spans closed on this thread that had an error-level event inside.
+    pub(crate) errored_instances: AtomicU64,
     /// Resource sums, made on first use (`detailed` and `full`).
     pub(crate) res: ResourceSlot,
 }
@@ -38,13 +50,18 @@ impl NameStats {
             bytes: AtomicU64::new(0),
             flops: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+            errored_instances: AtomicU64::new(0),
             res: ResourceSlot::new(),
         }
     }
 
     /// The resource sums.
     pub(crate) fn res(&self) -> &ResourceStats {
-        self.res.get_or_init(Box::default)
+        self.res
+            .get_or_init(|| crate::alloc::untracked(Box::default))
     }
 
     #[inline(always)]
@@ -67,6 +84,9 @@ pub(crate) struct Shard {
     names: Mutex<Vec<Option<Arc<NameStats>>>>,
     /// Set when the owning thread exited; the next new thread may adopt the shard.
     retired: AtomicBool,
+    /// The owning thread's stack of entered spans as others can read it: for the time inside
+    /// entries still in progress at a snapshot.
+    live: LiveStack,
 }
 
 impl Shard {
@@ -74,6 +94,56 @@ impl Shard {
     pub(crate) fn names(&self) -> Vec<Option<Arc<NameStats>>> {
         self.names.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
+
+    /// Calls `f(name, start)` for each entry in progress on the owning thread (the outermost
+    /// [`LIVE_FRAMES`]). A snapshot's view: a frame entered or exited meanwhile may be seen or
+    /// not.
+    pub(crate) fn entries_in_progress(&self, mut f: impl FnMut(u32, u64)) {
+        let depth = (self.live.depth.load(Acquire) as usize).min(LIVE_FRAMES);
+        for frame in &self.live.frames[..depth] {
+            let name = frame.name.load(Acquire);
+            f(name, frame.start.load(Relaxed));
+        }
+    }
+
+    /// The stats of a name in this shard, made if new. For a writer that holds the shard
+    /// alone (the orphan shard under its lock).
+    fn stats(&self, name: u32) -> Arc<NameStats> {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        let index = name as usize;
+        if names.len() <= index {
+            names.resize(index + 1, None);
+        }
+        names[index]
+            .get_or_insert_with(|| Arc::new(NameStats::new()))
+            .clone()
+    }
+}
+
+/// Entries in progress a thread publishes (deeper ones are not counted as in progress).
+pub(crate) const LIVE_FRAMES: usize = 64;
+
+/// A thread's entered spans, published for snapshots: written only by the owning thread.
+#[derive(Debug)]
+struct LiveStack {
+    depth: AtomicU32,
+    frames: [LiveFrame; LIVE_FRAMES],
+}
+
+impl Default for LiveStack {
+    fn default() -> Self {
+        Self {
+            depth: AtomicU32::new(0),
+            frames: std::array::from_fn(|_| LiveFrame::default()),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct LiveFrame {
+    name: AtomicU32,
+    /// Raw clock reading of the enter.
+    start: AtomicU64,
 }
 
 /// A span entered on this thread and not yet exited.
@@ -93,9 +163,29 @@ pub(crate) struct Frame {
 #[derive(Debug, Default)]
 pub(crate) struct Shards {
     list: Mutex<Vec<Arc<Shard>>>,
+    /// Where a thread records when its thread-local state is gone (a span closed by a
+    /// thread-local's destructor at thread exit): one shard written under this lock.
+    orphan: Mutex<Option<Arc<Shard>>>,
 }
 
 impl Shards {
+    /// Runs `f` with the orphan shard's stats of `name` (rare: threads being torn down).
+    #[cold]
+    pub(crate) fn with_orphan<R>(&self, name: u32, f: impl FnOnce(&NameStats) -> R) -> R {
+        let mut orphan = self.orphan.lock().unwrap_or_else(|e| e.into_inner());
+        let shard = orphan.get_or_insert_with(|| {
+            let shard = Arc::new(Shard::default());
+            self.list
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(shard.clone());
+            shard
+        });
+        let stats = crate::alloc::untracked(|| shard.stats(name));
+        // The lock is held while `f` writes: one writer at a time, as for any shard.
+        f(&stats)
+    }
+
     fn acquire(&self) -> Arc<Shard> {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         for shard in list.iter() {
@@ -133,6 +223,56 @@ pub(crate) struct Local {
 }
 
 impl Local {
+    /// Pushes a frame and publishes it.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, frame: Frame) {
+        let depth = self.stack.len();
+        if let Some(live) = self.shard.live.frames.get(depth) {
+            live.start.store(frame.start, Relaxed);
+            live.name.store(frame.name, Release);
+        }
+        if self.stack.len() == self.stack.capacity() {
+            crate::alloc::untracked(|| self.stack.reserve(self.stack.len()));
+        }
+        self.stack.push(frame);
+        self.shard
+            .live
+            .depth
+            .store(self.stack.len() as u32, Release);
+    }
+
+    /// Removes the frame at `pos` (the top, mostly) and publishes the stack.
+    #[inline(always)]
+    pub(crate) fn remove(&mut self, pos: usize) -> Option<Frame> {
+        let frame = if pos + 1 == self.stack.len() {
+            self.stack.pop()
+        } else if pos < self.stack.len() {
+            Some(self.republish_without(pos))
+        } else {
+            None
+        };
+        self.shard
+            .live
+            .depth
+            .store(self.stack.len() as u32, Release);
+        frame
+    }
+
+    /// Removes a frame below the top (a span exited out of order) and republishes the frames
+    /// above it.
+    #[cold]
+    #[inline(never)]
+    fn republish_without(&mut self, pos: usize) -> Frame {
+        let frame = self.stack.remove(pos);
+        for (i, f) in self.stack.iter().enumerate().skip(pos) {
+            if let Some(live) = self.shard.live.frames.get(i) {
+                live.start.store(f.start, Relaxed);
+                live.name.store(f.name, Release);
+            }
+        }
+        frame
+    }
+
     /// The stats of a span name, created on first use.
     #[inline(always)]
     pub(crate) fn stats(&mut self, name: u32) -> &NameStats {
@@ -150,6 +290,10 @@ impl Local {
     #[cold]
     #[inline(never)]
     fn new_stats(&mut self, index: usize) {
+        crate::alloc::untracked(|| self.make_stats(index));
+    }
+
+    fn make_stats(&mut self, index: usize) {
         let stats = Arc::new(NameStats::new());
         let mut shared = self.shard.names.lock().unwrap_or_else(|e| e.into_inner());
         if shared.len() <= index {
@@ -215,7 +359,9 @@ pub(crate) fn with_local<R>(
                     return Some(f(first));
                 }
             }
-            Some(f(slow_local(&mut locals, instance, shards)))
+            Some(f(crate::alloc::untracked(|| {
+                slow_local(&mut locals, instance, shards)
+            })))
         })
         .ok()
         .flatten()

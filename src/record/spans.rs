@@ -7,7 +7,7 @@
 //! in the first segment whose probe window had room for it when it was inserted, and a slot never
 //! becomes empty again, so a lookup stops at the first empty slot it meets.
 
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 const EMPTY: u64 = 0;
@@ -24,7 +24,8 @@ pub(crate) const ENTRIES_ONE: u16 = 2;
 pub(crate) const ENTRIES_MANY: u16 = 3;
 
 const FIRST_SEGMENT: usize = 4096;
-const SEGMENTS: usize = 12;
+/// Segments of the table, each twice the size of the one before.
+pub(crate) const SEGMENTS: usize = 12;
 const PROBES: usize = 16;
 
 /// The state of one open span. 64 bytes, one cache line: spans used by different threads never
@@ -55,12 +56,21 @@ pub(crate) struct Slot {
     pub(crate) shared_busy: AtomicU64,
     /// Sum of other threads' completed entries' self time, ns.
     pub(crate) shared_self: AtomicU64,
-    /// Clock reading (raw) of the outermost enter in progress, or 0.
-    pub(crate) entered_at: AtomicU64,
+    /// [`FLAG_MARKED`], [`FLAG_ERRORED`].
+    pub(crate) flags: AtomicU8,
+    /// The segment the slot is in and its index there (set once, when the segment is made).
+    segment: u8,
+    index: u32,
 }
 
+/// Resource readings were taken when the span opened (kept beside the table, see
+/// `resources::MarkTable`).
+pub(crate) const FLAG_MARKED: u8 = 1;
+/// An error-level event happened inside the span.
+pub(crate) const FLAG_ERRORED: u8 = 2;
+
 impl Slot {
-    const fn new() -> Self {
+    const fn new(segment: u8, index: u32) -> Self {
         Self {
             key: AtomicU64::new(EMPTY),
             name: AtomicU16::new(0),
@@ -71,8 +81,15 @@ impl Slot {
             self_ns: AtomicU64::new(0),
             shared_busy: AtomicU64::new(0),
             shared_self: AtomicU64::new(0),
-            entered_at: AtomicU64::new(0),
+            flags: AtomicU8::new(0),
+            segment,
+            index,
         }
+    }
+
+    /// The slot's segment and index in it.
+    pub(crate) fn position(&self) -> (usize, usize) {
+        (usize::from(self.segment), self.index as usize)
     }
 
     /// The span id this slot holds, if it holds an open span.
@@ -90,6 +107,10 @@ pub(crate) struct SpanTable {
     first: Box<[Slot]>,
     /// Segments 1.., each twice the size of the one before, made when first needed.
     rest: [OnceLock<Box<[Slot]>>; SEGMENTS - 1],
+    /// Open spans in each of segments 1.. (segment 0 is not counted). Lookups and scans skip
+    /// segments without open spans, so a burst of open spans that spilled into them costs
+    /// nothing once those spans closed.
+    live: [AtomicU32; SEGMENTS - 1],
 }
 
 impl std::fmt::Debug for SpanTable {
@@ -123,15 +144,25 @@ fn home(id: u64, segment: usize) -> usize {
     }
 }
 
-fn new_segment(len: usize) -> Box<[Slot]> {
-    (0..len).map(|_| Slot::new()).collect()
+fn new_segment(k: usize) -> Box<[Slot]> {
+    crate::alloc::untracked(|| {
+        (0..segment_len(k))
+            .map(|i| Slot::new(k as u8, i as u32))
+            .collect()
+    })
+}
+
+/// Slots in segment `k`.
+pub(crate) const fn segment_len(k: usize) -> usize {
+    FIRST_SEGMENT << k
 }
 
 impl SpanTable {
     pub(crate) fn new() -> Self {
         Self {
-            first: new_segment(FIRST_SEGMENT),
+            first: new_segment(0),
             rest: Default::default(),
+            live: Default::default(),
         }
     }
 
@@ -152,7 +183,7 @@ impl SpanTable {
         for k in 0..SEGMENTS {
             let segment = match self.segment(k) {
                 Some(s) => s,
-                None => self.rest[k - 1].get_or_init(|| new_segment(FIRST_SEGMENT << k)),
+                None => self.rest[k - 1].get_or_init(|| new_segment(k)),
             };
             let start = home(id, k);
             let mask = segment.len() - 1;
@@ -166,6 +197,9 @@ impl SpanTable {
                         .compare_exchange(key, RESERVED, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok()
                 {
+                    if k > 0 {
+                        self.live[k - 1].fetch_add(1, Ordering::Relaxed);
+                    }
                     init(slot);
                     slot.key.store(id, Ordering::Release);
                     return Some(slot);
@@ -191,6 +225,10 @@ impl SpanTable {
     #[inline(never)]
     fn get_probing(&self, id: u64) -> Option<&Slot> {
         for k in 0..SEGMENTS {
+            // A segment without open spans cannot hold `id`.
+            if k > 0 && self.live[k - 1].load(Ordering::Acquire) == 0 {
+                continue;
+            }
             let segment = self.segment(k)?;
             let start = home(id, k);
             let mask = segment.len() - 1;
@@ -199,6 +237,8 @@ impl SpanTable {
                 let slot = &segment[index];
                 match slot.key.load(Ordering::Acquire) {
                     key if key == id => return Some(slot),
+                    // Keys are in the first segment whose window had room when inserted: an
+                    // empty slot ends the search in this segment and every later one.
                     EMPTY => return None,
                     _ => {}
                 }
@@ -211,11 +251,16 @@ impl SpanTable {
     #[inline]
     pub(crate) fn remove(&self, slot: &Slot) {
         slot.key.store(TOMBSTONE, Ordering::Release);
+        if slot.segment > 0 {
+            self.live[usize::from(slot.segment) - 1].fetch_sub(1, Ordering::Release);
+        }
     }
 
-    /// Every slot that holds an open span (for snapshots).
+    /// Every slot that holds an open span (for snapshots). Segments without open spans are
+    /// skipped.
     pub(crate) fn open_slots(&self) -> impl Iterator<Item = &Slot> {
         (0..SEGMENTS)
+            .filter(|&k| k == 0 || self.live[k - 1].load(Ordering::Acquire) > 0)
             .filter_map(|k| self.segment(k))
             .flat_map(|s| s.iter())
             .filter(|e| e.id().is_some())
@@ -260,6 +305,22 @@ mod tests {
         for &id in &ids {
             assert_eq!(t.get(id).and_then(Slot::id), Some(id));
         }
+        let spilled: u32 = t.live.iter().map(|l| l.load(Ordering::Relaxed)).sum();
+        assert_eq!(
+            spilled as usize,
+            ids.len() - PROBES,
+            "all but one window spilled"
+        );
+        // Once they close, later segments are skipped by lookups and scans.
+        for &id in &ids {
+            t.remove(t.get(id).unwrap());
+        }
+        assert!(t.live.iter().all(|l| l.load(Ordering::Relaxed) == 0));
+        assert_eq!(t.open_slots().count(), 0);
+        assert!(t.get(ids[100]).is_none());
+        // A reused id lands back in the first segment.
+        let slot = t.insert(ids[100], |_| {}).unwrap();
+        assert_eq!(slot.segment, 0);
     }
 
     #[test]

@@ -1,0 +1,200 @@
+//! Right numbers in the corners: spans shared across threads, spans closed at thread exit,
+//! snapshots taken while threads record, errors per instance.
+
+mod support;
+
+use std::cell::RefCell;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use spanprof::ProfileLayer;
+
+const US: u64 = 1_000;
+
+fn us(n: u64) -> Duration {
+    Duration::from_micros(n)
+}
+
+/// Thread B enters span S and stays inside; thread A enters and exits S; B re-enters S while
+/// still inside. The entered state is per thread: 2 entries (B's re-entry is not one), and a
+/// snapshot while B is inside counts B's time so far.
+#[test]
+fn a_span_shared_by_two_threads_counts_each_threads_entries() {
+    let (dispatch, guard, clock) = support::mock();
+    let span = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("shared"));
+    // 1: all three threads; 2: B and the main thread, after A finished.
+    let barrier = Arc::new(Barrier::new(3));
+    let second = Arc::new(Barrier::new(2));
+    let b = {
+        let (dispatch, span, barrier, second, clock) = (
+            dispatch.clone(),
+            span.clone(),
+            barrier.clone(),
+            second.clone(),
+            clock.clone(),
+        );
+        std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&dispatch, || {
+                let outer = span.enter(); // t = 0
+                barrier.wait(); // 1: B is inside
+                second.wait(); // 2: A entered and exited; the main thread took a snapshot
+                let inner = span.enter(); // a re-entry on B
+                clock.advance(us(1));
+                drop(inner);
+                clock.advance(us(1));
+                drop(outer);
+            })
+        })
+    };
+    let a = {
+        let (dispatch, span, barrier, clock) = (
+            dispatch.clone(),
+            span.clone(),
+            barrier.clone(),
+            clock.clone(),
+        );
+        std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&dispatch, || {
+                barrier.wait(); // 1
+                clock.advance(us(10));
+                let entered = span.enter(); // t = 10 µs
+                clock.advance(us(5));
+                drop(entered); // t = 15 µs: A's entry is 5 µs
+            })
+        })
+    };
+    barrier.wait(); // 1
+    a.join().unwrap();
+    let during = guard.snapshot();
+    let s = support::span(&during, "shared");
+    assert_eq!(s.calls, 1, "A's entry");
+    assert_eq!(s.in_progress_ns, 15 * US, "B has been inside since t = 0");
+    second.wait(); // 2
+    b.join().unwrap();
+    drop(span);
+    let after = guard.snapshot();
+    let s = support::span(&after, "shared");
+    assert_eq!(
+        s.calls, 2,
+        "A's entry and B's outer entry; B's re-entry is not one"
+    );
+    assert_eq!(s.entry_busy.total_ns, 5 * US + 17 * US);
+    assert_eq!((s.instances, s.open, s.in_progress_ns), (1, 0, 0));
+    assert_eq!(s.busy.total_ns, 22 * US);
+}
+
+thread_local! {
+    static HELD: RefCell<Option<tracing::Span>> = const { RefCell::new(None) };
+}
+
+/// A span kept in a thread-local and closed by its destructor when the thread exits, after
+/// spanprof's own thread-local state is gone: it is still recorded.
+#[test]
+fn spans_closed_at_thread_exit_are_recorded() {
+    let (dispatch, guard) = support::install(ProfileLayer::builder());
+    let threads: Vec<_> = (0..20)
+        .map(|_| {
+            let dispatch = dispatch.clone();
+            std::thread::spawn(move || {
+                // Registered first, destroyed last: after spanprof's thread-local state.
+                HELD.with(|_| {});
+                tracing::dispatcher::with_default(&dispatch, || {
+                    let span = tracing::info_span!("held");
+                    span.in_scope(|| {});
+                    HELD.with(|h| *h.borrow_mut() = Some(span));
+                });
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let snap = guard.snapshot();
+    let s = support::span(&snap, "held");
+    assert_eq!((s.calls, s.created, s.instances, s.open), (20, 20, 20, 0));
+    assert_eq!(s.wall.count, 20);
+}
+
+/// Snapshots taken while threads create and close spans count each span once: never more than
+/// exist, never fewer than a snapshot before, and exactly all of them at the end.
+#[test]
+fn snapshots_during_recording_count_each_span_once() {
+    const THREADS: u64 = 3;
+    const SPANS: u64 = 40_000;
+    let (dispatch, guard) = support::install(ProfileLayer::builder());
+    let handle = guard.handle();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let snapshots = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut last = (0, 0, 0);
+            let mut taken = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let snap = handle.snapshot();
+                if let Some(s) = snap.span("work") {
+                    assert!(s.created <= THREADS * SPANS, "created {}", s.created);
+                    assert_eq!(s.created, s.instances + s.open);
+                    let now = (s.created, s.instances, s.calls);
+                    assert!(
+                        now.0 >= last.0 && now.1 >= last.1 && now.2 >= last.2,
+                        "went down: {last:?} -> {now:?}"
+                    );
+                    last = now;
+                }
+                taken += 1;
+            }
+            taken
+        })
+    };
+    let workers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let dispatch = dispatch.clone();
+            std::thread::spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    for _ in 0..SPANS {
+                        tracing::info_span!("work").in_scope(|| {});
+                    }
+                })
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let taken = snapshots.join().unwrap();
+    assert!(taken > 0);
+    let s = guard.snapshot();
+    let s = support::span(&s, "work");
+    let all = THREADS * SPANS;
+    assert_eq!(
+        (s.created, s.instances, s.open, s.calls),
+        (all, all, 0, all)
+    );
+}
+
+/// Errors are counted per event and per instance: an async-style span entered three times
+/// with errors in two of its entries is one errored instance.
+#[test]
+fn errors_are_counted_per_instance_too() {
+    let (dispatch, guard) = support::install(ProfileLayer::builder());
+    tracing::dispatcher::with_default(&dispatch, || {
+        let failing = tracing::info_span!("request");
+        for poll in 0..3 {
+            failing.in_scope(|| {
+                if poll > 0 {
+                    tracing::error!("failed");
+                }
+            });
+        }
+        let fine = tracing::info_span!("request");
+        for _ in 0..3 {
+            fine.in_scope(|| {});
+        }
+        drop((failing, fine));
+    });
+    let snap = guard.snapshot();
+    let s = support::span(&snap, "request");
+    assert_eq!((s.calls, s.instances), (6, 2));
+    assert_eq!((s.errors, s.errored_instances), (2, 1));
+}
