@@ -128,7 +128,12 @@ impl ProfileSession {
 
 /// One summary event at the performance target: how much was profiled and the hottest span.
 fn summary_event(snapshot: &Snapshot) {
-    let inside: u64 = snapshot.spans.iter().map(|s| s.entry_self.total_ns).sum();
+    // A sum of u64s: in u128, it does not wrap.
+    let inside: u128 = snapshot
+        .spans
+        .iter()
+        .map(|s| u128::from(s.entry_self.total_ns))
+        .sum();
     let hottest = snapshot.spans.iter().max_by_key(|s| s.entry_self.total_ns);
     let (name, share) = hottest.map_or(("-", 0.0), |s| {
         let share = if inside == 0 {

@@ -93,11 +93,11 @@ impl Growth {
             heap: info
                 .heap_bytes_at_end
                 .zip(mid.and_then(|s| s.heap_bytes))
-                .map(|(now, then)| now - then),
+                .map(|(now, then)| now.saturating_sub(then)),
             rss: info
                 .rss_bytes_at_end
                 .zip(mid.and_then(|s| s.rss_bytes))
-                .map(|(now, then)| now as i64 - then as i64),
+                .map(|(now, then)| clamp_i64(i128::from(now) - i128::from(then))),
         }
     }
 }
@@ -141,7 +141,7 @@ fn suspect(
     share: f64,
     grew: Option<i64>,
 ) -> Option<Leak> {
-    let grew = grew.filter(|g| 4 * g >= retained)?;
+    let grew = grew.filter(|&g| 4 * i128::from(g) >= i128::from(retained))?;
     Some(Leak {
         name: span.name.clone(),
         target: span.target.clone(),
@@ -152,6 +152,11 @@ fn suspect(
         share_of_calls: share,
         process_growth_bytes: grew,
     })
+}
+
+/// An `i128` as an `i64`, saturated at its bounds.
+fn clamp_i64(v: i128) -> i64 {
+    v.clamp(i64::MIN.into(), i64::MAX.into()) as i64
 }
 
 #[cfg(test)]
@@ -226,6 +231,18 @@ mod tests {
         let mut s = profile(vec![8 * 1024; 40], 0, 1 << 20);
         assert_eq!(leaks(&s).len(), 1);
         s.resources.as_mut().unwrap().heap_bytes_at_end = None;
+        assert_eq!(leaks(&s), []);
+    }
+
+    #[test]
+    fn extreme_figures_do_not_overflow() {
+        // Crafted figures: differences and multiples past i64 saturate instead of wrapping
+        // (or panicking in a debug build).
+        let s = profile(vec![i64::MAX / 40; 40], i64::MIN, i64::MAX);
+        let found = leaks(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].process_growth_bytes, i64::MAX);
+        let s = profile(vec![8 * 1024; 40], i64::MAX, i64::MIN);
         assert_eq!(leaks(&s), []);
     }
 

@@ -87,8 +87,8 @@ struct View<'a> {
     snap: &'a Snapshot,
     rows: Vec<&'a SpanStats>,
     top: usize,
-    /// Self time of every span name.
-    all_self: u64,
+    /// Self time of every span name (a sum of `u64`s: it does not wrap).
+    all_self: u128,
 }
 
 impl<'a> View<'a> {
@@ -101,7 +101,7 @@ impl<'a> View<'a> {
                 .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
                 .then(a.name.cmp(&b.name))
         });
-        let all_self = rows.iter().map(|s| s.entry_self.total_ns).sum();
+        let all_self = rows.iter().map(|s| u128::from(s.entry_self.total_ns)).sum();
         Self {
             snap,
             rows,
@@ -131,7 +131,7 @@ impl<'a> View<'a> {
             f,
             "spanprof: {} span names, {} inside spans, run {} (preset {})",
             self.rows.len(),
-            format_duration(self.all_self),
+            format_duration(saturate(self.all_self)),
             format_duration(self.snap.run.duration_ns),
             self.snap.run.preset
         )?;
@@ -163,7 +163,7 @@ impl<'a> View<'a> {
                 format_count(s.calls),
                 format_duration(e.total_ns),
                 format_duration(s.entry_self.total_ns),
-                share(s.entry_self.total_ns, self.all_self),
+                share(s.entry_self.total_ns.into(), self.all_self),
                 format_duration(e.mean_ns.round() as u64),
                 format_duration(e.p50_ns),
                 format_duration(e.p90_ns),
@@ -276,7 +276,10 @@ impl<'a> View<'a> {
             let busy_share = if s.wall.total_ns == 0 {
                 dash()
             } else {
-                format!("{:.1}%", share(s.busy.total_ns, s.wall.total_ns))
+                format!(
+                    "{:.1}%",
+                    share(s.busy.total_ns.into(), s.wall.total_ns.into())
+                )
             };
             let mean = |n: u64, t: u64| t.checked_div(n).map_or_else(dash, format_duration);
             writeln!(
@@ -330,21 +333,22 @@ impl<'a> View<'a> {
 
     /// Clamped samples and spans not profiled.
     fn notes(&self, f: &mut String) -> fmt::Result {
-        let clamped: u64 = self
+        let clamped = self
             .snap
             .spans
             .iter()
-            .map(|s| s.entry_busy.clamped + s.wall.clamped)
-            .sum();
+            .map(clamped_spans)
+            .fold(0u64, u64::saturating_add);
         if clamped > 0 {
+            let highest = format_duration(self.snap.histograms.highest);
             writeln!(
                 f,
-                "note: {clamped} samples longer than {} were recorded as that value",
-                format_duration(self.snap.histograms.highest)
+                "note: {clamped} spans over {highest}: percentiles count them as {highest} \
+                 (totals, max exact)",
             )?;
         }
         let d = &self.snap.dropped;
-        if d.spans_table_full + d.spans_too_many_names > 0 {
+        if d.spans_table_full > 0 || d.spans_too_many_names > 0 {
             writeln!(
                 f,
                 "note: not profiled: {} spans (open-span table full), {} spans (too many names)",
@@ -353,6 +357,23 @@ impl<'a> View<'a> {
         }
         Ok(())
     }
+}
+
+/// How many spans of a name had a time clamped to the histograms' highest value, counting each
+/// span once: a span entered once is clamped in all five histograms, and a closed instance with
+/// a clamped entry has a clamped wall time too. Entries of instances still open are in no
+/// instance histogram: the entry count stands for them when it is the larger.
+fn clamped_spans(s: &SpanStats) -> u64 {
+    [
+        s.entry_busy.clamped,
+        s.entry_self.clamped,
+        s.busy.clamped,
+        s.self_time.clamped,
+        s.wall.clamped,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0)
 }
 
 /// Which samplers ran, the peaks, and what was not available.
@@ -538,8 +559,13 @@ fn short_name(s: &SpanStats) -> String {
     }
 }
 
+/// A sum of `u64`s as a `u64`, `u64::MAX` where it does not fit.
+fn saturate(sum: u128) -> u64 {
+    u64::try_from(sum).unwrap_or(u64::MAX)
+}
+
 /// `part` as a percentage of `whole` (0 when `whole` is 0).
-fn share(part: u64, whole: u64) -> f64 {
+fn share(part: u128, whole: u128) -> f64 {
     if whole == 0 {
         0.0
     } else {

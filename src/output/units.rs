@@ -7,13 +7,14 @@
 /// A unit: its name and its size in the base unit.
 type Unit = (&'static str, f64);
 
-const TIME_UNITS: [Unit; 6] = [
+const TIME_UNITS: [Unit; 7] = [
     ("ns", 1.0),
     ("µs", 1e3),
     ("ms", 1e6),
     ("s", 1e9),
     ("min", 60e9),
     ("h", 3600e9),
+    ("d", 86400e9),
 ];
 
 const BYTE_UNITS: [Unit; 5] = [
@@ -34,7 +35,8 @@ const SI_PREFIXES: [Unit; 6] = [
 ];
 
 /// Formats nanoseconds in human units with three significant digits (`812 ns`, `1.25 ms`).
-/// Seconds go up to `999 s` and minutes to `999 min`, then hours.
+/// Seconds go up to `999 s`, minutes to `999 min` and hours to `999 h`, then days: at most 8
+/// characters up to `u64::MAX` ns (`213504 d`).
 pub(crate) fn format_duration(ns: u64) -> String {
     // Whole nanoseconds: no decimals in the base unit.
     let (text, unit) = scale(ns as f64, &TIME_UNITS, 1000.0, 0);
@@ -129,7 +131,7 @@ mod tests {
         assert_eq!(format_duration(3_600_000_000_000), "60.0 min");
         assert_eq!(format_duration(36_000_000_000_000), "600 min");
         assert_eq!(format_duration(360_000_000_000_000), "100 h");
-        assert_eq!(format_duration(u64::MAX), "5124096 h");
+        assert_eq!(format_duration(u64::MAX), "213504 d");
     }
 
     #[test]
@@ -162,7 +164,8 @@ mod tests {
             (999_500_000_000, "16.7 min"),
             (59_969_999_999_999, "999 min"),
             (59_970_000_000_000, "16.7 h"),
-            (3_599_700_000_000_000, "1000 h"),
+            (3_598_199_999_999_999, "999 h"),
+            (3_598_200_000_000_000, "41.6 d"),
         ];
         for (ns, text) in cases {
             assert_eq!(format_duration(ns), text, "{ns} ns");
