@@ -77,3 +77,36 @@ fn sums_past_u64_max_saturate_instead_of_wrapping() {
     let backward = report.lines().find(|l| l.starts_with("backward")).unwrap();
     assert!(backward.contains(" 50.0% "), "{report}");
 }
+
+/// The golden profile with no span recorded, and the span filter `filter`.
+fn empty(filter: Option<&str>) -> Snapshot {
+    let mut snap = golden();
+    snap.spans.clear();
+    snap.run.filter = filter.map(str::to_string);
+    snap
+}
+
+#[test]
+fn an_empty_run_says_why_with_a_span_filter() {
+    let report = Table::new().to_string(&empty(Some("my_app=trace,hyper=off")));
+    assert_fits(&report);
+    assert!(report.contains("no span was recorded"), "{report}");
+    assert!(
+        report.contains(r#"SPANPROF_FILTER "my_app=trace,hyper=off" matched no span"#),
+        "{report}"
+    );
+    assert!(!report.contains("0 span names"), "{report}");
+}
+
+#[test]
+fn an_empty_run_says_why_without_a_span_filter() {
+    let report = Table::new().to_string(&empty(None));
+    assert_fits(&report);
+    assert!(report.contains("no span was recorded"), "{report}");
+    assert!(
+        report.contains("no span was enabled by the subscriber's filter"),
+        "{report}"
+    );
+    assert!(report.contains("RUST_LOG"), "{report}");
+    assert!(!report.contains("SPANPROF_FILTER \""), "{report}");
+}

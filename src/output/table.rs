@@ -14,6 +14,8 @@ use crate::profile::{ResourceInfo, Snapshot, SpanResources, SpanStats};
 pub const REPORT_FILE: &str = "report.txt";
 
 const NAME_WIDTH: usize = 22;
+/// Columns of the report: every line fits a 100-column terminal.
+const REPORT_WIDTH: usize = 100;
 
 /// The console report of a [`Snapshot`].
 ///
@@ -115,6 +117,10 @@ impl<'a> View<'a> {
     }
 
     fn write(&self, f: &mut String) -> fmt::Result {
+        if self.rows.is_empty() {
+            self.nothing_recorded(f)?;
+            return self.notes(f);
+        }
         self.spans(f)?;
         self.throughput(f)?;
         self.errors(f)?;
@@ -123,6 +129,46 @@ impl<'a> View<'a> {
             self.resources(f, info)?;
         }
         self.notes(f)
+    }
+
+    /// Why a profile without spans may have none: the filters in the way.
+    fn nothing_recorded(&self, f: &mut String) -> fmt::Result {
+        let run = &self.snap.run;
+        write!(
+            f,
+            "spanprof: no span was recorded (run {}, preset {})",
+            format_duration(run.duration_ns),
+            run.preset
+        )?;
+        if run.preset == "off" {
+            return writeln!(f, ": the preset off (SPANPROF=off) records nothing");
+        }
+        writeln!(f, "; likely causes:")?;
+        let or = if let Some(filter) = &run.filter {
+            let quoted = truncate(&format!("{filter:?}"), REPORT_WIDTH - 34);
+            writeln!(f, "- SPANPROF_FILTER {quoted} matched no span")?;
+            writeln!(
+                f,
+                "  of those the subscriber enabled (check its directives' targets and levels)"
+            )?;
+            "or "
+        } else {
+            ""
+        };
+        writeln!(
+            f,
+            "- {or}no span was enabled by the subscriber's filter: EnvFilter::from_default_env() \
+             with"
+        )?;
+        writeln!(
+            f,
+            "  RUST_LOG unset passes only ERROR, and #[instrument] spans are INFO: set RUST_LOG, \
+             or fall"
+        )?;
+        writeln!(
+            f,
+            "  back to EnvFilter::new(\"info\") when it is unset (as spanprof's quick start does)"
+        )
     }
 
     /// The header and one row per span name shown.
@@ -550,12 +596,17 @@ fn leak_evidence(leak: &Leak) -> String {
 }
 
 fn short_name(s: &SpanStats) -> String {
-    if s.name.chars().count() <= NAME_WIDTH {
-        s.name.clone()
+    truncate(&s.name, NAME_WIDTH)
+}
+
+/// `text` cut to `width` characters, the last one `…` where it was cut.
+fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
     } else {
-        let mut n: String = s.name.chars().take(NAME_WIDTH - 1).collect();
-        n.push('…');
-        n
+        let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
     }
 }
 
