@@ -25,6 +25,8 @@ pub(crate) struct ProfileSession {
     outputs: Vec<Output>,
     /// The console table as configured (rows shown).
     table: Table,
+    /// Whether the session records at all (not the off preset): if not, it ends silently.
+    records: bool,
     /// What the first finish wrote (the guard's drop, `finish`, or the Ctrl-C handler).
     finished: Mutex<Option<Outputs>>,
 }
@@ -45,6 +47,7 @@ impl ProfileSession {
         #[cfg(feature = "chrome")] chrome: Option<Arc<crate::chrome::Session>>,
         outputs: Vec<Output>,
         table: Table,
+        records: bool,
     ) -> Self {
         Self {
             recorder,
@@ -53,6 +56,7 @@ impl ProfileSession {
             chrome,
             outputs,
             table,
+            records,
             finished: Mutex::new(None),
         }
     }
@@ -99,7 +103,9 @@ impl ProfileSession {
             }
         }
         let snapshot = self.recorder.snapshot();
-        summary_event(&snapshot);
+        if self.records {
+            summary_event(&snapshot);
+        }
         errors.extend(output::write_all(&self.outputs, &snapshot, &mut outputs));
         if let Some(p) = outputs.profile() {
             tracing::info!(target: crate::PROFILING_TARGET, path = %p.display(), "spanprof wrote the JSON profile");
