@@ -110,3 +110,61 @@ fn an_empty_run_says_why_without_a_span_filter() {
     assert!(report.contains("RUST_LOG"), "{report}");
     assert!(!report.contains("SPANPROF_FILTER \""), "{report}");
 }
+
+/// `name` recorded under a second target, `target`, with the figures of `like`.
+fn add_twin(snap: &mut Snapshot, like: &str, name: &str, target: &str) {
+    let mut twin = snap.spans.iter().find(|s| s.name == like).unwrap().clone();
+    twin.name = name.to_string();
+    twin.target = target.to_string();
+    snap.spans.push(twin);
+}
+
+/// The row of the main table that starts with `label` followed by spaces.
+fn row<'a>(report: &'a str, label: &str) -> Option<&'a str> {
+    report
+        .lines()
+        .find(|l| l.starts_with(label) && l[label.len()..].starts_with("  "))
+}
+
+#[test]
+fn names_in_two_targets_show_their_targets() {
+    let mut snap = golden();
+    for s in &mut snap.spans {
+        if s.name == "forward" {
+            s.target = "app::train::model".to_string();
+        }
+        if s.name == LONG {
+            s.target = "app::io".to_string();
+        }
+    }
+    add_twin(&mut snap, "forward", "forward", "app::eval::model");
+    add_twin(&mut snap, LONG, LONG, "app::net");
+    let report = Table::new().to_string(&snap);
+    assert_fits(&report);
+    // The shortest end of the target that tells them apart, fitted to the name column.
+    assert!(row(&report, "forward (…::train::m…)").is_some(), "{report}");
+    assert!(row(&report, "forward (…::eval::mo…)").is_some(), "{report}");
+    assert!(row(&report, "load_checkpoi… (…::io)").is_some(), "{report}");
+    assert!(row(&report, "load_checkpo… (…::net)").is_some(), "{report}");
+    // Where a target fits whole, it is shown whole.
+    let mut snap2 = golden();
+    add_twin(&mut snap2, "matmul", "matmul", "a::b");
+    let report2 = Table::new().to_string(&snap2);
+    assert!(row(&report2, "matmul (a::b)").is_some(), "{report2}");
+    assert!(row(&report2, "matmul (golden)").is_some(), "{report2}");
+    // Names in one target only are shown as before.
+    assert!(row(&report, "backward").is_some(), "{report}");
+    assert!(!report.contains("backward ("), "{report}");
+
+    // Snapshot::span returns the first match; span_in picks the target.
+    assert_eq!(snap.span("forward").unwrap().target, "app::train::model");
+    let eval = snap.span_in("forward", "app::eval::model").unwrap();
+    assert_eq!(
+        (eval.name.as_str(), eval.target.as_str()),
+        ("forward", "app::eval::model")
+    );
+    assert!(snap.span_in("forward", "app").is_none());
+}
+
+/// The golden script's span name longer than the name column.
+const LONG: &str = "load_checkpoint_from_object_storage";

@@ -2,8 +2,10 @@
 //! `key_averages().table()`, then sections for throughput, errors, span instances, resources
 //! and leak suspicions. Fits a 100-column terminal.
 
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::io::{self, Write};
+use std::ops::Deref;
 
 use super::units::{format_bytes, format_count, format_duration, format_si};
 use super::Format;
@@ -87,22 +89,65 @@ impl Format for Table {
 /// The rows of a report: every span name sorted by self time, and the ones shown.
 struct View<'a> {
     snap: &'a Snapshot,
-    rows: Vec<&'a SpanStats>,
+    rows: Vec<Row<'a>>,
     top: usize,
     /// Self time of every span name (a sum of `u64`s: it does not wrap).
     all_self: u128,
 }
 
+/// One span name and what the report calls it.
+struct Row<'a> {
+    stats: &'a SpanStats,
+    /// For the name column: the name, with the end of its target where another span name is
+    /// the same, fitted to [`NAME_WIDTH`].
+    label: String,
+    /// For prose (errors, leaks): the name, with its whole target where another is the same.
+    title: String,
+}
+
+impl Deref for Row<'_> {
+    type Target = SpanStats;
+
+    fn deref(&self) -> &SpanStats {
+        self.stats
+    }
+}
+
 impl<'a> View<'a> {
     fn new(snap: &'a Snapshot, top: usize) -> Self {
-        let mut rows: Vec<&SpanStats> = snap.spans.iter().collect();
-        rows.sort_by(|a, b| {
+        let mut stats: Vec<&SpanStats> = snap.spans.iter().collect();
+        stats.sort_by(|a, b| {
             b.entry_self
                 .total_ns
                 .cmp(&a.entry_self.total_ns)
                 .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
                 .then(a.name.cmp(&b.name))
+                .then(a.target.cmp(&b.target))
         });
+        // The targets of each span name: more than one, and the name is ambiguous alone.
+        let mut targets: HashMap<&str, Vec<&str>> = HashMap::new();
+        for s in &stats {
+            targets.entry(&s.name).or_default().push(&s.target);
+        }
+        let rows: Vec<Row<'a>> = stats
+            .into_iter()
+            .map(|s| {
+                let twins = &targets[s.name.as_str()];
+                if twins.len() == 1 {
+                    Row {
+                        stats: s,
+                        label: truncate(&s.name, NAME_WIDTH),
+                        title: s.name.clone(),
+                    }
+                } else {
+                    Row {
+                        stats: s,
+                        label: twin_label(&s.name, &s.target, twins),
+                        title: format!("{} ({})", s.name, s.target),
+                    }
+                }
+            })
+            .collect();
         let all_self = rows.iter().map(|s| u128::from(s.entry_self.total_ns)).sum();
         Self {
             snap,
@@ -112,7 +157,7 @@ impl<'a> View<'a> {
         }
     }
 
-    fn shown(&self) -> &[&'a SpanStats] {
+    fn shown(&self) -> &[Row<'a>] {
         &self.rows[..self.rows.len().min(self.top)]
     }
 
@@ -205,7 +250,7 @@ impl<'a> View<'a> {
             writeln!(
                 f,
                 "{:<nw$} {:>7} {:>8} {:>8} {:>5.1}% {:>8} {:>8} {:>8} {:>8} {:>8}",
-                short_name(s),
+                s.label,
                 format_count(s.calls),
                 format_duration(e.total_ns),
                 format_duration(s.entry_self.total_ns),
@@ -258,7 +303,7 @@ impl<'a> View<'a> {
             writeln!(
                 f,
                 "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                short_name(s),
+                s.label,
                 cell(s.items),
                 rate(s.items),
                 cell(s.bytes),
@@ -280,7 +325,7 @@ impl<'a> View<'a> {
         writeln!(f)?;
         let mut line = String::from("errors:");
         for s in rows {
-            write!(line, " {} {} of {} calls;", s.name, s.errors, s.calls)?;
+            write!(line, " {} {} of {} calls;", s.title, s.errors, s.calls)?;
         }
         writeln!(f, "{}", line.trim_end_matches(';'))
     }
@@ -331,7 +376,7 @@ impl<'a> View<'a> {
             writeln!(
                 f,
                 "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                short_name(s),
+                s.label,
                 s.instances,
                 s.open,
                 per,
@@ -349,10 +394,10 @@ impl<'a> View<'a> {
     fn resources(&self, f: &mut String, info: &ResourceInfo) -> fmt::Result {
         writeln!(f)?;
         sampler_status(f, info)?;
-        let with = |keep: fn(&SpanResources) -> bool| -> Vec<(&SpanStats, &SpanResources)> {
+        let with = |keep: fn(&SpanResources) -> bool| -> Vec<(&Row<'_>, &SpanResources)> {
             self.shown()
                 .iter()
-                .filter_map(|s| Some((*s, s.resources.as_ref()?)))
+                .filter_map(|s| Some((s, s.resources.as_ref()?)))
                 .filter(|(_, r)| keep(r))
                 .collect()
         };
@@ -371,7 +416,7 @@ impl<'a> View<'a> {
                 .iter()
                 .find(|l| l.name == s.name && l.target == s.target)
             {
-                writeln!(f, "possible leak: {} {}", s.name, leak_evidence(leak))?;
+                writeln!(f, "possible leak: {} {}", s.title, leak_evidence(leak))?;
             }
         }
         Ok(())
@@ -463,7 +508,7 @@ fn sampler_status(f: &mut String, info: &ResourceInfo) -> fmt::Result {
 }
 
 /// Memory and CPU per call: RSS and peaks over instances, heap and CPU over entries.
-fn memory_and_cpu(f: &mut String, rows: &[(&SpanStats, &SpanResources)]) -> fmt::Result {
+fn memory_and_cpu(f: &mut String, rows: &[(&Row<'_>, &SpanResources)]) -> fmt::Result {
     if rows.is_empty() {
         return Ok(());
     }
@@ -497,7 +542,7 @@ fn memory_and_cpu(f: &mut String, rows: &[(&SpanStats, &SpanResources)]) -> fmt:
         writeln!(
             f,
             "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
-            short_name(s),
+            s.label,
             cpu.map_or_else(dash, |c| format!("{:.0}%", c.utilization_pct)),
             memory.map_or_else(dash, |m| per(m.rss_delta_bytes as f64, m.instances)),
             memory.map_or_else(dash, |m| format_bytes(m.peak_rss_bytes as f64)),
@@ -517,7 +562,7 @@ fn memory_and_cpu(f: &mut String, rows: &[(&SpanStats, &SpanResources)]) -> fmt:
 }
 
 /// GPU per device and energy per span name, over instances.
-fn gpu_and_energy(f: &mut String, rows: &[(&SpanStats, &SpanResources)], co2: bool) -> fmt::Result {
+fn gpu_and_energy(f: &mut String, rows: &[(&Row<'_>, &SpanResources)], co2: bool) -> fmt::Result {
     if rows.is_empty() {
         return Ok(());
     }
@@ -550,7 +595,7 @@ fn gpu_and_energy(f: &mut String, rows: &[(&SpanStats, &SpanResources)], co2: bo
     for (s, r) in rows {
         let total = joules(r.energy_j);
         let co2e = r.co2e_g.map_or_else(String::new, |g| format!("{g:.4} g"));
-        let name = short_name(s);
+        let name = s.label.clone();
         if r.gpus.is_empty() {
             writeln!(
                 f,
@@ -595,8 +640,43 @@ fn leak_evidence(leak: &Leak) -> String {
     )
 }
 
-fn short_name(s: &SpanStats) -> String {
-    truncate(&s.name, NAME_WIDTH)
+/// The label of span name `name` in `target` where the same name is also recorded in the
+/// targets `twins` (this one among them): `name (target)` where it fits [`NAME_WIDTH`], else
+/// with as few of the target's last `::` segments as tell it apart from the others
+/// (`step (…::train)`), and if that is still too long, the name keeps at least 8 characters
+/// and the target is cut at its end.
+fn twin_label(name: &str, target: &str, twins: &[&str]) -> String {
+    let whole = format!("{name} ({target})");
+    if whole.chars().count() <= NAME_WIDTH {
+        return whole;
+    }
+    let segments: Vec<&str> = target.split("::").collect();
+    let suffix = |t: &str, n: usize| -> String {
+        let s: Vec<&str> = t.split("::").collect();
+        s[s.len().saturating_sub(n)..].join("::")
+    };
+    let n = (1..segments.len())
+        .find(|&n| {
+            let mine = suffix(target, n);
+            twins
+                .iter()
+                .filter(|&&t| t != target)
+                .all(|t| suffix(t, n) != mine)
+        })
+        .unwrap_or(segments.len());
+    let tag = if n < segments.len() {
+        format!("…::{}", suffix(target, n))
+    } else {
+        target.to_string()
+    };
+    let short = format!("{name} ({tag})");
+    if short.chars().count() <= NAME_WIDTH {
+        return short;
+    }
+    let room = NAME_WIDTH - 3; // " (" and ")"
+    let name = truncate(name, room.saturating_sub(tag.chars().count()).max(8));
+    let tag = truncate(&tag, room - name.chars().count());
+    format!("{name} ({tag})")
 }
 
 /// `text` cut to `width` characters, the last one `…` where it was cut.

@@ -242,8 +242,18 @@ impl Stat {
 }
 
 impl Snapshot {
-    /// The statistics of a span name (first match on name; any target).
+    /// The statistics of the first span name `name` in [`Snapshot::spans`], whatever its
+    /// target. Spans of one name from two targets (two modules each with a `step` span) are two
+    /// entries: [`Snapshot::span_in`] picks one by its target.
     pub fn span(&self, name: &str) -> Option<&SpanStats> {
         self.spans.iter().find(|s| s.name == name)
+    }
+
+    /// The statistics of span name `name` in target `target` (the key spans are recorded
+    /// under).
+    pub fn span_in(&self, name: &str, target: &str) -> Option<&SpanStats> {
+        self.spans
+            .iter()
+            .find(|s| s.name == name && s.target == target)
     }
 }
