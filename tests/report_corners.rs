@@ -168,3 +168,35 @@ fn names_in_two_targets_show_their_targets() {
 
 /// The golden script's span name longer than the name column.
 const LONG: &str = "load_checkpoint_from_object_storage";
+
+#[test]
+fn errors_of_every_name_are_reported_and_hidden_rows_counted() {
+    let mut snap = golden();
+    // A span name far down the table with errors, and one with a long name.
+    span_mut(&mut snap, "walk").errors = 1;
+    span_mut(&mut snap, LONG).errors = 2;
+    let report = Table::new().with_top(3).to_string(&snap);
+    assert_fits(&report);
+    // validate_batch and walk are not among the 3 rows shown; their errors are reported.
+    assert!(row(&report, "validate_batch").is_none(), "{report}");
+    let errors: String = report
+        .lines()
+        .skip_while(|l| !l.starts_with("errors:"))
+        .take_while(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for error in [
+        "validate_batch 3 of 8 calls",
+        "walk 1 of 1 calls",
+        "load_checkpoint_from_object_storage 2 of 1 calls",
+    ] {
+        assert!(errors.contains(error), "{error}:\n{report}");
+    }
+    // Sections that show only the top rows say how many they leave out: the three span names
+    // with throughput fields (matmul, request, train_step) are beyond the top 3.
+    assert!(
+        report.contains("throughput") && report.contains("3 more span names with throughput"),
+        "{report}"
+    );
+    assert!(report.contains("… 9 more span names"), "{report}");
+}

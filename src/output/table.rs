@@ -161,6 +161,15 @@ impl<'a> View<'a> {
         &self.rows[..self.rows.len().min(self.top)]
     }
 
+    /// The rows shown that `keep` selects for a section, and how many rows it would have
+    /// selected beyond the top ones.
+    fn select(&self, keep: impl Fn(&SpanStats) -> bool) -> (Vec<&Row<'a>>, usize) {
+        let shown = self.shown();
+        let rows = shown.iter().filter(|s| keep(s)).collect();
+        let hidden = self.rows[shown.len()..].iter().filter(|s| keep(s)).count();
+        (rows, hidden)
+    }
+
     fn write(&self, f: &mut String) -> fmt::Result {
         if self.rows.is_empty() {
             self.nothing_recorded(f)?;
@@ -263,40 +272,32 @@ impl<'a> View<'a> {
                 nw = NAME_WIDTH
             )?;
         }
-        let hidden = self.rows.len() - self.shown().len();
-        if hidden > 0 {
-            writeln!(
-                f,
-                "… {hidden} more span names (raise SPANPROF_TOP to show them)"
-            )?;
-        }
-        Ok(())
+        hidden_rows(f, self.rows.len() - self.shown().len(), "")
     }
 
     /// Sums of the `items`, `bytes` and `flops` fields, and their rates over busy time.
     fn throughput(&self, f: &mut String) -> fmt::Result {
-        let rows: Vec<_> = self
-            .shown()
-            .iter()
-            .filter(|s| s.items.is_some() || s.bytes.is_some() || s.flops.is_some())
-            .collect();
-        if rows.is_empty() {
+        let (rows, hidden) =
+            self.select(|s| s.items.is_some() || s.bytes.is_some() || s.flops.is_some());
+        if rows.is_empty() && hidden == 0 {
             return Ok(());
         }
         writeln!(f)?;
         writeln!(f, "throughput (field sum ÷ busy time)")?;
-        writeln!(
-            f,
-            "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "name",
-            "items",
-            "items/s",
-            "bytes",
-            "bytes/s",
-            "FLOP",
-            "FLOP/s",
-            nw = NAME_WIDTH
-        )?;
+        if !rows.is_empty() {
+            writeln!(
+                f,
+                "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "name",
+                "items",
+                "items/s",
+                "bytes",
+                "bytes/s",
+                "FLOP",
+                "FLOP/s",
+                nw = NAME_WIDTH
+            )?;
+        }
         for s in rows {
             let cell = |v: Option<u64>| v.map_or_else(dash, |v| format_si(v as f64));
             let rate = |v: Option<u64>| s.rate(v).map_or_else(dash, format_si);
@@ -313,31 +314,29 @@ impl<'a> View<'a> {
                 nw = NAME_WIDTH
             )?;
         }
-        Ok(())
+        hidden_rows(f, hidden, "with throughput")
     }
 
-    /// Error-level events per span name.
+    /// Error-level events of every span name (not only the rows shown), wrapped to the
+    /// report's width.
     fn errors(&self, f: &mut String) -> fmt::Result {
-        let rows: Vec<_> = self.shown().iter().filter(|s| s.errors > 0).collect();
-        if rows.is_empty() {
+        let items: Vec<String> = self
+            .rows
+            .iter()
+            .filter(|s| s.errors > 0)
+            .map(|s| format!("{} {} of {} calls", s.title, s.errors, s.calls))
+            .collect();
+        if items.is_empty() {
             return Ok(());
         }
         writeln!(f)?;
-        let mut line = String::from("errors:");
-        for s in rows {
-            write!(line, " {} {} of {} calls;", s.title, s.errors, s.calls)?;
-        }
-        writeln!(f, "{}", line.trim_end_matches(';'))
+        wrap(f, "errors: ", &items)
     }
 
     /// Spans whose instances are not one entry each: async tasks, long-lived spans.
     fn instances(&self, f: &mut String) -> fmt::Result {
-        let rows: Vec<_> = self
-            .shown()
-            .iter()
-            .filter(|s| s.open > 0 || s.instances != s.calls)
-            .collect();
-        if rows.is_empty() {
+        let (rows, hidden) = self.select(|s| s.open > 0 || s.instances != s.calls);
+        if rows.is_empty() && hidden == 0 {
             return Ok(());
         }
         writeln!(f)?;
@@ -345,19 +344,21 @@ impl<'a> View<'a> {
             f,
             "span instances (busy = sum of entries; wall = creation to close)"
         )?;
-        writeln!(
-            f,
-            "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "name",
-            "instances",
-            "open",
-            "calls/ins",
-            "busy",
-            "wall",
-            "busy%",
-            "running",
-            nw = NAME_WIDTH
-        )?;
+        if !rows.is_empty() {
+            writeln!(
+                f,
+                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                "name",
+                "instances",
+                "open",
+                "calls/ins",
+                "busy",
+                "wall",
+                "busy%",
+                "running",
+                nw = NAME_WIDTH
+            )?;
+        }
         for s in rows {
             let per = if s.created == 0 {
                 dash()
@@ -387,31 +388,28 @@ impl<'a> View<'a> {
                 nw = NAME_WIDTH
             )?;
         }
-        Ok(())
+        hidden_rows(f, hidden, "with instances")
     }
 
     /// The resource sections (presets `detailed` and `full`).
     fn resources(&self, f: &mut String, info: &ResourceInfo) -> fmt::Result {
         writeln!(f)?;
         sampler_status(f, info)?;
-        let with = |keep: fn(&SpanResources) -> bool| -> Vec<(&Row<'_>, &SpanResources)> {
-            self.shown()
-                .iter()
+        let with = |keep: fn(&SpanResources) -> bool| {
+            let (rows, hidden) = self.select(|s| s.resources.as_ref().is_some_and(keep));
+            let rows: Vec<_> = rows
+                .into_iter()
                 .filter_map(|s| Some((s, s.resources.as_ref()?)))
-                .filter(|(_, r)| keep(r))
-                .collect()
+                .collect();
+            (rows, hidden)
         };
-        memory_and_cpu(
-            f,
-            &with(|r| r.cpu.is_some() || r.heap.is_some() || r.memory.is_some()),
-        )?;
-        gpu_and_energy(
-            f,
-            &with(|r| !r.gpus.is_empty() || r.energy_j.is_some()),
-            info.grid_g_per_kwh.is_some(),
-        )?;
+        let (rows, hidden) = with(|r| r.cpu.is_some() || r.heap.is_some() || r.memory.is_some());
+        memory_and_cpu(f, &rows, hidden)?;
+        let (rows, hidden) = with(|r| !r.gpus.is_empty() || r.energy_j.is_some());
+        gpu_and_energy(f, &rows, hidden, info.grid_g_per_kwh.is_some())?;
+        // Suspicions of every span name, shown or not.
         let found = leaks(self.snap);
-        for s in self.shown() {
+        for s in &self.rows {
             if let Some(leak) = found
                 .iter()
                 .find(|l| l.name == s.name && l.target == s.target)
@@ -508,9 +506,13 @@ fn sampler_status(f: &mut String, info: &ResourceInfo) -> fmt::Result {
 }
 
 /// Memory and CPU per call: RSS and peaks over instances, heap and CPU over entries.
-fn memory_and_cpu(f: &mut String, rows: &[(&Row<'_>, &SpanResources)]) -> fmt::Result {
+fn memory_and_cpu(
+    f: &mut String,
+    rows: &[(&Row<'_>, &SpanResources)],
+    hidden: usize,
+) -> fmt::Result {
     if rows.is_empty() {
-        return Ok(());
+        return hidden_rows(f, hidden, "with memory and CPU figures");
     }
     writeln!(
         f,
@@ -558,13 +560,18 @@ fn memory_and_cpu(f: &mut String, rows: &[(&Row<'_>, &SpanResources)]) -> fmt::R
             nw = NAME_WIDTH
         )?;
     }
-    Ok(())
+    hidden_rows(f, hidden, "with memory and CPU figures")
 }
 
 /// GPU per device and energy per span name, over instances.
-fn gpu_and_energy(f: &mut String, rows: &[(&Row<'_>, &SpanResources)], co2: bool) -> fmt::Result {
+fn gpu_and_energy(
+    f: &mut String,
+    rows: &[(&Row<'_>, &SpanResources)],
+    hidden: usize,
+    co2: bool,
+) -> fmt::Result {
     if rows.is_empty() {
-        return Ok(());
+        return hidden_rows(f, hidden, "with GPU and energy figures");
     }
     writeln!(
         f,
@@ -622,7 +629,7 @@ fn gpu_and_energy(f: &mut String, rows: &[(&Row<'_>, &SpanResources)], co2: bool
             )?;
         }
     }
-    Ok(())
+    hidden_rows(f, hidden, "with GPU and energy figures")
 }
 
 /// One line of evidence for a leak suspicion.
@@ -702,6 +709,49 @@ fn share(part: u128, whole: u128) -> f64 {
     } else {
         100.0 * part as f64 / whole as f64
     }
+}
+
+/// The line saying how many span names a section leaves out (`what` qualifies them: `with
+/// throughput`), if any.
+fn hidden_rows(f: &mut String, hidden: usize, what: &str) -> fmt::Result {
+    if hidden == 0 {
+        return Ok(());
+    }
+    let what = if what.is_empty() {
+        String::new()
+    } else {
+        format!(" {what}")
+    };
+    writeln!(
+        f,
+        "… {hidden} more span names{what} (raise SPANPROF_TOP to show them)"
+    )
+}
+
+/// `items` after `head`, separated by `; `, wrapped at the report's width with continuation
+/// lines indented by two spaces; an item too long for a line is cut.
+fn wrap(f: &mut String, head: &str, items: &[String]) -> fmt::Result {
+    const INDENT: &str = "  ";
+    let mut line = head.to_string();
+    let mut first = true;
+    for (i, item) in items.iter().enumerate() {
+        let sep = if i + 1 < items.len() { ";" } else { "" };
+        let item = truncate(
+            item,
+            REPORT_WIDTH - head.len().max(INDENT.len()) - sep.len(),
+        );
+        let piece = format!("{item}{sep}");
+        let gap = if first { "" } else { " " };
+        if !first && line.chars().count() + 1 + piece.chars().count() > REPORT_WIDTH {
+            writeln!(f, "{line}")?;
+            line = format!("{INDENT}{piece}");
+        } else {
+            line.push_str(gap);
+            line.push_str(&piece);
+        }
+        first = false;
+    }
+    writeln!(f, "{line}")
 }
 
 fn dash() -> String {
