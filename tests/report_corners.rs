@@ -200,3 +200,14 @@ fn errors_of_every_name_are_reported_and_hidden_rows_counted() {
     );
     assert!(report.contains("… 9 more span names"), "{report}");
 }
+
+#[test]
+fn errored_instances_read_as_zero_from_older_profiles_and_round_trip() {
+    let v1 = Snapshot::from_json(include_str!("data/profile-v1-basic.json"), "v1").unwrap();
+    assert!(v1.spans.iter().all(|s| s.errored_instances == 0));
+    let mut snap = golden();
+    span_mut(&mut snap, "request").errored_instances = 1;
+    let back = Snapshot::from_json(&snap.to_json(), "round trip").unwrap();
+    assert_eq!(back.span("request").unwrap().errored_instances, 1);
+    assert_eq!(back, snap);
+}

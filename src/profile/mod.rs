@@ -158,6 +158,11 @@ pub struct SpanStats {
     pub flops: Option<u64>,
     /// `error`-level events inside spans of this name.
     pub errors: u64,
+    /// Closed instances that had at least one `error`-level event: the errors of span names
+    /// entered more than once per instance (async tasks, long-lived spans), counted per
+    /// instance rather than per event or entry. 0 in profiles written before it was recorded.
+    #[serde(default)]
+    pub errored_instances: u64,
     /// Resources used by spans of this name (`detailed` and `full` presets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<SpanResources>,

@@ -95,6 +95,7 @@ impl Recorder {
                 bytes,
                 flops,
                 errors,
+                errored_instances: 0,
                 resources: res.finish(recorded, n_gpus, self.settings.grid_g_per_kwh),
             });
         }
