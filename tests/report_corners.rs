@@ -201,6 +201,87 @@ fn errors_of_every_name_are_reported_and_hidden_rows_counted() {
     assert!(report.contains("… 9 more span names"), "{report}");
 }
 
+/// The cells of a table line after the 22-character name column: 8 characters each, one
+/// space before each.
+fn cells(line: &str) -> Vec<String> {
+    let chars: Vec<char> = line.chars().skip(22).collect();
+    chars
+        .chunks(9)
+        .map(|c| c.iter().collect::<String>().trim().to_string())
+        .collect()
+}
+
+/// Sets the percentiles and maximum of `stat` (what the report reads), in µs.
+fn set_latency(stat: &mut spanprof::profile::Stat, [p50, p90, p99, max]: [u64; 4]) {
+    stat.p50_ns = p50 * 1_000;
+    stat.p90_ns = p90 * 1_000;
+    stat.p99_ns = p99 * 1_000;
+    stat.max_ns = max * 1_000;
+}
+
+#[test]
+fn async_spans_lead_with_latency_and_errors_per_instance() {
+    let mut snap = golden();
+    // An async handler: 200 requests, each polled three times; 4 of them had errors (6 events).
+    add_twin(&mut snap, "request", "handle_request", "server");
+    let s = span_mut(&mut snap, "handle_request");
+    (s.calls, s.created, s.instances, s.open) = (600, 200, 200, 0);
+    s.wall.count = 200;
+    s.busy.count = 200;
+    set_latency(&mut s.wall, [1_200, 4_500, 9_800, 12_000]);
+    set_latency(&mut s.busy, [110, 230, 470, 610]);
+    (s.errors, s.errored_instances) = (6, 4);
+    let report = Table::new().to_string(&snap);
+    assert_fits(&report);
+
+    let lines: Vec<&str> = report.lines().collect();
+    let section = lines
+        .iter()
+        .position(|l| l.starts_with("span instances"))
+        .unwrap_or_else(|| panic!("no span instances section:\n{report}"));
+    // It follows the main table, before throughput.
+    let throughput = lines
+        .iter()
+        .position(|l| l.starts_with("throughput"))
+        .unwrap();
+    assert!(section < throughput, "{report}");
+    // Latency per instance leads: wall and busy p50/p90/p99/max.
+    let header = lines[section..]
+        .iter()
+        .find(|l| l.starts_with("name"))
+        .unwrap();
+    assert_eq!(
+        cells(header),
+        [
+            "wall p50", "wall p90", "wall p99", "wall max", "busy p50", "busy p90", "busy p99",
+            "busy max"
+        ],
+        "{report}"
+    );
+    let handler = lines[section..]
+        .iter()
+        .find(|l| l.starts_with("handle_request "))
+        .unwrap();
+    assert_eq!(
+        cells(handler),
+        ["1.20 ms", "4.50 ms", "9.80 ms", "12.0 ms", "110 µs", "230 µs", "470 µs", "610 µs"],
+        "{report}"
+    );
+    // The single-entry spans are not in it.
+    assert!(
+        !lines[section..].iter().any(|l| l.starts_with("backward ")),
+        "{report}"
+    );
+
+    // Errors per instance for the async span, per call for the others.
+    let errors = lines.iter().find(|l| l.starts_with("errors:")).unwrap();
+    assert!(
+        errors.contains("handle_request 4 of 200 instances"),
+        "{report}"
+    );
+    assert!(errors.contains("validate_batch 3 of 8 calls"), "{report}");
+}
+
 #[test]
 fn errored_instances_read_as_zero_from_older_profiles_and_round_trip() {
     let v1 = Snapshot::from_json(include_str!("data/profile-v1-basic.json"), "v1").unwrap();

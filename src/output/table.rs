@@ -176,9 +176,9 @@ impl<'a> View<'a> {
             return self.notes(f);
         }
         self.spans(f)?;
+        self.instances(f)?;
         self.throughput(f)?;
         self.errors(f)?;
-        self.instances(f)?;
         if let Some(info) = &self.snap.resources {
             self.resources(f, info)?;
         }
@@ -324,7 +324,7 @@ impl<'a> View<'a> {
             .rows
             .iter()
             .filter(|s| s.errors > 0)
-            .map(|s| format!("{} {} of {} calls", s.title, s.errors, s.calls))
+            .map(|s| error_count(s))
             .collect();
         if items.is_empty() {
             return Ok(());
@@ -333,28 +333,75 @@ impl<'a> View<'a> {
         wrap(f, "errors: ", &items)
     }
 
-    /// Spans whose instances are not one entry each: async tasks, long-lived spans.
+    /// Spans whose instances are not one entry each (async tasks entered at every poll,
+    /// long-lived spans, spans still open): their latency per instance first, as percentiles
+    /// of wall and busy time, then their instance counts.
     fn instances(&self, f: &mut String) -> fmt::Result {
-        let (rows, hidden) = self.select(|s| s.open > 0 || s.instances != s.calls);
+        let (rows, hidden) = self.select(|s| s.open > 0 || multi_entry(s));
         if rows.is_empty() && hidden == 0 {
             return Ok(());
         }
         writeln!(f)?;
         writeln!(
             f,
-            "span instances (busy = sum of entries; wall = creation to close)"
+            "span instances (entered more than once: async tasks at every poll, long-lived spans)"
         )?;
+        let closed: Vec<_> = rows.iter().filter(|s| s.instances > 0).collect();
+        if !closed.is_empty() {
+            writeln!(
+                f,
+                "latency per instance: wall = creation to close, busy = sum of its entries"
+            )?;
+            writeln!(
+                f,
+                "{:<nw$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                "name",
+                "wall p50",
+                "wall p90",
+                "wall p99",
+                "wall max",
+                "busy p50",
+                "busy p90",
+                "busy p99",
+                "busy max",
+                nw = NAME_WIDTH
+            )?;
+            for s in closed {
+                let (w, b) = (&s.wall, &s.busy);
+                writeln!(
+                    f,
+                    "{:<nw$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                    s.label,
+                    format_duration(w.p50_ns),
+                    format_duration(w.p90_ns),
+                    format_duration(w.p99_ns),
+                    format_duration(w.max_ns),
+                    format_duration(b.p50_ns),
+                    format_duration(b.p90_ns),
+                    format_duration(b.p99_ns),
+                    format_duration(b.max_ns),
+                    nw = NAME_WIDTH
+                )?;
+            }
+        }
         if !rows.is_empty() {
             writeln!(
                 f,
-                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                "instances = closed, open = still open, calls/ins = entries per instance,"
+            )?;
+            writeln!(
+                f,
+                "busy/wall = share of its life an instance ran, running = time in entries in \
+                 progress"
+            )?;
+            writeln!(
+                f,
+                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9}",
                 "name",
                 "instances",
                 "open",
                 "calls/ins",
-                "busy",
-                "wall",
-                "busy%",
+                "busy/wall",
                 "running",
                 nw = NAME_WIDTH
             )?;
@@ -373,16 +420,13 @@ impl<'a> View<'a> {
                     share(s.busy.total_ns.into(), s.wall.total_ns.into())
                 )
             };
-            let mean = |n: u64, t: u64| t.checked_div(n).map_or_else(dash, format_duration);
             writeln!(
                 f,
-                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9}",
                 s.label,
                 s.instances,
                 s.open,
                 per,
-                mean(s.busy.count, s.busy.total_ns),
-                mean(s.wall.count, s.wall.total_ns),
                 busy_share,
                 format_duration(s.in_progress_ns),
                 nw = NAME_WIDTH
@@ -708,6 +752,31 @@ fn share(part: u128, whole: u128) -> f64 {
         0.0
     } else {
         100.0 * part as f64 / whole as f64
+    }
+}
+
+/// Whether a span name's instances are entered more than once (async tasks at every poll,
+/// long-lived spans): its calls are entries, not instances.
+fn multi_entry(s: &SpanStats) -> bool {
+    s.calls != s.instances
+}
+
+/// The errors of one span name: per call for spans entered once per instance, per instance for
+/// the others (`handle_request 4 of 200 instances`), or as events where no instance with
+/// errors was closed (still open, or a profile from before instances were counted).
+fn error_count(s: &Row<'_>) -> String {
+    if !multi_entry(s) {
+        format!("{} {} of {} calls", s.title, s.errors, s.calls)
+    } else if s.errored_instances > 0 {
+        format!(
+            "{} {} of {} instances",
+            s.title, s.errored_instances, s.instances
+        )
+    } else {
+        format!(
+            "{} {} error events ({} instances, {} open)",
+            s.title, s.errors, s.instances, s.open
+        )
     }
 }
 
