@@ -292,3 +292,65 @@ fn errored_instances_read_as_zero_from_older_profiles_and_round_trip() {
     assert_eq!(back.span("request").unwrap().errored_instances, 1);
     assert_eq!(back, snap);
 }
+
+#[test]
+fn rss_growth_is_labelled_per_instance() {
+    let snap = Snapshot::from_json(
+        include_str!("data/profile-v2-detailed.json"),
+        "profile-v2-detailed.json",
+    )
+    .unwrap();
+    let report = Table::new().to_string(&snap);
+    assert_fits(&report);
+    let lines: Vec<&str> = report.lines().collect();
+    let section = lines
+        .iter()
+        .position(|l| l.starts_with("memory and CPU"))
+        .unwrap_or_else(|| panic!("no memory section:\n{report}"));
+    // The heading does not call RSS growth per call: it is per instance (creation to close).
+    assert!(!lines[section].contains("per call;"), "{report}");
+    let header = lines[section..]
+        .iter()
+        .find(|l| l.starts_with("name"))
+        .unwrap();
+    assert!(header.contains("rss Δ/ins"), "{header}\n{report}");
+    assert!(
+        lines[section..section + 3]
+            .iter()
+            .any(|l| l.contains("rss Δ/ins") && l.contains("instance")),
+        "no line explains rss Δ/ins:\n{report}"
+    );
+    // train (one instance, RSS +7.09 MiB over its life) shows that growth per instance.
+    let train = lines[section..]
+        .iter()
+        .find(|l| l.starts_with("train "))
+        .unwrap();
+    assert!(train.contains("7.09 MiB"), "{train}");
+}
+
+#[test]
+fn gpu_memory_growth_is_labelled_per_instance() {
+    // generate_dataset (the first span) with one GPU device: 2 instances grew 3 MiB in all.
+    let json = include_str!("data/profile-v2-detailed.json").replacen(
+        "\"resources\": {",
+        r#""resources": {
+        "gpus": [{ "device": 0, "instances": 2, "memory_delta_bytes": 3145728,
+                   "peak_memory_bytes": 8589934592, "mean_utilization_pct": 40.0,
+                   "energy_j": 12.5 }],
+        "energy_j": 12.5,"#,
+        1,
+    );
+    let snap = Snapshot::from_json(&json, "edited profile-v2-detailed.json").unwrap();
+    assert_eq!(snap.spans[0].resources.as_ref().unwrap().gpus.len(), 1);
+    let report = Table::new().to_string(&snap);
+    assert_fits(&report);
+    let lines: Vec<&str> = report.lines().collect();
+    let section = lines
+        .iter()
+        .position(|l| l.starts_with("GPU and energy"))
+        .unwrap_or_else(|| panic!("no GPU section:\n{report}"));
+    assert!(!lines[section].contains("per call"), "{report}");
+    assert!(lines[section + 1].contains("mem Δ/ins"), "{report}");
+    // 3 MiB over 2 instances.
+    assert!(lines[section + 2].contains("1.50 MiB"), "{report}");
+}

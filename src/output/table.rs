@@ -549,7 +549,7 @@ fn sampler_status(f: &mut String, info: &ResourceInfo) -> fmt::Result {
     Ok(())
 }
 
-/// Memory and CPU per call: RSS and peaks over instances, heap and CPU over entries.
+/// Memory and CPU: RSS growth (mean) and peaks per instance, heap and CPU per entry.
 fn memory_and_cpu(
     f: &mut String,
     rows: &[(&Row<'_>, &SpanResources)],
@@ -560,14 +560,22 @@ fn memory_and_cpu(
     }
     writeln!(
         f,
-        "memory and CPU (per call; RSS and peaks over instances, heap and CPU over entries)"
+        "memory and CPU (rss Δ/ins and peaks per instance; cpu%, heap columns per entry)"
+    )?;
+    writeln!(
+        f,
+        "rss Δ/ins = RSS at close − RSS at creation, mean per instance: a long-lived span shows"
+    )?;
+    writeln!(
+        f,
+        "the process's growth over its life, not what one call used"
     )?;
     writeln!(
         f,
         "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
         "name",
         "cpu%",
-        "rss Δ",
+        "rss Δ/ins",
         "peak rss",
         "peak heap",
         "alloc",
@@ -619,7 +627,7 @@ fn gpu_and_energy(
     }
     writeln!(
         f,
-        "GPU and energy (over instances; GPU memory per call, energy in total)"
+        "GPU and energy (mem Δ/ins and peak per instance, like rss Δ/ins; energy in total)"
     )?;
     let row = |cells: [&str; 8]| {
         let line = format!(
@@ -640,7 +648,16 @@ fn gpu_and_energy(
     writeln!(
         f,
         "{}",
-        row(["name", "gpu", "util%", "mem Δ", "peak mem", "gpu J", "total J", co2_head])
+        row([
+            "name",
+            "gpu",
+            "util%",
+            "mem Δ/ins",
+            "peak mem",
+            "gpu J",
+            "total J",
+            co2_head
+        ])
     )?;
     let joules = |j: Option<f64>| j.map_or_else(dash, |j| format!("{j:.3}"));
     for (s, r) in rows {
