@@ -458,7 +458,17 @@ impl<'a> View<'a> {
                 .iter()
                 .find(|l| l.name == s.name && l.target == s.target)
             {
-                writeln!(f, "possible leak: {} {}", s.title, leak_evidence(leak))?;
+                let line = format!("possible leak: {} {}", s.title, leak_evidence(leak));
+                if line.chars().count() <= REPORT_WIDTH {
+                    writeln!(f, "{line}")?;
+                } else {
+                    writeln!(
+                        f,
+                        "possible leak: {}",
+                        truncate(&s.title, REPORT_WIDTH - 15)
+                    )?;
+                    writeln!(f, "  {}", leak_evidence(leak))?;
+                }
             }
         }
         Ok(())
@@ -699,8 +709,16 @@ fn leak_evidence(leak: &Leak) -> String {
         LeakSource::Heap => ("kept", " of heap"),
         _ => ("RSS grew", ""),
     };
+    let elsewhere = if leak.freed_elsewhere_bytes > 0 {
+        format!(
+            "; {} freed elsewhere",
+            format_bytes(leak.freed_elsewhere_bytes as f64)
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "{verb} {}{what} over {} calls ({}/call; {:.0}% of calls)",
+        "{verb} {}{what} over {} calls ({}/call; {:.0}% of calls{elsewhere})",
         format_bytes(leak.retained_bytes as f64),
         leak.calls,
         format_bytes(leak.per_call_bytes),
