@@ -1,6 +1,7 @@
 //! The console report: one row per span name, sorted by self time, like `torch.profiler`'s
-//! `key_averages().table()`, then sections for throughput, errors, span instances, resources
-//! and leak suspicions. Fits a 100-column terminal.
+//! `key_averages().table()`, then sections for span instances (latency per instance of spans
+//! entered more than once), throughput, errors (of every span name), resources and leak
+//! suspicions, and notes. Fits a 100-column terminal; a run without spans says why.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
