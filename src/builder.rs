@@ -130,6 +130,9 @@ impl Builder {
     pub const DEFAULT_SAMPLE_INTERVAL: Duration = samplers::DEFAULT_INTERVAL;
 
     /// Sets the preset (default [`Preset::Basic`]). `SPANPROF` overrides it.
+    ///
+    /// At [`Preset::Off`] nothing is recorded and nothing is written: no report, no profile, no
+    /// output of [`Builder::with_output`]; files of an earlier run are left as they are.
     pub fn with_preset(self, preset: Preset) -> Self {
         Self { preset, ..self }
     }
@@ -308,24 +311,28 @@ impl Builder {
         ));
         let table = Table::new().with_top(b.top);
         let mut outputs = Vec::new();
-        match b.report {
-            ReportTarget::Off => {}
-            ReportTarget::Stderr => outputs.push(Output {
-                format: Box::new(table),
-                to: Destination::Stderr,
-            }),
-            ReportTarget::File(path) => outputs.push(Output {
-                format: Box::new(table),
-                to: Destination::File(path),
-            }),
+        // The off preset writes nothing: no empty report, and the files of an earlier run
+        // (profile.json) are left as they are.
+        if records {
+            match b.report {
+                ReportTarget::Off => {}
+                ReportTarget::Stderr => outputs.push(Output {
+                    format: Box::new(table),
+                    to: Destination::Stderr,
+                }),
+                ReportTarget::File(path) => outputs.push(Output {
+                    format: Box::new(table),
+                    to: Destination::File(path),
+                }),
+            }
+            if let Some(dir) = b.output_dir {
+                outputs.push(Output {
+                    format: Box::new(Json),
+                    to: Destination::Dir(dir),
+                });
+            }
+            outputs.append(&mut b.outputs.0.lock().unwrap_or_else(|e| e.into_inner()));
         }
-        if let Some(dir) = b.output_dir {
-            outputs.push(Output {
-                format: Box::new(Json),
-                to: Destination::Dir(dir),
-            });
-        }
-        outputs.append(&mut b.outputs.0.lock().unwrap_or_else(|e| e.into_inner()));
         let session = ProfileSession::new(
             recorder.clone(),
             sampler,
@@ -333,6 +340,7 @@ impl Builder {
             chrome,
             outputs,
             table,
+            records,
         );
         Ok((
             ProfileLayer::new(recorder, filter, records),

@@ -25,6 +25,8 @@ pub(crate) struct ProfileSession {
     outputs: Vec<Output>,
     /// The console table as configured (rows shown).
     table: Table,
+    /// Whether the session records at all (not the off preset): if not, it ends silently.
+    records: bool,
     /// What the first finish wrote (the guard's drop, `finish`, or the Ctrl-C handler).
     finished: Mutex<Option<Outputs>>,
 }
@@ -45,6 +47,7 @@ impl ProfileSession {
         #[cfg(feature = "chrome")] chrome: Option<Arc<crate::chrome::Session>>,
         outputs: Vec<Output>,
         table: Table,
+        records: bool,
     ) -> Self {
         Self {
             recorder,
@@ -53,6 +56,7 @@ impl ProfileSession {
             chrome,
             outputs,
             table,
+            records,
             finished: Mutex::new(None),
         }
     }
@@ -99,7 +103,9 @@ impl ProfileSession {
             }
         }
         let snapshot = self.recorder.snapshot();
-        summary_event(&snapshot);
+        if self.records {
+            summary_event(&snapshot);
+        }
         errors.extend(output::write_all(&self.outputs, &snapshot, &mut outputs));
         if let Some(p) = outputs.profile() {
             tracing::info!(target: crate::PROFILING_TARGET, path = %p.display(), "spanprof wrote the JSON profile");
@@ -128,7 +134,12 @@ impl ProfileSession {
 
 /// One summary event at the performance target: how much was profiled and the hottest span.
 fn summary_event(snapshot: &Snapshot) {
-    let inside: u64 = snapshot.spans.iter().map(|s| s.entry_self.total_ns).sum();
+    // A sum of u64s: in u128, it does not wrap.
+    let inside: u128 = snapshot
+        .spans
+        .iter()
+        .map(|s| u128::from(s.entry_self.total_ns))
+        .sum();
     let hottest = snapshot.spans.iter().max_by_key(|s| s.entry_self.total_ns);
     let (name, share) = hottest.map_or(("-", 0.0), |s| {
         let share = if inside == 0 {

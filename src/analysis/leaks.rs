@@ -32,7 +32,7 @@ pub struct Leak {
     pub target: String,
     /// What the judgement rests on.
     pub source: LeakSource,
-    /// Bytes kept in all.
+    /// Bytes kept in all (for [`LeakSource::Heap`], the span name's self retention).
     pub retained_bytes: i64,
     /// Calls (entries for [`LeakSource::Heap`], instances for [`LeakSource::Rss`]) judged.
     pub calls: u64,
@@ -42,17 +42,44 @@ pub struct Leak {
     pub share_of_calls: f64,
     /// How much the process's heap (or RSS) grew over the second half of the run.
     pub process_growth_bytes: i64,
+    /// What other span names freed beyond what they allocated (the sum of their negative self
+    /// retention), which may have been this span name's memory: the suspicion rests on
+    /// `retained_bytes - freed_elsewhere_bytes`. Always 0 for [`LeakSource::Rss`].
+    pub freed_elsewhere_bytes: i64,
 }
 
 /// The span names of `snapshot` suspected of leaking, in the snapshot's order.
 ///
-/// A span name is suspected when, over at least [`LEAK_MIN_CALLS`] calls, at least
-/// [`LEAK_MIN_SHARE`] of its calls ended with more heap than they started with (children
-/// excluded), adding up to at least [`LEAK_MIN_HEAP_BYTES`]; or, without the counting
-/// allocator, when half of its instances grew RSS by [`LEAK_MIN_RSS_BYTES`] in all. And in both
-/// cases only if the process itself kept growing over the second half of the run (from the
-/// timeline's middle sample to the snapshot) by at least a quarter of what the span kept: memory
-/// a span returns and its caller frees, or buffers allocated once, are not leaks.
+/// Each span name is judged on the profile's figures alone, by these rules.
+///
+/// **Heap** (with the counting allocator). A span's *self retention* is what its entries
+/// allocated minus what they freed, child spans excluded ([`HeapUse::self_retained_bytes`]).
+/// Memory that outlives the entry that allocated it shows there: a leak, but also a buffer a
+/// span returns and its caller frees (positive in the span, negative in the caller), or items a
+/// producer span hands to a consumer span that frees them later (positive in the producer,
+/// negative in the consumer). The profile has no call tree, so it cannot tell which span's
+/// memory a free released. The rule takes the view least likely to accuse wrongly: any of the
+/// frees elsewhere may have released this span name's memory. So, with
+///
+/// - *kept* = the span name's self retention, and
+/// - *freed elsewhere* = the sum, over every **other** span name whose self retention is
+///   negative, of its magnitude (what those spans freed beyond what they allocated),
+///
+/// a span name is suspected only if *kept − freed elsewhere*, the part that no free elsewhere
+/// can account for, is at least [`LEAK_MIN_HEAP_BYTES`]; and over at least [`LEAK_MIN_CALLS`]
+/// entries, at least [`LEAK_MIN_SHARE`] of them kept memory; and the process's heap grew over the
+/// second half of the run (from the timeline's middle sample to the snapshot) by at least a
+/// quarter of that unaccounted part (a steady leak grows it by about half). A span returning a
+/// buffer its caller frees is thus cleared by the caller's negative retention even while another
+/// span really leaks and the process grows; the leak is flagged if it keeps more than all the
+/// frees elsewhere. The price: a real leak no larger than unrelated frees elsewhere is not
+/// flagged, and memory freed outside any span (or on a thread without spans) clears nothing.
+///
+/// **RSS** (without the counting allocator). A span name is suspected when at least
+/// `LEAK_MIN_CALLS / 2` instances were judged, half of them grew RSS, by
+/// [`LEAK_MIN_RSS_BYTES`] in all, and the process's RSS grew over the second half of the run by a
+/// quarter of that. RSS growth includes child spans and other threads: an outer span around a
+/// leaking one shows the same growth.
 ///
 /// The end point is the process's memory when the snapshot was taken
 /// ([`ResourceInfo::heap_bytes_at_end`](crate::profile::ResourceInfo::heap_bytes_at_end)):
@@ -61,10 +88,19 @@ pub struct Leak {
 /// Needs the resource figures of the `detailed` preset; returns nothing without them.
 pub fn leaks(snapshot: &Snapshot) -> Vec<Leak> {
     let growth = Growth::of(snapshot);
+    let freed = |s: &SpanStats| -> i128 {
+        let retained = s
+            .resources
+            .as_ref()
+            .and_then(|r| r.heap.as_ref())
+            .map_or(0, |h| h.self_retained_bytes);
+        -i128::from(retained.min(0))
+    };
+    let freed_by_all: i128 = snapshot.spans.iter().map(freed).sum();
     snapshot
         .spans
         .iter()
-        .filter_map(|s| judge(s, growth))
+        .filter_map(|s| judge(s, growth, clamp_i64(freed_by_all - freed(s))))
         .collect()
 }
 
@@ -93,65 +129,95 @@ impl Growth {
             heap: info
                 .heap_bytes_at_end
                 .zip(mid.and_then(|s| s.heap_bytes))
-                .map(|(now, then)| now - then),
+                .map(|(now, then)| now.saturating_sub(then)),
             rss: info
                 .rss_bytes_at_end
                 .zip(mid.and_then(|s| s.rss_bytes))
-                .map(|(now, then)| now as i64 - then as i64),
+                .map(|(now, then)| clamp_i64(i128::from(now) - i128::from(then))),
         }
     }
 }
 
-fn judge(span: &SpanStats, growth: Growth) -> Option<Leak> {
+/// The suspicion of one span name, if any; `freed_elsewhere`: what the other span names freed
+/// beyond what they allocated.
+fn judge(span: &SpanStats, growth: Growth, freed_elsewhere: i64) -> Option<Leak> {
     let r = span.resources.as_ref()?;
     if let Some(h) = &r.heap {
-        return judge_heap(span, h, growth.heap);
+        return judge_heap(span, h, growth.heap, freed_elsewhere);
     }
     judge_rss(span, r.memory.as_ref()?, growth.rss)
 }
 
-fn judge_heap(span: &SpanStats, h: &HeapUse, grew: Option<i64>) -> Option<Leak> {
+fn judge_heap(
+    span: &SpanStats,
+    h: &HeapUse,
+    grew: Option<i64>,
+    freed_elsewhere: i64,
+) -> Option<Leak> {
     let retained = h.self_retained_bytes;
+    // What no free elsewhere can account for.
+    let unaccounted = clamp_i64(i128::from(retained) - i128::from(freed_elsewhere));
     let share = h.retaining_entries as f64 / h.entries.max(1) as f64;
-    let judged =
-        h.entries >= LEAK_MIN_CALLS && share >= LEAK_MIN_SHARE && retained >= LEAK_MIN_HEAP_BYTES;
-    judged
-        .then(|| suspect(span, LeakSource::Heap, retained, h.entries, share, grew))
-        .flatten()
+    if h.entries < LEAK_MIN_CALLS || share < LEAK_MIN_SHARE || unaccounted < LEAK_MIN_HEAP_BYTES {
+        return None;
+    }
+    let grew = kept_growing(grew, unaccounted)?;
+    Some(Leak {
+        freed_elsewhere_bytes: freed_elsewhere,
+        ..Leak::new(span, LeakSource::Heap, retained, h.entries, share, grew)
+    })
 }
 
 fn judge_rss(span: &SpanStats, m: &MemoryUse, grew: Option<i64>) -> Option<Leak> {
     let retained = m.rss_delta_bytes;
     let share = m.growing_instances as f64 / m.instances.max(1) as f64;
-    let judged =
-        m.instances >= LEAK_MIN_CALLS / 2 && share >= 0.5 && retained >= LEAK_MIN_RSS_BYTES;
-    judged
-        .then(|| suspect(span, LeakSource::Rss, retained, m.instances, share, grew))
-        .flatten()
+    if m.instances < LEAK_MIN_CALLS / 2 || share < 0.5 || retained < LEAK_MIN_RSS_BYTES {
+        return None;
+    }
+    let grew = kept_growing(grew, retained)?;
+    Some(Leak::new(
+        span,
+        LeakSource::Rss,
+        retained,
+        m.instances,
+        share,
+        grew,
+    ))
 }
 
-/// The suspicion, if the process kept growing meanwhile: memory a steady leak keeps grows the
-/// process in the second half of the run by about half of what the span kept; a quarter is
-/// asked for.
-fn suspect(
-    span: &SpanStats,
-    source: LeakSource,
-    retained: i64,
-    calls: u64,
-    share: f64,
-    grew: Option<i64>,
-) -> Option<Leak> {
-    let grew = grew.filter(|g| 4 * g >= retained)?;
-    Some(Leak {
-        name: span.name.clone(),
-        target: span.target.clone(),
-        source,
-        retained_bytes: retained,
-        calls,
-        per_call_bytes: retained as f64 / calls as f64,
-        share_of_calls: share,
-        process_growth_bytes: grew,
-    })
+/// The process's growth, if it kept growing while `kept` bytes were suspected kept: memory a
+/// steady leak keeps grows the process in the second half of the run by about half of what
+/// the span kept; a quarter is asked for.
+fn kept_growing(grew: Option<i64>, kept: i64) -> Option<i64> {
+    grew.filter(|&g| 4 * i128::from(g) >= i128::from(kept))
+}
+
+impl Leak {
+    fn new(
+        span: &SpanStats,
+        source: LeakSource,
+        retained: i64,
+        calls: u64,
+        share: f64,
+        grew: i64,
+    ) -> Self {
+        Leak {
+            name: span.name.clone(),
+            target: span.target.clone(),
+            source,
+            retained_bytes: retained,
+            calls,
+            per_call_bytes: retained as f64 / calls as f64,
+            share_of_calls: share,
+            process_growth_bytes: grew,
+            freed_elsewhere_bytes: 0,
+        }
+    }
+}
+
+/// An `i128` as an `i64`, saturated at its bounds.
+fn clamp_i64(v: i128) -> i64 {
+    v.clamp(i64::MIN.into(), i64::MAX.into()) as i64
 }
 
 #[cfg(test)]
@@ -190,6 +256,81 @@ mod tests {
         snapshot
     }
 
+    /// A span name for [`profile_of`]: its name, entries, and bytes each entry kept (children
+    /// excluded; negative: freed more than it allocated).
+    struct Named(&'static str, u64, i64);
+
+    /// A snapshot with one span name per `spans`, the process's heap going from `mid` (middle
+    /// sample) to `end`.
+    fn profile_of(spans: &[Named], mid: i64, end: i64) -> Snapshot {
+        let mut snapshot = profile(vec![0], mid, end);
+        let like = snapshot.spans[0].clone();
+        snapshot.spans = spans
+            .iter()
+            .map(|&Named(name, entries, each)| {
+                let mut span = like.clone();
+                span.name = name.to_string();
+                let heap = span
+                    .resources
+                    .as_mut()
+                    .and_then(|r| r.heap.as_mut())
+                    .unwrap();
+                heap.entries = entries;
+                heap.self_retained_bytes = each * entries as i64;
+                heap.retaining_entries = if each > 0 { entries } else { 0 };
+                span
+            })
+            .collect();
+        snapshot
+    }
+
+    fn names(found: &[Leak]) -> Vec<&str> {
+        found.iter().map(|l| l.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_returned_buffer_its_caller_frees_is_not_a_leak_beside_a_real_one() {
+        // `render` returns a 2 KiB buffer that `handle` frees at once; `cache_insert` really
+        // keeps 8 KiB per call, so the process grows (by half of it in the second half).
+        let spans = [
+            Named("render", 100, 2 * 1024),
+            Named("handle", 100, -2 * 1024),
+            Named("cache_insert", 100, 8 * 1024),
+        ];
+        let found = leaks(&profile_of(&spans, 400 * 1024, 800 * 1024));
+        assert_eq!(names(&found), ["cache_insert"], "{found:?}");
+        let leak = &found[0];
+        assert_eq!(leak.retained_bytes, 800 * 1024);
+        assert_eq!(leak.freed_elsewhere_bytes, 200 * 1024);
+        // The real leak alone is flagged as well.
+        let found = leaks(&profile_of(&spans[2..], 400 * 1024, 800 * 1024));
+        assert_eq!(names(&found), ["cache_insert"], "{found:?}");
+        assert_eq!(found[0].freed_elsewhere_bytes, 0);
+        // And the returned buffer alone, with the process flat, is nothing.
+        assert_eq!(leaks(&profile_of(&spans[..2], 0, 0)), []);
+    }
+
+    #[test]
+    fn retention_that_frees_elsewhere_could_explain_is_not_a_leak() {
+        // A producer hands 8 KiB per call to a consumer that frees it later; another span
+        // leaks meanwhile. Neither the producer nor a leak no larger than what was freed
+        // elsewhere can be told from memory handed on: neither is flagged.
+        let spans = [
+            Named("produce", 100, 8 * 1024),
+            Named("consume", 100, -8 * 1024),
+            Named("leak_small", 50, 8 * 1024),
+        ];
+        assert_eq!(leaks(&profile_of(&spans, 200 * 1024, 400 * 1024)), []);
+        // What the frees elsewhere cannot cover is judged: 1200 KiB kept, 800 KiB freed.
+        let spans = [
+            Named("produce", 100, 12 * 1024),
+            Named("consume", 100, -8 * 1024),
+        ];
+        let found = leaks(&profile_of(&spans, 200 * 1024, 400 * 1024));
+        assert_eq!(names(&found), ["produce"], "{found:?}");
+        assert_eq!(found[0].freed_elsewhere_bytes, 800 * 1024);
+    }
+
     #[test]
     fn steady_retention_the_process_keeps_is_a_leak() {
         let s = profile(vec![8 * 1024; 40], 0, 40 * 8 * 1024);
@@ -226,6 +367,18 @@ mod tests {
         let mut s = profile(vec![8 * 1024; 40], 0, 1 << 20);
         assert_eq!(leaks(&s).len(), 1);
         s.resources.as_mut().unwrap().heap_bytes_at_end = None;
+        assert_eq!(leaks(&s), []);
+    }
+
+    #[test]
+    fn extreme_figures_do_not_overflow() {
+        // Crafted figures: differences and multiples past i64 saturate instead of wrapping
+        // (or panicking in a debug build).
+        let s = profile(vec![i64::MAX / 40; 40], i64::MIN, i64::MAX);
+        let found = leaks(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].process_growth_bytes, i64::MAX);
+        let s = profile(vec![8 * 1024; 40], i64::MAX, i64::MIN);
         assert_eq!(leaks(&s), []);
     }
 

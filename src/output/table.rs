@@ -1,9 +1,12 @@
 //! The console report: one row per span name, sorted by self time, like `torch.profiler`'s
-//! `key_averages().table()`, then sections for throughput, errors, span instances, resources
-//! and leak suspicions. Fits a 100-column terminal.
+//! `key_averages().table()`, then sections for span instances (latency per instance of spans
+//! entered more than once), throughput, errors (of every span name), resources and leak
+//! suspicions, and notes. Fits a 100-column terminal; a run without spans says why.
 
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::io::{self, Write};
+use std::ops::Deref;
 
 use super::units::{format_bytes, format_count, format_duration, format_si};
 use super::Format;
@@ -14,6 +17,8 @@ use crate::profile::{ResourceInfo, Snapshot, SpanResources, SpanStats};
 pub const REPORT_FILE: &str = "report.txt";
 
 const NAME_WIDTH: usize = 22;
+/// Columns of the report: every line fits a 100-column terminal.
+const REPORT_WIDTH: usize = 100;
 
 /// The console report of a [`Snapshot`].
 ///
@@ -85,23 +90,66 @@ impl Format for Table {
 /// The rows of a report: every span name sorted by self time, and the ones shown.
 struct View<'a> {
     snap: &'a Snapshot,
-    rows: Vec<&'a SpanStats>,
+    rows: Vec<Row<'a>>,
     top: usize,
-    /// Self time of every span name.
-    all_self: u64,
+    /// Self time of every span name (a sum of `u64`s: it does not wrap).
+    all_self: u128,
+}
+
+/// One span name and what the report calls it.
+struct Row<'a> {
+    stats: &'a SpanStats,
+    /// For the name column: the name, with the end of its target where another span name is
+    /// the same, fitted to [`NAME_WIDTH`].
+    label: String,
+    /// For prose (errors, leaks): the name, with its whole target where another is the same.
+    title: String,
+}
+
+impl Deref for Row<'_> {
+    type Target = SpanStats;
+
+    fn deref(&self) -> &SpanStats {
+        self.stats
+    }
 }
 
 impl<'a> View<'a> {
     fn new(snap: &'a Snapshot, top: usize) -> Self {
-        let mut rows: Vec<&SpanStats> = snap.spans.iter().collect();
-        rows.sort_by(|a, b| {
+        let mut stats: Vec<&SpanStats> = snap.spans.iter().collect();
+        stats.sort_by(|a, b| {
             b.entry_self
                 .total_ns
                 .cmp(&a.entry_self.total_ns)
                 .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
                 .then(a.name.cmp(&b.name))
+                .then(a.target.cmp(&b.target))
         });
-        let all_self = rows.iter().map(|s| s.entry_self.total_ns).sum();
+        // The targets of each span name: more than one, and the name is ambiguous alone.
+        let mut targets: HashMap<&str, Vec<&str>> = HashMap::new();
+        for s in &stats {
+            targets.entry(&s.name).or_default().push(&s.target);
+        }
+        let rows: Vec<Row<'a>> = stats
+            .into_iter()
+            .map(|s| {
+                let twins = &targets[s.name.as_str()];
+                if twins.len() == 1 {
+                    Row {
+                        stats: s,
+                        label: truncate(&s.name, NAME_WIDTH),
+                        title: s.name.clone(),
+                    }
+                } else {
+                    Row {
+                        stats: s,
+                        label: twin_label(&s.name, &s.target, twins),
+                        title: format!("{} ({})", s.name, s.target),
+                    }
+                }
+            })
+            .collect();
+        let all_self = rows.iter().map(|s| u128::from(s.entry_self.total_ns)).sum();
         Self {
             snap,
             rows,
@@ -110,19 +158,72 @@ impl<'a> View<'a> {
         }
     }
 
-    fn shown(&self) -> &[&'a SpanStats] {
+    fn shown(&self) -> &[Row<'a>] {
         &self.rows[..self.rows.len().min(self.top)]
     }
 
+    /// The rows shown that `keep` selects for a section, and how many rows it would have
+    /// selected beyond the top ones.
+    fn select(&self, keep: impl Fn(&SpanStats) -> bool) -> (Vec<&Row<'a>>, usize) {
+        let shown = self.shown();
+        let rows = shown.iter().filter(|s| keep(s)).collect();
+        let hidden = self.rows[shown.len()..].iter().filter(|s| keep(s)).count();
+        (rows, hidden)
+    }
+
     fn write(&self, f: &mut String) -> fmt::Result {
+        if self.rows.is_empty() {
+            self.nothing_recorded(f)?;
+            return self.notes(f);
+        }
         self.spans(f)?;
+        self.instances(f)?;
         self.throughput(f)?;
         self.errors(f)?;
-        self.instances(f)?;
         if let Some(info) = &self.snap.resources {
             self.resources(f, info)?;
         }
         self.notes(f)
+    }
+
+    /// Why a profile without spans may have none: the filters in the way.
+    fn nothing_recorded(&self, f: &mut String) -> fmt::Result {
+        let run = &self.snap.run;
+        write!(
+            f,
+            "spanprof: no span was recorded (run {}, preset {})",
+            format_duration(run.duration_ns),
+            run.preset
+        )?;
+        if run.preset == "off" {
+            return writeln!(f, ": the preset off (SPANPROF=off) records nothing");
+        }
+        writeln!(f, "; likely causes:")?;
+        let or = if let Some(filter) = &run.filter {
+            let quoted = truncate(&format!("{filter:?}"), REPORT_WIDTH - 34);
+            writeln!(f, "- SPANPROF_FILTER {quoted} matched no span")?;
+            writeln!(
+                f,
+                "  of those the subscriber enabled (check its directives' targets and levels)"
+            )?;
+            "or "
+        } else {
+            ""
+        };
+        writeln!(
+            f,
+            "- {or}no span was enabled by the subscriber's filter: EnvFilter::from_default_env() \
+             with"
+        )?;
+        writeln!(
+            f,
+            "  RUST_LOG unset passes only ERROR, and #[instrument] spans are INFO: set RUST_LOG, \
+             or fall"
+        )?;
+        writeln!(
+            f,
+            "  back to EnvFilter::new(\"info\") when it is unset (as spanprof's quick start does)"
+        )
     }
 
     /// The header and one row per span name shown.
@@ -131,7 +232,7 @@ impl<'a> View<'a> {
             f,
             "spanprof: {} span names, {} inside spans, run {} (preset {})",
             self.rows.len(),
-            format_duration(self.all_self),
+            format_duration(saturate(self.all_self)),
             format_duration(self.snap.run.duration_ns),
             self.snap.run.preset
         )?;
@@ -159,11 +260,11 @@ impl<'a> View<'a> {
             writeln!(
                 f,
                 "{:<nw$} {:>7} {:>8} {:>8} {:>5.1}% {:>8} {:>8} {:>8} {:>8} {:>8}",
-                short_name(s),
+                s.label,
                 format_count(s.calls),
                 format_duration(e.total_ns),
                 format_duration(s.entry_self.total_ns),
-                share(s.entry_self.total_ns, self.all_self),
+                share(s.entry_self.total_ns.into(), self.all_self),
                 format_duration(e.mean_ns.round() as u64),
                 format_duration(e.p50_ns),
                 format_duration(e.p90_ns),
@@ -172,47 +273,39 @@ impl<'a> View<'a> {
                 nw = NAME_WIDTH
             )?;
         }
-        let hidden = self.rows.len() - self.shown().len();
-        if hidden > 0 {
-            writeln!(
-                f,
-                "… {hidden} more span names (raise SPANPROF_TOP to show them)"
-            )?;
-        }
-        Ok(())
+        hidden_rows(f, self.rows.len() - self.shown().len(), "")
     }
 
     /// Sums of the `items`, `bytes` and `flops` fields, and their rates over busy time.
     fn throughput(&self, f: &mut String) -> fmt::Result {
-        let rows: Vec<_> = self
-            .shown()
-            .iter()
-            .filter(|s| s.items.is_some() || s.bytes.is_some() || s.flops.is_some())
-            .collect();
-        if rows.is_empty() {
+        let (rows, hidden) =
+            self.select(|s| s.items.is_some() || s.bytes.is_some() || s.flops.is_some());
+        if rows.is_empty() && hidden == 0 {
             return Ok(());
         }
         writeln!(f)?;
         writeln!(f, "throughput (field sum ÷ busy time)")?;
-        writeln!(
-            f,
-            "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "name",
-            "items",
-            "items/s",
-            "bytes",
-            "bytes/s",
-            "FLOP",
-            "FLOP/s",
-            nw = NAME_WIDTH
-        )?;
+        if !rows.is_empty() {
+            writeln!(
+                f,
+                "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "name",
+                "items",
+                "items/s",
+                "bytes",
+                "bytes/s",
+                "FLOP",
+                "FLOP/s",
+                nw = NAME_WIDTH
+            )?;
+        }
         for s in rows {
             let cell = |v: Option<u64>| v.map_or_else(dash, |v| format_si(v as f64));
             let rate = |v: Option<u64>| s.rate(v).map_or_else(dash, format_si);
             writeln!(
                 f,
                 "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                short_name(s),
+                s.label,
                 cell(s.items),
                 rate(s.items),
                 cell(s.bytes),
@@ -222,51 +315,98 @@ impl<'a> View<'a> {
                 nw = NAME_WIDTH
             )?;
         }
-        Ok(())
+        hidden_rows(f, hidden, "with throughput")
     }
 
-    /// Error-level events per span name.
+    /// Error-level events of every span name (not only the rows shown), wrapped to the
+    /// report's width.
     fn errors(&self, f: &mut String) -> fmt::Result {
-        let rows: Vec<_> = self.shown().iter().filter(|s| s.errors > 0).collect();
-        if rows.is_empty() {
+        let items: Vec<String> = self
+            .rows
+            .iter()
+            .filter(|s| s.errors > 0)
+            .map(|s| error_count(s))
+            .collect();
+        if items.is_empty() {
             return Ok(());
         }
         writeln!(f)?;
-        let mut line = String::from("errors:");
-        for s in rows {
-            write!(line, " {} {} of {} calls;", s.name, s.errors, s.calls)?;
-        }
-        writeln!(f, "{}", line.trim_end_matches(';'))
+        wrap(f, "errors: ", &items)
     }
 
-    /// Spans whose instances are not one entry each: async tasks, long-lived spans.
+    /// Spans whose instances are not one entry each (async tasks entered at every poll,
+    /// long-lived spans, spans still open): their latency per instance first, as percentiles
+    /// of wall and busy time, then their instance counts.
     fn instances(&self, f: &mut String) -> fmt::Result {
-        let rows: Vec<_> = self
-            .shown()
-            .iter()
-            .filter(|s| s.open > 0 || s.instances != s.calls)
-            .collect();
-        if rows.is_empty() {
+        let (rows, hidden) = self.select(|s| s.open > 0 || multi_entry(s));
+        if rows.is_empty() && hidden == 0 {
             return Ok(());
         }
         writeln!(f)?;
         writeln!(
             f,
-            "span instances (busy = sum of entries; wall = creation to close)"
+            "span instances (entered more than once: async tasks at every poll, long-lived spans)"
         )?;
-        writeln!(
-            f,
-            "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "name",
-            "instances",
-            "open",
-            "calls/ins",
-            "busy",
-            "wall",
-            "busy%",
-            "running",
-            nw = NAME_WIDTH
-        )?;
+        let closed: Vec<_> = rows.iter().filter(|s| s.instances > 0).collect();
+        if !closed.is_empty() {
+            writeln!(
+                f,
+                "latency per instance: wall = creation to close, busy = sum of its entries"
+            )?;
+            writeln!(
+                f,
+                "{:<nw$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                "name",
+                "wall p50",
+                "wall p90",
+                "wall p99",
+                "wall max",
+                "busy p50",
+                "busy p90",
+                "busy p99",
+                "busy max",
+                nw = NAME_WIDTH
+            )?;
+            for s in closed {
+                let (w, b) = (&s.wall, &s.busy);
+                writeln!(
+                    f,
+                    "{:<nw$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                    s.label,
+                    format_duration(w.p50_ns),
+                    format_duration(w.p90_ns),
+                    format_duration(w.p99_ns),
+                    format_duration(w.max_ns),
+                    format_duration(b.p50_ns),
+                    format_duration(b.p90_ns),
+                    format_duration(b.p99_ns),
+                    format_duration(b.max_ns),
+                    nw = NAME_WIDTH
+                )?;
+            }
+        }
+        if !rows.is_empty() {
+            writeln!(
+                f,
+                "instances = closed, open = still open, calls/ins = entries per instance,"
+            )?;
+            writeln!(
+                f,
+                "busy/wall = share of its life an instance ran, running = time in entries in \
+                 progress"
+            )?;
+            writeln!(
+                f,
+                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9}",
+                "name",
+                "instances",
+                "open",
+                "calls/ins",
+                "busy/wall",
+                "running",
+                nw = NAME_WIDTH
+            )?;
+        }
         for s in rows {
             let per = if s.created == 0 {
                 dash()
@@ -276,53 +416,60 @@ impl<'a> View<'a> {
             let busy_share = if s.wall.total_ns == 0 {
                 dash()
             } else {
-                format!("{:.1}%", share(s.busy.total_ns, s.wall.total_ns))
+                format!(
+                    "{:.1}%",
+                    share(s.busy.total_ns.into(), s.wall.total_ns.into())
+                )
             };
-            let mean = |n: u64, t: u64| t.checked_div(n).map_or_else(dash, format_duration);
             writeln!(
                 f,
-                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                short_name(s),
+                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9}",
+                s.label,
                 s.instances,
                 s.open,
                 per,
-                mean(s.busy.count, s.busy.total_ns),
-                mean(s.wall.count, s.wall.total_ns),
                 busy_share,
                 format_duration(s.in_progress_ns),
                 nw = NAME_WIDTH
             )?;
         }
-        Ok(())
+        hidden_rows(f, hidden, "with instances")
     }
 
     /// The resource sections (presets `detailed` and `full`).
     fn resources(&self, f: &mut String, info: &ResourceInfo) -> fmt::Result {
         writeln!(f)?;
         sampler_status(f, info)?;
-        let with = |keep: fn(&SpanResources) -> bool| -> Vec<(&SpanStats, &SpanResources)> {
-            self.shown()
-                .iter()
-                .filter_map(|s| Some((*s, s.resources.as_ref()?)))
-                .filter(|(_, r)| keep(r))
-                .collect()
+        let with = |keep: fn(&SpanResources) -> bool| {
+            let (rows, hidden) = self.select(|s| s.resources.as_ref().is_some_and(keep));
+            let rows: Vec<_> = rows
+                .into_iter()
+                .filter_map(|s| Some((s, s.resources.as_ref()?)))
+                .collect();
+            (rows, hidden)
         };
-        memory_and_cpu(
-            f,
-            &with(|r| r.cpu.is_some() || r.heap.is_some() || r.memory.is_some()),
-        )?;
-        gpu_and_energy(
-            f,
-            &with(|r| !r.gpus.is_empty() || r.energy_j.is_some()),
-            info.grid_g_per_kwh.is_some(),
-        )?;
+        let (rows, hidden) = with(|r| r.cpu.is_some() || r.heap.is_some() || r.memory.is_some());
+        memory_and_cpu(f, &rows, hidden)?;
+        let (rows, hidden) = with(|r| !r.gpus.is_empty() || r.energy_j.is_some());
+        gpu_and_energy(f, &rows, hidden, info.grid_g_per_kwh.is_some())?;
+        // Suspicions of every span name, shown or not.
         let found = leaks(self.snap);
-        for s in self.shown() {
+        for s in &self.rows {
             if let Some(leak) = found
                 .iter()
                 .find(|l| l.name == s.name && l.target == s.target)
             {
-                writeln!(f, "possible leak: {} {}", s.name, leak_evidence(leak))?;
+                let line = format!("possible leak: {} {}", s.title, leak_evidence(leak));
+                if line.chars().count() <= REPORT_WIDTH {
+                    writeln!(f, "{line}")?;
+                } else {
+                    writeln!(
+                        f,
+                        "possible leak: {}",
+                        truncate(&s.title, REPORT_WIDTH - 15)
+                    )?;
+                    writeln!(f, "  {}", leak_evidence(leak))?;
+                }
             }
         }
         Ok(())
@@ -330,21 +477,22 @@ impl<'a> View<'a> {
 
     /// Clamped samples and spans not profiled.
     fn notes(&self, f: &mut String) -> fmt::Result {
-        let clamped: u64 = self
+        let clamped = self
             .snap
             .spans
             .iter()
-            .map(|s| s.entry_busy.clamped + s.wall.clamped)
-            .sum();
+            .map(clamped_spans)
+            .fold(0u64, u64::saturating_add);
         if clamped > 0 {
+            let highest = format_duration(self.snap.histograms.highest);
             writeln!(
                 f,
-                "note: {clamped} samples longer than {} were recorded as that value",
-                format_duration(self.snap.histograms.highest)
+                "note: {clamped} spans over {highest}: percentiles count them as {highest} \
+                 (totals, max exact)",
             )?;
         }
         let d = &self.snap.dropped;
-        if d.spans_table_full + d.spans_too_many_names > 0 {
+        if d.spans_table_full > 0 || d.spans_too_many_names > 0 {
             writeln!(
                 f,
                 "note: not profiled: {} spans (open-span table full), {} spans (too many names)",
@@ -353,6 +501,23 @@ impl<'a> View<'a> {
         }
         Ok(())
     }
+}
+
+/// How many spans of a name had a time clamped to the histograms' highest value, counting each
+/// span once: a span entered once is clamped in all five histograms, and a closed instance with
+/// a clamped entry has a clamped wall time too. Entries of instances still open are in no
+/// instance histogram: the entry count stands for them when it is the larger.
+fn clamped_spans(s: &SpanStats) -> u64 {
+    [
+        s.entry_busy.clamped,
+        s.entry_self.clamped,
+        s.busy.clamped,
+        s.self_time.clamped,
+        s.wall.clamped,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0)
 }
 
 /// Which samplers ran, the peaks, and what was not available.
@@ -395,21 +560,33 @@ fn sampler_status(f: &mut String, info: &ResourceInfo) -> fmt::Result {
     Ok(())
 }
 
-/// Memory and CPU per call: RSS and peaks over instances, heap and CPU over entries.
-fn memory_and_cpu(f: &mut String, rows: &[(&SpanStats, &SpanResources)]) -> fmt::Result {
+/// Memory and CPU: RSS growth (mean) and peaks per instance, heap and CPU per entry.
+fn memory_and_cpu(
+    f: &mut String,
+    rows: &[(&Row<'_>, &SpanResources)],
+    hidden: usize,
+) -> fmt::Result {
     if rows.is_empty() {
-        return Ok(());
+        return hidden_rows(f, hidden, "with memory and CPU figures");
     }
     writeln!(
         f,
-        "memory and CPU (per call; RSS and peaks over instances, heap and CPU over entries)"
+        "memory and CPU (rss Δ/ins and peaks per instance; cpu%, heap columns per entry)"
+    )?;
+    writeln!(
+        f,
+        "rss Δ/ins = RSS at close − RSS at creation, mean per instance: a long-lived span shows"
+    )?;
+    writeln!(
+        f,
+        "the process's growth over its life, not what one call used"
     )?;
     writeln!(
         f,
         "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
         "name",
         "cpu%",
-        "rss Δ",
+        "rss Δ/ins",
         "peak rss",
         "peak heap",
         "alloc",
@@ -430,7 +607,7 @@ fn memory_and_cpu(f: &mut String, rows: &[(&SpanStats, &SpanResources)]) -> fmt:
         writeln!(
             f,
             "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
-            short_name(s),
+            s.label,
             cpu.map_or_else(dash, |c| format!("{:.0}%", c.utilization_pct)),
             memory.map_or_else(dash, |m| per(m.rss_delta_bytes as f64, m.instances)),
             memory.map_or_else(dash, |m| format_bytes(m.peak_rss_bytes as f64)),
@@ -446,17 +623,22 @@ fn memory_and_cpu(f: &mut String, rows: &[(&SpanStats, &SpanResources)]) -> fmt:
             nw = NAME_WIDTH
         )?;
     }
-    Ok(())
+    hidden_rows(f, hidden, "with memory and CPU figures")
 }
 
 /// GPU per device and energy per span name, over instances.
-fn gpu_and_energy(f: &mut String, rows: &[(&SpanStats, &SpanResources)], co2: bool) -> fmt::Result {
+fn gpu_and_energy(
+    f: &mut String,
+    rows: &[(&Row<'_>, &SpanResources)],
+    hidden: usize,
+    co2: bool,
+) -> fmt::Result {
     if rows.is_empty() {
-        return Ok(());
+        return hidden_rows(f, hidden, "with GPU and energy figures");
     }
     writeln!(
         f,
-        "GPU and energy (over instances; GPU memory per call, energy in total)"
+        "GPU and energy (mem Δ/ins and peak per instance, like rss Δ/ins; energy in total)"
     )?;
     let row = |cells: [&str; 8]| {
         let line = format!(
@@ -477,13 +659,22 @@ fn gpu_and_energy(f: &mut String, rows: &[(&SpanStats, &SpanResources)], co2: bo
     writeln!(
         f,
         "{}",
-        row(["name", "gpu", "util%", "mem Δ", "peak mem", "gpu J", "total J", co2_head])
+        row([
+            "name",
+            "gpu",
+            "util%",
+            "mem Δ/ins",
+            "peak mem",
+            "gpu J",
+            "total J",
+            co2_head
+        ])
     )?;
     let joules = |j: Option<f64>| j.map_or_else(dash, |j| format!("{j:.3}"));
     for (s, r) in rows {
         let total = joules(r.energy_j);
         let co2e = r.co2e_g.map_or_else(String::new, |g| format!("{g:.4} g"));
-        let name = short_name(s);
+        let name = s.label.clone();
         if r.gpus.is_empty() {
             writeln!(
                 f,
@@ -510,7 +701,7 @@ fn gpu_and_energy(f: &mut String, rows: &[(&SpanStats, &SpanResources)], co2: bo
             )?;
         }
     }
-    Ok(())
+    hidden_rows(f, hidden, "with GPU and energy figures")
 }
 
 /// One line of evidence for a leak suspicion.
@@ -519,8 +710,16 @@ fn leak_evidence(leak: &Leak) -> String {
         LeakSource::Heap => ("kept", " of heap"),
         _ => ("RSS grew", ""),
     };
+    let elsewhere = if leak.freed_elsewhere_bytes > 0 {
+        format!(
+            "; {} freed elsewhere",
+            format_bytes(leak.freed_elsewhere_bytes as f64)
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "{verb} {}{what} over {} calls ({}/call; {:.0}% of calls)",
+        "{verb} {}{what} over {} calls ({}/call; {:.0}% of calls{elsewhere})",
         format_bytes(leak.retained_bytes as f64),
         leak.calls,
         format_bytes(leak.per_call_bytes),
@@ -528,23 +727,136 @@ fn leak_evidence(leak: &Leak) -> String {
     )
 }
 
-fn short_name(s: &SpanStats) -> String {
-    if s.name.chars().count() <= NAME_WIDTH {
-        s.name.clone()
+/// The label of span name `name` in `target` where the same name is also recorded in the
+/// targets `twins` (this one among them): `name (target)` where it fits [`NAME_WIDTH`], else
+/// with as few of the target's last `::` segments as tell it apart from the others
+/// (`step (…::train)`), and if that is still too long, the name keeps at least 8 characters
+/// and the target is cut at its end.
+fn twin_label(name: &str, target: &str, twins: &[&str]) -> String {
+    let whole = format!("{name} ({target})");
+    if whole.chars().count() <= NAME_WIDTH {
+        return whole;
+    }
+    let segments: Vec<&str> = target.split("::").collect();
+    let suffix = |t: &str, n: usize| -> String {
+        let s: Vec<&str> = t.split("::").collect();
+        s[s.len().saturating_sub(n)..].join("::")
+    };
+    let n = (1..segments.len())
+        .find(|&n| {
+            let mine = suffix(target, n);
+            twins
+                .iter()
+                .filter(|&&t| t != target)
+                .all(|t| suffix(t, n) != mine)
+        })
+        .unwrap_or(segments.len());
+    let tag = if n < segments.len() {
+        format!("…::{}", suffix(target, n))
     } else {
-        let mut n: String = s.name.chars().take(NAME_WIDTH - 1).collect();
-        n.push('…');
-        n
+        target.to_string()
+    };
+    let short = format!("{name} ({tag})");
+    if short.chars().count() <= NAME_WIDTH {
+        return short;
+    }
+    let room = NAME_WIDTH - 3; // " (" and ")"
+    let name = truncate(name, room.saturating_sub(tag.chars().count()).max(8));
+    let tag = truncate(&tag, room - name.chars().count());
+    format!("{name} ({tag})")
+}
+
+/// `text` cut to `width` characters, the last one `…` where it was cut.
+fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
     }
 }
 
+/// A sum of `u64`s as a `u64`, `u64::MAX` where it does not fit.
+fn saturate(sum: u128) -> u64 {
+    u64::try_from(sum).unwrap_or(u64::MAX)
+}
+
 /// `part` as a percentage of `whole` (0 when `whole` is 0).
-fn share(part: u64, whole: u64) -> f64 {
+fn share(part: u128, whole: u128) -> f64 {
     if whole == 0 {
         0.0
     } else {
         100.0 * part as f64 / whole as f64
     }
+}
+
+/// Whether a span name's instances are entered more than once (async tasks at every poll,
+/// long-lived spans): its calls are entries, not instances.
+fn multi_entry(s: &SpanStats) -> bool {
+    s.calls != s.instances
+}
+
+/// The errors of one span name: per call for spans entered once per instance, per instance for
+/// the others (`handle_request 4 of 200 instances`), or as events where no instance with
+/// errors was closed (still open, or a profile from before instances were counted).
+fn error_count(s: &Row<'_>) -> String {
+    if !multi_entry(s) {
+        format!("{} {} of {} calls", s.title, s.errors, s.calls)
+    } else if s.errored_instances > 0 {
+        format!(
+            "{} {} of {} instances",
+            s.title, s.errored_instances, s.instances
+        )
+    } else {
+        format!(
+            "{} {} error events ({} instances, {} open)",
+            s.title, s.errors, s.instances, s.open
+        )
+    }
+}
+
+/// The line saying how many span names a section leaves out (`what` qualifies them: `with
+/// throughput`), if any.
+fn hidden_rows(f: &mut String, hidden: usize, what: &str) -> fmt::Result {
+    if hidden == 0 {
+        return Ok(());
+    }
+    let what = if what.is_empty() {
+        String::new()
+    } else {
+        format!(" {what}")
+    };
+    writeln!(
+        f,
+        "… {hidden} more span names{what} (raise SPANPROF_TOP to show them)"
+    )
+}
+
+/// `items` after `head`, separated by `; `, wrapped at the report's width with continuation
+/// lines indented by two spaces; an item too long for a line is cut.
+fn wrap(f: &mut String, head: &str, items: &[String]) -> fmt::Result {
+    const INDENT: &str = "  ";
+    let mut line = head.to_string();
+    let mut first = true;
+    for (i, item) in items.iter().enumerate() {
+        let sep = if i + 1 < items.len() { ";" } else { "" };
+        let item = truncate(
+            item,
+            REPORT_WIDTH - head.len().max(INDENT.len()) - sep.len(),
+        );
+        let piece = format!("{item}{sep}");
+        let gap = if first { "" } else { " " };
+        if !first && line.chars().count() + 1 + piece.chars().count() > REPORT_WIDTH {
+            writeln!(f, "{line}")?;
+            line = format!("{INDENT}{piece}");
+        } else {
+            line.push_str(gap);
+            line.push_str(&piece);
+        }
+        first = false;
+    }
+    writeln!(f, "{line}")
 }
 
 fn dash() -> String {

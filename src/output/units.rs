@@ -1,83 +1,67 @@
 //! Numbers for people: durations, bytes and counts in human units, three significant digits.
+//!
+//! Every value is rounded to what will be printed (three significant digits) *before* its unit
+//! is chosen, so a value that rounds up to the next unit is printed in that unit: 999,500 ns is
+//! `1.00 ms`, not `1000 µs`; 1,048,575 B is `1.00 MiB`, not `1024 KiB`.
+
+/// A unit: its name and its size in the base unit.
+type Unit = (&'static str, f64);
+
+const TIME_UNITS: [Unit; 7] = [
+    ("ns", 1.0),
+    ("µs", 1e3),
+    ("ms", 1e6),
+    ("s", 1e9),
+    ("min", 60e9),
+    ("h", 3600e9),
+    ("d", 86400e9),
+];
+
+const BYTE_UNITS: [Unit; 5] = [
+    ("B", 1.0),
+    ("KiB", 1024.0),
+    ("MiB", 1048576.0),
+    ("GiB", 1073741824.0),
+    ("TiB", 1099511627776.0),
+];
+
+const SI_PREFIXES: [Unit; 6] = [
+    ("", 1.0),
+    ("k", 1e3),
+    ("M", 1e6),
+    ("G", 1e9),
+    ("T", 1e12),
+    ("P", 1e15),
+];
 
 /// Formats nanoseconds in human units with three significant digits (`812 ns`, `1.25 ms`).
+/// Seconds go up to `999 s`, minutes to `999 min` and hours to `999 h`, then days: at most 8
+/// characters up to `u64::MAX` ns (`213504 d`).
 pub(crate) fn format_duration(ns: u64) -> String {
-    let ns = ns as f64;
-    let (value, unit) = if ns < 1e3 {
-        return format!("{ns:.0} ns");
-    } else if ns < 1e6 {
-        (ns / 1e3, "µs")
-    } else if ns < 1e9 {
-        (ns / 1e6, "ms")
-    } else if ns < 1e3 * 1e9 {
-        (ns / 1e9, "s")
-    } else if ns < 1e3 * 60e9 {
-        (ns / 60e9, "min")
-    } else {
-        (ns / 3600e9, "h")
-    };
-    three_digits(value, unit)
-}
-
-fn three_digits(value: f64, unit: &str) -> String {
-    if value < 10.0 {
-        format!("{value:.2} {unit}")
-    } else if value < 100.0 {
-        format!("{value:.1} {unit}")
-    } else {
-        format!("{value:.0} {unit}")
-    }
+    // Whole nanoseconds: no decimals in the base unit.
+    let (text, unit) = scale(ns as f64, &TIME_UNITS, 1000.0, 0);
+    format!("{text} {unit}")
 }
 
 /// Formats a byte count in binary units (`812 B`, `1.25 MiB`); negative values keep their sign.
+/// A unit holds values up to 1023 (`1023 KiB`), then the next one takes over.
 pub(crate) fn format_bytes(bytes: f64) -> String {
     let sign = if bytes < 0.0 { "-" } else { "" };
-    let b = bytes.abs();
-    let units = [
-        ("B", 1.0),
-        ("KiB", 1024.0),
-        ("MiB", 1048576.0),
-        ("GiB", 1073741824.0),
-        ("TiB", 1099511627776.0),
-    ];
-    let chosen = largest_unit(b, &units);
-    if chosen.1 == 1.0 {
-        return format!("{sign}{b:.0} B");
-    }
-    format!("{sign}{}", three_digits(b / chosen.1, chosen.0))
+    let (text, unit) = scale(bytes.abs(), &BYTE_UNITS, 1024.0, 0);
+    format!("{sign}{text} {unit}")
 }
 
-/// The largest unit (name, size) not larger than `value`; the first one for smaller values.
-fn largest_unit<'a>(value: f64, units: &[(&'a str, f64)]) -> (&'a str, f64) {
-    units
-        .iter()
-        .copied()
-        .take_while(|u| value >= u.1)
-        .last()
-        .unwrap_or(units[0])
-}
-
-/// Formats a count or rate with an SI prefix (`1.25 k`, `3.40 G`).
+/// Formats a count or rate with an SI prefix (`1.25 k`, `3.40 G`); below 1000, whole numbers
+/// as they are (`12`) and fractions with three significant digits (`12.5`, `0.50`).
 pub(crate) fn format_si(value: f64) -> String {
-    let prefixes = [
-        ("", 1.0),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-    ];
-    let chosen = largest_unit(value, &prefixes);
-    if chosen.1 == 1.0 {
-        return if value.fract() == 0.0 {
-            format!("{value:.0}")
-        } else {
-            format!("{value:.2}")
-        };
+    let whole = value.fract() == 0.0;
+    let decimals = if whole { 0 } else { 2 };
+    let (text, prefix) = scale(value, &SI_PREFIXES, 1000.0, decimals);
+    if prefix.is_empty() {
+        text
+    } else {
+        format!("{text} {prefix}")
     }
-    three_digits(value / chosen.1, chosen.0)
-        .trim_end()
-        .to_string()
 }
 
 /// Exact counts where they fit a 7-character column, SI prefixes beyond.
@@ -86,6 +70,49 @@ pub(crate) fn format_count(n: u64) -> String {
         n.to_string()
     } else {
         format_si(n as f64)
+    }
+}
+
+/// `value` as printed in the first unit of `units` whose printed value stays below `limit`
+/// (the last unit takes any value), and that unit. In the first (base) unit the value has at
+/// most `base_decimals` decimals; in the others, three significant digits.
+fn scale(value: f64, units: &[Unit], limit: f64, base_decimals: usize) -> (String, &'static str) {
+    let mut chosen = (String::new(), units[0].0);
+    for (i, &(name, size)) in units.iter().enumerate() {
+        let max_decimals = if i == 0 { base_decimals } else { 2 };
+        let (rounded, decimals) = three_digits(value, size, max_decimals);
+        chosen = (format!("{rounded:.decimals$}"), name);
+        if rounded < limit {
+            break;
+        }
+    }
+    chosen
+}
+
+/// `value ÷ size` (not negative) rounded to three significant digits, with at most
+/// `max_decimals` decimals, and the decimals to print it with: 2 below 10, 1 below 100, 0 from
+/// 100. The number of decimals follows the rounded value (9.996 is `10.0`, not `10.00`).
+fn three_digits(value: f64, size: f64, max_decimals: usize) -> (f64, usize) {
+    let v = value / size;
+    let mut decimals = if v < 10.0 {
+        2
+    } else if v < 100.0 {
+        1
+    } else {
+        0
+    }
+    .min(max_decimals);
+    loop {
+        let scale = 10f64.powi(decimals as i32);
+        // Scaled before the division: 9,995 ns × 100 ÷ 1000 is 999.5 exactly and rounds up,
+        // where 9,995 ÷ 1000 is 9.99499… in binary floating point and would round down.
+        let rounded = (value * scale / size).round() / scale;
+        // 2 decimals hold values below 10, 1 decimal values below 100.
+        if decimals > 0 && rounded >= 10f64.powi(3 - decimals as i32) {
+            decimals -= 1;
+            continue;
+        }
+        return (rounded, decimals);
     }
 }
 
@@ -104,6 +131,76 @@ mod tests {
         assert_eq!(format_duration(3_600_000_000_000), "60.0 min");
         assert_eq!(format_duration(36_000_000_000_000), "600 min");
         assert_eq!(format_duration(360_000_000_000_000), "100 h");
+        assert_eq!(format_duration(u64::MAX), "213504 d");
+    }
+
+    #[test]
+    fn durations_round_to_three_digits_before_the_unit_is_chosen() {
+        let cases = [
+            // ns → µs
+            (999, "999 ns"),
+            (1_000, "1.00 µs"),
+            (1_004, "1.00 µs"),
+            (1_006, "1.01 µs"),
+            // 2 → 1 decimal, 1 → 0 decimals, µs → ms
+            (9_994, "9.99 µs"),
+            (9_995, "10.0 µs"),
+            (99_949, "99.9 µs"),
+            (99_950, "100 µs"),
+            (999_499, "999 µs"),
+            (999_500, "1.00 ms"),
+            (1_000_000, "1.00 ms"),
+            // ms → s
+            (9_994_999, "9.99 ms"),
+            (9_995_000, "10.0 ms"),
+            (99_949_999, "99.9 ms"),
+            (99_950_000, "100 ms"),
+            (999_499_999, "999 ms"),
+            (999_500_000, "1.00 s"),
+            // s → min at 1000 s, min → h at 1000 min
+            (9_995_000_000, "10.0 s"),
+            (99_950_000_000, "100 s"),
+            (999_499_999_999, "999 s"),
+            (999_500_000_000, "16.7 min"),
+            (59_969_999_999_999, "999 min"),
+            (59_970_000_000_000, "16.7 h"),
+            (3_598_199_999_999_999, "999 h"),
+            (3_598_200_000_000_000, "41.6 d"),
+        ];
+        for (ns, text) in cases {
+            assert_eq!(format_duration(ns), text, "{ns} ns");
+        }
+    }
+
+    #[test]
+    fn bytes_round_to_three_digits_before_the_unit_is_chosen() {
+        const KIB: f64 = 1024.0;
+        const MIB: f64 = KIB * KIB;
+        const GIB: f64 = MIB * KIB;
+        let cases = [
+            (0.0, "0 B"),
+            (1023.0, "1023 B"),
+            (1023.4, "1023 B"),
+            (1023.6, "1.00 KiB"),
+            (1024.0, "1.00 KiB"),
+            (9.994 * KIB, "9.99 KiB"),
+            (9.996 * KIB, "10.0 KiB"),
+            (99.94 * KIB, "99.9 KiB"),
+            (99.96 * KIB, "100 KiB"),
+            (1000.0 * KIB, "1000 KiB"),
+            (1023.4 * KIB, "1023 KiB"),
+            (1_048_575.0, "1.00 MiB"),
+            (MIB, "1.00 MiB"),
+            (9.996 * MIB, "10.0 MiB"),
+            (GIB - 1.0, "1.00 GiB"),
+            (1024.0 * GIB - 1.0, "1.00 TiB"),
+            (5000.0 * 1024.0 * GIB, "5000 TiB"),
+            (-1_048_575.0, "-1.00 MiB"),
+            (-1023.0, "-1023 B"),
+        ];
+        for (bytes, text) in cases {
+            assert_eq!(format_bytes(bytes), text, "{bytes} B");
+        }
     }
 
     #[test]
@@ -111,5 +208,44 @@ mod tests {
         assert_eq!(format_si(12.0), "12");
         assert_eq!(format_si(1_250.0), "1.25 k");
         assert_eq!(format_si(3.4e9), "3.40 G");
+    }
+
+    #[test]
+    fn si_rounds_to_three_digits_before_the_prefix_is_chosen() {
+        let cases = [
+            (0.0, "0"),
+            (0.5, "0.50"),
+            (1.0, "1"),
+            (1.234, "1.23"),
+            (9.994, "9.99"),
+            (9.996, "10.0"),
+            (12.5, "12.5"),
+            (99.94, "99.9"),
+            (99.96, "100"),
+            (999.0, "999"),
+            (999.4, "999"),
+            (999.6, "1.00 k"),
+            (999.9, "1.00 k"),
+            (1_000.0, "1.00 k"),
+            (9_995.0, "10.0 k"),
+            (99_950.0, "100 k"),
+            (999_499.0, "999 k"),
+            (999_500.0, "1.00 M"),
+            (999.5e6, "1.00 G"),
+            (999.5e9, "1.00 T"),
+            (999.5e12, "1.00 P"),
+            (999.5e15, "1000 P"),
+            (2e18, "2000 P"),
+        ];
+        for (value, text) in cases {
+            assert_eq!(format_si(value), text, "{value}");
+        }
+    }
+
+    #[test]
+    fn counts_are_exact_below_ten_million() {
+        assert_eq!(format_count(9_999_999), "9999999");
+        assert_eq!(format_count(10_000_000), "10.0 M");
+        assert_eq!(format_count(999_500_000), "1.00 G");
     }
 }

@@ -158,7 +158,9 @@ pub struct SpanStats {
     pub flops: Option<u64>,
     /// `error`-level events inside spans of this name.
     pub errors: u64,
-    /// Closed instances that had at least one error-level event inside.
+    /// Closed instances that had at least one `error`-level event: the errors of span names
+    /// entered more than once per instance (async tasks, long-lived spans), counted per
+    /// instance rather than per event or entry. 0 in profiles written before it was recorded.
     #[serde(default)]
     pub errored_instances: u64,
     /// Resources used by spans of this name (`detailed` and `full` presets).
@@ -245,8 +247,18 @@ impl Stat {
 }
 
 impl Snapshot {
-    /// The statistics of a span name (first match on name; any target).
+    /// The statistics of the first span name `name` in [`Snapshot::spans`], whatever its
+    /// target. Spans of one name from two targets (two modules each with a `step` span) are two
+    /// entries: [`Snapshot::span_in`] picks one by its target.
     pub fn span(&self, name: &str) -> Option<&SpanStats> {
         self.spans.iter().find(|s| s.name == name)
+    }
+
+    /// The statistics of span name `name` in target `target` (the key spans are recorded
+    /// under).
+    pub fn span_in(&self, name: &str, target: &str) -> Option<&SpanStats> {
+        self.spans
+            .iter()
+            .find(|s| s.name == name && s.target == target)
     }
 }
