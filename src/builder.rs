@@ -137,11 +137,16 @@ impl Builder {
         Self { preset, ..self }
     }
 
-    /// Profiles only the spans these `EnvFilter` directives enable, e.g. `"my_app=trace"`.
+    /// Profiles only the spans these `EnvFilter` directives enable, e.g. `"my_app=trace"`:
+    /// the spans `EnvFilter` enables as a per-layer filter (`layer.with_filter(filter)`).
     /// Other layers are not affected. `SPANPROF_FILTER` overrides it.
     ///
-    /// Directives on targets and levels are decided once per callsite. Directives with span
-    /// field values are checked when each span is created.
+    /// Directives on targets and levels are decided once per callsite. A span directive,
+    /// `[name]` or `[name{field=value}]`, profiles every span named `name` and the spans
+    /// created while one whose fields match is entered on the same thread, up to the
+    /// directive's level; `[{field=value}]` does the same for any span with that field. Those
+    /// are decided per span, and the filter keeps track of the spans they name (see the
+    /// README's "Filtering" for what that costs).
     ///
     /// # Errors
     /// [`Error::InvalidFilter`] if the directives do not parse.

@@ -1,8 +1,20 @@
 //! The [`Layer`] implementation: it turns `tracing` callbacks into calls of the recorder, and
 //! asks the span filter; nothing else.
+//!
+//! The span filter is a `tracing_subscriber::EnvFilter` and decides what `EnvFilter` decides as
+//! a per-layer filter (`layer.with_filter(env_filter)`). Target and level directives are decided
+//! once per callsite. Span and field directives (`[name]`, `[{field=value}]`) also make the
+//! filter watch spans: a callsite whose spans a directive names is always enabled, and the
+//! filter keeps, per span of it, which field values matched and, per thread, the levels of those
+//! spans entered now; other callsites are decided per span from that scope. So the layer hands
+//! the filter the callbacks of the spans it enables (`on_new_span`, `on_record`, `on_enter`,
+//! `on_exit`, `on_close`), as `Filtered` does. Filters without such directives are never
+//! called after a callsite is decided.
 
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Event, Level, Metadata, Subscriber};
@@ -17,46 +29,104 @@ use crate::record::Recorder;
 /// `tracing_subscriber::registry()`.
 ///
 /// It never filters what other layers see: spans it does not profile (see
-/// [`Builder::with_filter`](crate::Builder::with_filter)) cost it one table probe per callback.
+/// [`Builder::with_filter`](crate::Builder::with_filter)) cost it one table probe per callback,
+/// and one call of the filter at creation where span or field directives decide them.
 #[derive(Clone)]
 pub struct ProfileLayer {
     recorder: Arc<Recorder>,
     /// The span filter (`SPANPROF_FILTER`), if any.
-    filter: Option<Arc<EnvFilter>>,
-    /// False for the `off` preset: every callback returns at once.
-    enabled: bool,
+    filter: Option<Arc<SpanFilter>>,
+    mode: Mode,
+}
+
+/// What the callbacks do, decided when the layer is built (one comparison per callback).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The `off` preset: every callback returns at once.
+    Off,
+    /// Recording, with no filter or one of target and level directives only: a callsite is
+    /// decided once and the filter is never asked again.
+    On,
+    /// Recording, with a filter that has span or field directives: the filter also sees the
+    /// callbacks of the spans it enables (see the module docs).
+    Scoped,
 }
 
 impl fmt::Debug for ProfileLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProfileLayer")
-            .field("enabled", &self.enabled)
-            .field("filter", &self.filter)
+            .field("mode", &self.mode)
+            .field("filter", &self.filter.as_ref().map(|f| &f.env))
             .finish_non_exhaustive()
     }
 }
 
+/// The span filter, and the spans it enabled that the recorder does not hold.
+struct SpanFilter {
+    env: EnvFilter,
+    /// Spans the filter enabled that are not in the recorder's span table (it was full, or the
+    /// span's callsite came past [`MAX_SPAN_NAMES`](crate::builder::MAX_SPAN_NAMES)): the filter sees
+    /// their callbacks all the same, or the spans inside them would be decided without them.
+    /// Only filters with span or field directives use it.
+    unheld: Mutex<HashSet<u64>>,
+    /// Whether `unheld` holds a span: while it does not, a span not in the table is not looked
+    /// up.
+    any_unheld: AtomicBool,
+}
+
+/// Whether an `EnvFilter` has directives on span names or field values, which it evaluates per
+/// span. `EnvFilter` writes a directive in brackets exactly when it names a span or fields
+/// (`target[span{field=value}]=level`); a target or a level cannot hold a bracket.
+fn has_span_directives(filter: &EnvFilter) -> bool {
+    filter.to_string().contains('[')
+}
+
 impl ProfileLayer {
     pub(crate) fn new(recorder: Arc<Recorder>, filter: Option<EnvFilter>, enabled: bool) -> Self {
+        let mode = match &filter {
+            _ if !enabled => Mode::Off,
+            Some(env) if has_span_directives(env) => Mode::Scoped,
+            _ => Mode::On,
+        };
         Self {
             recorder,
-            filter: filter.map(Arc::new),
-            enabled,
+            filter: filter.map(|env| {
+                Arc::new(SpanFilter {
+                    env,
+                    unheld: Mutex::new(HashSet::new()),
+                    any_unheld: AtomicBool::new(false),
+                })
+            }),
+            mode,
         }
     }
 
     /// Decides, once per callsite, whether and under which name its spans are profiled.
     #[cold]
     #[inline(never)]
-    fn decide<S>(&self, meta: &'static Metadata<'static>) -> Decision
+    fn decide<S>(&self, meta: &'static Metadata<'static>, ctx: &Context<'_, S>) -> Decision
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
         let dynamic = match &self.filter {
             None => false,
             Some(filter) => {
-                let interest = <EnvFilter as Layer<S>>::register_callsite(filter, meta);
+                // Registers the callsite with the filter: a callsite that span or field
+                // directives name gets its matcher here.
+                let interest = <EnvFilter as Layer<S>>::register_callsite(&filter.env, meta);
                 if interest.is_never() {
+                    return self.recorder.skip(meta);
+                }
+                // With span or field directives, `always` is a callsite a target or level
+                // directive enables, or one a span or field directive names: the filter says
+                // `always` for the latter so that it sees its spans, but `EnvFilter::enabled`
+                // turns down all its spans if its level is above every span and field
+                // directive's (`[work]=info` and a `debug` span named `work`). Its answer is the
+                // same for every span of such a callsite: asked once, here.
+                if self.mode == Mode::Scoped
+                    && interest.is_always()
+                    && !<EnvFilter as Layer<S>>::enabled(&filter.env, meta, ctx.clone())
+                {
                     return self.recorder.skip(meta);
                 }
                 interest.is_sometimes()
@@ -80,22 +150,96 @@ impl ProfileLayer {
         let meta = attrs.metadata();
         let decision = match decision {
             Some(d) => d,
-            None => self.decide::<S>(meta),
+            None => self.decide::<S>(meta, &ctx),
         };
         if decision.is_skip() {
             if decision.is_drop() {
                 self.recorder.dropped();
             }
+            if self.mode == Mode::Scoped {
+                self.skipped_span(attrs, id, ctx);
+            }
             return;
         }
         if decision.is_dynamic() {
             if let Some(filter) = &self.filter {
-                if !<EnvFilter as Layer<S>>::enabled(filter, meta, ctx.clone()) {
+                if !<EnvFilter as Layer<S>>::enabled(&filter.env, meta, ctx.clone()) {
                     return;
                 }
             }
         }
-        self.recorder.open(id.into_u64(), decision, attrs);
+        // The filter keeps a span only if a span or field directive names its callsite, and
+        // says `always` for such a callsite: the spans of the others, decided per span, are not
+        // handed to it here (their enter, exit and close are: which spans it keeps is not
+        // known then).
+        if self.mode == Mode::Scoped && !decision.is_dynamic() {
+            if let Some(filter) = &self.filter {
+                filter.env.on_new_span(attrs, id, ctx.clone());
+            }
+        }
+        if !self.recorder.open(id.into_u64(), decision, attrs)
+            && self.mode == Mode::Scoped
+            && !decision.is_dynamic()
+        {
+            self.unheld(id);
+        }
+    }
+
+    /// A span of a skipped callsite, with a filter that has span or field directives. Such a
+    /// filter skips a callsite only for spans it never enables, or the recorder has no name
+    /// left for it: then the filter is asked, and sees the span if it enables it.
+    #[cold]
+    #[inline(never)]
+    fn skipped_span<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let Some(filter) = &self.filter else { return };
+        if self.recorder.recording()
+            && <EnvFilter as Layer<S>>::enabled(&filter.env, attrs.metadata(), ctx.clone())
+        {
+            filter.env.on_new_span(attrs, id, ctx);
+            self.unheld(id);
+        }
+    }
+
+    /// Remembers a span the filter enabled that the recorder does not hold.
+    #[cold]
+    #[inline(never)]
+    fn unheld(&self, id: &Id) {
+        if let Some(filter) = &self.filter {
+            let mut unheld = filter.unheld.lock().unwrap_or_else(|e| e.into_inner());
+            unheld.insert(id.into_u64());
+            filter.any_unheld.store(true, Ordering::Release);
+        }
+    }
+
+    /// The filter of a layer whose filter has span or field directives, if it enabled the span:
+    /// `held` (the recorder holds the span), or it is one of the filter's unheld spans.
+    /// `closing`: the span closes, and leaves the unheld ones.
+    #[inline]
+    fn scope_filter(&self, id: &Id, held: bool, closing: bool) -> Option<&EnvFilter> {
+        let filter = self.filter.as_deref()?;
+        if held {
+            return Some(&filter.env);
+        }
+        if !filter.any_unheld.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut unheld = filter.unheld.lock().unwrap_or_else(|e| e.into_inner());
+        let id = id.into_u64();
+        let found = if closing {
+            let found = unheld.remove(&id);
+            if unheld.is_empty() {
+                // Under the lock: a span is added with the flag set, so a span still in the set
+                // sees it set.
+                filter.any_unheld.store(false, Ordering::Release);
+            }
+            found
+        } else {
+            unheld.contains(&id)
+        };
+        found.then_some(&filter.env)
     }
 }
 
@@ -105,7 +249,7 @@ where
 {
     #[inline(always)]
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        if self.enabled {
+        if self.mode == Mode::On {
             // Callsites spanprof does not profile leave here: one inlined cache probe.
             match self.recorder.cached(attrs.metadata()) {
                 Some(d) if d.is_skip() => {
@@ -115,54 +259,157 @@ where
                 }
                 decision => self.new_span(attrs, id, ctx, decision),
             }
+        } else if self.mode == Mode::Scoped {
+            self.scoped_new_span(attrs, id, ctx);
         }
     }
 
-    fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
-        if self.enabled {
-            if let Some(slot) = self.recorder.slot(id.into_u64()) {
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if self.mode != Mode::Off {
+            let slot = self.recorder.slot(id.into_u64());
+            if let Some(slot) = slot {
                 self.recorder.record_fields(slot, values);
+            }
+            if self.mode == Mode::Scoped {
+                if let Some(filter) = self.scope_filter(id, slot.is_some(), false) {
+                    filter.on_record(id, values, ctx);
+                }
             }
         }
     }
 
     #[inline(always)]
-    fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
-        // Spans not profiled leave here: one inlined table probe, no call.
-        if self.enabled {
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        if self.mode == Mode::On {
+            // Spans not profiled leave here: one inlined table probe, no call.
             let id = id.into_u64();
             if let Some(slot) = self.recorder.slot(id) {
                 self.recorder.enter(id, slot);
             }
+        } else if self.mode == Mode::Scoped {
+            self.scoped_enter(id, ctx);
         }
     }
 
     #[inline(always)]
-    fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
-        // Spans not profiled leave here: one inlined table probe, no call.
-        if self.enabled {
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        if self.mode == Mode::On {
+            // Spans not profiled leave here: one inlined table probe, no call.
             let id = id.into_u64();
             if let Some(slot) = self.recorder.slot(id) {
                 self.recorder.exit(id, slot);
             }
+        } else if self.mode == Mode::Scoped {
+            self.scoped_exit(id, ctx);
         }
     }
 
     #[inline(always)]
-    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
-        if self.enabled {
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if self.mode == Mode::On {
             if let Some(slot) = self.recorder.slot(id.into_u64()) {
                 self.recorder.close(slot);
             }
+        } else if self.mode == Mode::Scoped {
+            self.scoped_close(id, ctx);
         }
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if self.enabled && *event.metadata().level() == Level::ERROR {
+        if self.mode != Mode::Off && *event.metadata().level() == Level::ERROR {
             self.recorder.error_event(
                 event.parent().map(|id| id.into_u64()),
                 event.is_contextual(),
             );
+        }
+    }
+}
+
+/// The callbacks with a filter that has span or field directives: the recorder's part, then
+/// the filter's, for the spans the filter enabled.
+impl ProfileLayer {
+    #[inline(never)]
+    fn scoped_new_span<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        match self.recorder.cached(attrs.metadata()) {
+            Some(d) if d.is_skip() => {
+                if d.is_drop() {
+                    self.recorder.dropped();
+                }
+                self.skipped_span(attrs, id, ctx);
+            }
+            decision => self.new_span(attrs, id, ctx, decision),
+        }
+    }
+
+    #[inline(never)]
+    fn scoped_enter<S>(&self, id: &Id, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let raw = id.into_u64();
+        let slot = self.recorder.slot(raw);
+        if let Some(slot) = slot {
+            self.recorder.enter(raw, slot);
+        }
+        if let Some(filter) = self.scope_filter(id, slot.is_some(), false) {
+            filter.on_enter(id, ctx);
+        }
+    }
+
+    #[inline(never)]
+    fn scoped_exit<S>(&self, id: &Id, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let raw = id.into_u64();
+        let slot = self.recorder.slot(raw);
+        if let Some(slot) = slot {
+            self.recorder.exit(raw, slot);
+        }
+        if let Some(filter) = self.scope_filter(id, slot.is_some(), false) {
+            filter.on_exit(id, ctx);
+        }
+    }
+
+    #[inline(never)]
+    fn scoped_close<S>(&self, id: Id, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let slot = self.recorder.slot(id.into_u64());
+        if let Some(slot) = slot {
+            self.recorder.close(slot);
+        }
+        if let Some(filter) = self.scope_filter(&id, slot.is_some(), true) {
+            filter.on_close(id, ctx);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_span_directives;
+    use tracing_subscriber::EnvFilter;
+
+    #[test]
+    fn span_and_field_directives_are_told_from_target_and_level_ones() {
+        for (directives, scoped) in [
+            ("", false),
+            ("info", false),
+            ("my_app=trace,my_app::io=off,warn", false),
+            ("spanprof::perf", false),
+            ("[handle_request]", true),
+            ("[work{n=1}]", true),
+            ("[{n=1}]=debug", true),
+            ("[{items}]", true),
+            ("my_app[work]=info,warn", true),
+            ("info,my_app::io[{path=\"a b\"}]=trace", true),
+        ] {
+            let filter = EnvFilter::builder().parse(directives).unwrap();
+            assert_eq!(has_span_directives(&filter), scoped, "{directives:?}");
         }
     }
 }
