@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::instrument;
-use tracing_subscriber::{prelude::*, EnvFilter};
+use tracing_subscriber::{filter::LevelFilter, prelude::*, EnvFilter};
 
 const USAGE: &str = "\
 usage: async_server [--requests N] [--out DIR]
@@ -53,7 +53,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .with_output_dir(&args.out_dir)
         .build()?;
     tracing_subscriber::registry()
-        .with(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with(
+            EnvFilter::builder()
+                .with_default_directive(LevelFilter::INFO.into())
+                .from_env_lossy(),
+        )
         .with(layer)
         .init();
 

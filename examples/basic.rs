@@ -1,4 +1,4 @@
-use tracing_subscriber::{prelude::*, EnvFilter};
+use tracing_subscriber::{filter::LevelFilter, prelude::*, EnvFilter};
 
 #[tracing::instrument(skip_all, fields(bytes = text.len()))]
 fn parse(text: &str) -> Vec<u64> {
@@ -24,8 +24,12 @@ fn main() -> Result<(), spanprof::Error> {
         .with_output_dir("target/spanprof") // profile.json goes here
         .build()?;
     tracing_subscriber::registry()
-        // RUST_LOG decides which spans exist (default "info", the level of #[instrument])
-        .with(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        // RUST_LOG decides which spans exist (unset or empty: "info", #[instrument]'s level)
+        .with(
+            EnvFilter::builder()
+                .with_default_directive(LevelFilter::INFO.into())
+                .from_env_lossy(),
+        )
         .with(tracing_subscriber::fmt::layer()) // your logs, as before
         .with(layer)
         .init();

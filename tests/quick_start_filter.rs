@@ -1,5 +1,5 @@
-//! The quick start's filter with `RUST_LOG` unset, live: `#[instrument]` spans are recorded
-//! through its `EnvFilter::new("info")` fallback, and a subscriber whose filter enables no span
+//! The quick start's filter with `RUST_LOG` unset or empty, live: `#[instrument]` spans are
+//! recorded through its INFO default directive, and a subscriber whose filter enables no span
 //! gets a report that says so instead of an empty table.
 //!
 //! One test in its own binary: it removes `RUST_LOG` from the process's environment.
@@ -9,7 +9,7 @@ mod support;
 use spanprof::output::Table;
 use spanprof::ProfileLayer;
 use tracing::Dispatch;
-use tracing_subscriber::{prelude::*, EnvFilter};
+use tracing_subscriber::{filter::LevelFilter, prelude::*, EnvFilter};
 
 #[tracing::instrument]
 fn parse(n: u64) -> u64 {
@@ -32,17 +32,28 @@ fn report_with(filter: EnvFilter) -> (spanprof::Snapshot, String) {
 
 #[test]
 fn with_rust_log_unset_the_quick_start_records_and_a_bare_env_filter_says_why_not() {
-    std::env::remove_var("RUST_LOG");
     // The quick start (examples/basic.rs, the README's) builds its filter so:
-    let quick_start =
-        "EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(\"info\"))";
+    let quick_start = "EnvFilter::builder()
+                .with_default_directive(LevelFilter::INFO.into())
+                .from_env_lossy()";
     assert!(
         include_str!("../examples/basic.rs").contains(quick_start),
         "examples/basic.rs no longer builds its filter with {quick_start}: update this test"
     );
-    let (snap, report) =
-        report_with(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")));
-    assert_eq!(support::span(&snap, "parse").calls, 10, "{report}");
+    let quick_start = || {
+        EnvFilter::builder()
+            .with_default_directive(LevelFilter::INFO.into())
+            .from_env_lossy()
+    };
+    for rust_log in [None, Some("")] {
+        match rust_log {
+            None => std::env::remove_var("RUST_LOG"),
+            Some(v) => std::env::set_var("RUST_LOG", v),
+        }
+        let (snap, report) = report_with(quick_start());
+        assert_eq!(support::span(&snap, "parse").calls, 10, "{rust_log:?}: {report}");
+    }
+    std::env::remove_var("RUST_LOG");
 
     // `from_default_env()` with RUST_LOG unset passes only ERROR: no span, and the report
     // says why.

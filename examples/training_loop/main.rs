@@ -48,7 +48,7 @@ use std::time::Instant;
 
 use tracing::instrument;
 use tracing_subscriber::prelude::*;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{filter::LevelFilter, EnvFilter};
 
 use spanprof::chrome::{ChromeOptions, Schedule};
 use workload::Trainer;
@@ -86,7 +86,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     });
 
     // The user's log filter decides which spans exist; spanprof sees those.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::builder()
+        .with_default_directive(LevelFilter::INFO.into())
+        .from_env_lossy();
     let guard = if args.profile {
         let mut builder = spanprof::ProfileLayer::builder().with_output_dir(&args.out_dir);
         if args.trace {
