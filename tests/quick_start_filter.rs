@@ -51,7 +51,11 @@ fn with_rust_log_unset_the_quick_start_records_and_a_bare_env_filter_says_why_no
             Some(v) => std::env::set_var("RUST_LOG", v),
         }
         let (snap, report) = report_with(quick_start());
-        assert_eq!(support::span(&snap, "parse").calls, 10, "{rust_log:?}: {report}");
+        assert_eq!(
+            support::span(&snap, "parse").calls,
+            10,
+            "{rust_log:?}: {report}"
+        );
     }
     std::env::remove_var("RUST_LOG");
 
