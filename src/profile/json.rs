@@ -96,13 +96,13 @@ pub(super) mod hdr_base64 {
     use serde::de::Error as _;
     use serde::Deserialize;
 
-    pub(crate) fn serialize<S: serde::Serializer>(
-        h: &Histogram<u64>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
+    use crate::profile::Buckets;
+
+    pub(crate) fn serialize<S: serde::Serializer>(h: &Buckets, s: S) -> Result<S::Ok, S::Error> {
+        let h = h.to_histogram();
         let mut bytes = Vec::new();
         V2DeflateSerializer::new()
-            .serialize(h, &mut bytes)
+            .serialize(&h, &mut bytes)
             .map_err(|e| serde::ser::Error::custom(format!("encoding histogram: {e:?}")))?;
         serde::Serializer::serialize_str(
             s,
@@ -110,15 +110,14 @@ pub(super) mod hdr_base64 {
         )
     }
 
-    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
-        d: D,
-    ) -> Result<Histogram<u64>, D::Error> {
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Buckets, D::Error> {
         let text = String::deserialize(d)?;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(text.as_bytes())
             .map_err(|e| D::Error::custom(format!("histogram is not base64: {e}")))?;
-        Deserializer::new()
+        let h: Histogram<u64> = Deserializer::new()
             .deserialize(&mut bytes.as_slice())
-            .map_err(|e| D::Error::custom(format!("histogram does not decode: {e:?}")))
+            .map_err(|e| D::Error::custom(format!("histogram does not decode: {e:?}")))?;
+        Ok(Buckets::from_histogram(&h))
     }
 }

@@ -19,12 +19,14 @@
 //!
 //! An older profile is read into the current model and its `version` becomes the current one.
 
+pub mod buckets;
 mod json;
 mod resources;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+pub use buckets::Buckets;
 pub use resources::{
     CpuUse, GpuDevice, GpuSample, GpuUse, HeapUse, MemoryUse, ResourceInfo, Sample, SpanResources,
 };
@@ -202,9 +204,10 @@ pub struct Stat {
     pub p999_ns: u64,
     /// Samples above the histogram's highest value, recorded as that value.
     pub clamped: u64,
-    /// The full histogram.
+    /// The full histogram, stored as its non-empty buckets ([`Buckets::to_histogram`] gives an
+    /// `hdrhistogram::Histogram`).
     #[serde(with = "json::hdr_base64")]
-    pub histogram: Histogram<u64>,
+    pub histogram: Buckets,
 }
 
 impl Stat {
@@ -241,7 +244,7 @@ impl Stat {
             p99_ns: q(0.99),
             p999_ns: q(0.999),
             clamped,
-            histogram,
+            histogram: Buckets::from_histogram(&histogram),
         }
     }
 }

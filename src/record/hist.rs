@@ -14,44 +14,11 @@ use std::sync::OnceLock;
 
 use hdrhistogram::Histogram;
 
+pub(crate) use crate::profile::buckets::{index_of, value_of, COUNTS_LEN};
 use crate::profile::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
 
-const SUB_BUCKET_HALF_MAGNITUDE: u32 = 7;
-const SUB_BUCKET_HALF: usize = 1 << SUB_BUCKET_HALF_MAGNITUDE;
-const SUB_BUCKET_MASK: u64 = (2 * SUB_BUCKET_HALF as u64) - 1;
-const LEADING_ZERO_BASE: u32 = 64 - SUB_BUCKET_HALF_MAGNITUDE - 1;
-
-const fn bucket_count() -> usize {
-    let mut smallest_untrackable = 2 * SUB_BUCKET_HALF as u64;
-    let mut buckets = 1;
-    while smallest_untrackable <= HIGHEST_NS {
-        smallest_untrackable <<= 1;
-        buckets += 1;
-    }
-    buckets
-}
-
-/// Number of counters per histogram.
-pub(crate) const COUNTS_LEN: usize = (bucket_count() + 1) * SUB_BUCKET_HALF;
-
-#[inline(always)]
-fn index_of(value: u64) -> usize {
-    let bucket = LEADING_ZERO_BASE - (value | SUB_BUCKET_MASK).leading_zeros();
-    let sub_bucket = (value >> bucket) as usize;
-    ((bucket as usize + 1) << SUB_BUCKET_HALF_MAGNITUDE) + sub_bucket - SUB_BUCKET_HALF
-}
-
-fn value_of(index: usize) -> u64 {
-    let mut bucket = (index >> SUB_BUCKET_HALF_MAGNITUDE) as i64 - 1;
-    let mut sub_bucket = (index & (SUB_BUCKET_HALF - 1)) + SUB_BUCKET_HALF;
-    if bucket < 0 {
-        sub_bucket -= SUB_BUCKET_HALF;
-        bucket = 0;
-    }
-    (sub_bucket as u64) << bucket
-}
-
-/// A new, empty `u64` histogram with spanprof's layout, sized to the values recorded into it:
+/// A new, empty `u64` histogram with spanprof's layout ([`crate::profile::buckets`]), sized to
+/// the values recorded into it:
 /// it starts with one bucket and grows as larger values arrive (up to [`HIGHEST_NS`], the clamp),
 /// so a span name's histograms in a snapshot or a read profile take memory for the range its
 /// values span, not for an hour. 1 KiB per power of two of range: e.g. 8 KiB for spans up to

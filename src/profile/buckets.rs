@@ -1,0 +1,134 @@
+//! The histograms of a profile: spanprof's bucket layout (hdrhistogram's, 2 significant digits
+//! from 1 ns to [`HIGHEST_NS`]) and [`Buckets`], a histogram stored as its non-empty buckets.
+
+use hdrhistogram::Histogram;
+
+use super::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
+
+const SUB_BUCKET_HALF_MAGNITUDE: u32 = 7;
+const SUB_BUCKET_HALF: usize = 1 << SUB_BUCKET_HALF_MAGNITUDE;
+const SUB_BUCKET_MASK: u64 = (2 * SUB_BUCKET_HALF as u64) - 1;
+const LEADING_ZERO_BASE: u32 = 64 - SUB_BUCKET_HALF_MAGNITUDE - 1;
+
+const fn bucket_count() -> usize {
+    let mut smallest_untrackable = 2 * SUB_BUCKET_HALF as u64;
+    let mut buckets = 1;
+    while smallest_untrackable <= HIGHEST_NS {
+        smallest_untrackable <<= 1;
+        buckets += 1;
+    }
+    buckets
+}
+
+/// Number of counters per histogram.
+pub(crate) const COUNTS_LEN: usize = (bucket_count() + 1) * SUB_BUCKET_HALF;
+
+/// The index of the bucket holding `value` (at most [`HIGHEST_NS`]).
+#[inline(always)]
+pub(crate) fn index_of(value: u64) -> usize {
+    let bucket = LEADING_ZERO_BASE - (value | SUB_BUCKET_MASK).leading_zeros();
+    let sub_bucket = (value >> bucket) as usize;
+    ((bucket as usize + 1) << SUB_BUCKET_HALF_MAGNITUDE) + sub_bucket - SUB_BUCKET_HALF
+}
+
+/// The lowest value of bucket `index`.
+pub(crate) fn value_of(index: usize) -> u64 {
+    let mut bucket = (index >> SUB_BUCKET_HALF_MAGNITUDE) as i64 - 1;
+    let mut sub_bucket = (index & (SUB_BUCKET_HALF - 1)) + SUB_BUCKET_HALF;
+    if bucket < 0 {
+        sub_bucket -= SUB_BUCKET_HALF;
+        bucket = 0;
+    }
+    (sub_bucket as u64) << bucket
+}
+
+/// A histogram of nanosecond values stored as its non-empty buckets: memory in proportion to the
+/// distinct values recorded (16 bytes per non-empty bucket; at most 4608 buckets, i.e. 72 KiB,
+/// however many samples), not to the histogram's range.
+///
+/// The bucket layout is hdrhistogram's for `Histogram::new_with_bounds(1, HIGHEST_NS, 2)`:
+/// [`Buckets::to_histogram`] gives the `hdrhistogram::Histogram` back, for any computation;
+/// in the JSON profile it is written as a standard HdrHistogram V2 + deflate payload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Buckets {
+    /// (lowest value of the bucket, count), ascending by value; no zero count.
+    counts: Vec<(u64, u64)>,
+}
+
+impl Buckets {
+    /// The non-empty buckets of `histogram` (of any bounds with 2 significant digits or more;
+    /// values are mapped to spanprof's buckets).
+    pub fn from_histogram(histogram: &Histogram<u64>) -> Self {
+        let mut counts: Vec<(u64, u64)> = Vec::new();
+        for v in histogram.iter_recorded() {
+            let value = value_of(index_of(v.value_iterated_to().min(HIGHEST_NS)));
+            match counts.last_mut() {
+                Some((last, n)) if *last == value => *n += v.count_at_value(),
+                _ => counts.push((value, v.count_at_value())),
+            }
+        }
+        counts.shrink_to_fit();
+        Self { counts }
+    }
+
+    /// The histogram, as an auto-resizing `hdrhistogram::Histogram` sized to the values held.
+    pub fn to_histogram(&self) -> Histogram<u64> {
+        // UNWRAP: the bounds are constants that satisfy hdrhistogram's preconditions (tested).
+        let mut h =
+            Histogram::new_with_bounds(LOWEST_NS, 2, SIGNIFICANT_DIGITS).expect("valid bounds");
+        h.auto(true);
+        for &(value, count) in &self.counts {
+            if h.record_n(value, count).is_err() {
+                h.saturating_record_n(value, count);
+            }
+        }
+        h
+    }
+
+    /// Samples held.
+    pub fn len(&self) -> u64 {
+        self.counts.iter().map(|&(_, n)| n).sum()
+    }
+
+    /// Whether no sample is held.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// Samples in the bucket that holds `value`.
+    pub fn count_at(&self, value: u64) -> u64 {
+        let floor = value_of(index_of(value.min(HIGHEST_NS)));
+        self.counts
+            .binary_search_by_key(&floor, |&(v, _)| v)
+            .map_or(0, |i| self.counts[i].1)
+    }
+
+    /// The non-empty buckets: (lowest value of the bucket, samples), ascending.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.counts.iter().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_a_histogram() {
+        let mut h = Histogram::<u64>::new_with_bounds(LOWEST_NS, HIGHEST_NS, 2).unwrap();
+        for v in [1, 5, 127, 128, 129, 1_000, 1_003, 1_000_000, HIGHEST_NS] {
+            h.record_n(v, v % 7 + 1).unwrap();
+        }
+        let b = Buckets::from_histogram(&h);
+        assert_eq!(b.len(), h.len());
+        assert_eq!(b.count_at(1_001), h.count_at(1_001));
+        assert_eq!(b.count_at(999), 0);
+        let back = b.to_histogram();
+        assert_eq!(Buckets::from_histogram(&back), b);
+        for q in [0.0, 0.1, 0.5, 0.9, 0.99, 1.0] {
+            assert_eq!(back.value_at_quantile(q), h.value_at_quantile(q), "q {q}");
+        }
+        // 16 bytes per non-empty bucket, whatever the range.
+        assert_eq!(b.iter().count(), 8, "1 000 and 1 003 share a bucket");
+    }
+}
