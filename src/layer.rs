@@ -266,12 +266,9 @@ where
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
         if self.mode != Mode::Off {
-            let slot = self.recorder.slot(id.into_u64());
-            if let Some(slot) = slot {
-                self.recorder.record_fields(slot, values);
-            }
+            let held = self.recorder.record_fields(id.into_u64(), values);
             if self.mode == Mode::Scoped {
-                if let Some(filter) = self.scope_filter(id, slot.is_some(), false) {
+                if let Some(filter) = self.scope_filter(id, held, false) {
                     filter.on_record(id, values, ctx);
                 }
             }
@@ -283,9 +280,7 @@ where
         if self.mode == Mode::On {
             // Spans not profiled leave here: one inlined table probe, no call.
             let id = id.into_u64();
-            if let Some(slot) = self.recorder.slot(id) {
-                self.recorder.enter(id, slot);
-            }
+            self.recorder.enter(id);
         } else if self.mode == Mode::Scoped {
             self.scoped_enter(id, ctx);
         }
@@ -296,9 +291,7 @@ where
         if self.mode == Mode::On {
             // Spans not profiled leave here: one inlined table probe, no call.
             let id = id.into_u64();
-            if let Some(slot) = self.recorder.slot(id) {
-                self.recorder.exit(id, slot);
-            }
+            self.recorder.exit(id);
         } else if self.mode == Mode::Scoped {
             self.scoped_exit(id, ctx);
         }
@@ -307,9 +300,7 @@ where
     #[inline(always)]
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
-            if let Some(slot) = self.recorder.slot(id.into_u64()) {
-                self.recorder.close(slot);
-            }
+            self.recorder.close(id.into_u64());
         } else if self.mode == Mode::Scoped {
             self.scoped_close(id, ctx);
         }
@@ -349,12 +340,8 @@ impl ProfileLayer {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let raw = id.into_u64();
-        let slot = self.recorder.slot(raw);
-        if let Some(slot) = slot {
-            self.recorder.enter(raw, slot);
-        }
-        if let Some(filter) = self.scope_filter(id, slot.is_some(), false) {
+        let held = self.recorder.enter(id.into_u64());
+        if let Some(filter) = self.scope_filter(id, held, false) {
             filter.on_enter(id, ctx);
         }
     }
@@ -364,12 +351,8 @@ impl ProfileLayer {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let raw = id.into_u64();
-        let slot = self.recorder.slot(raw);
-        if let Some(slot) = slot {
-            self.recorder.exit(raw, slot);
-        }
-        if let Some(filter) = self.scope_filter(id, slot.is_some(), false) {
+        let held = self.recorder.exit(id.into_u64());
+        if let Some(filter) = self.scope_filter(id, held, false) {
             filter.on_exit(id, ctx);
         }
     }
@@ -379,11 +362,8 @@ impl ProfileLayer {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let slot = self.recorder.slot(id.into_u64());
-        if let Some(slot) = slot {
-            self.recorder.close(slot);
-        }
-        if let Some(filter) = self.scope_filter(&id, slot.is_some(), true) {
+        let held = self.recorder.close(id.into_u64());
+        if let Some(filter) = self.scope_filter(&id, held, true) {
             filter.on_close(id, ctx);
         }
     }

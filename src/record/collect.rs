@@ -143,16 +143,16 @@ impl Recorder {
     /// per name index: recorded nowhere until the span closes or is entered again.
     fn pending_first_entries(&self, names: usize) -> Vec<Vec<(u64, u64)>> {
         let mut pending = vec![Vec::new(); names];
-        for slot in self.table.open_slots() {
+        self.table.for_each_open(|slot| {
             let Some(p) = pending.get_mut(usize::from(slot.name.load(Relaxed))) else {
-                continue;
+                return;
             };
             if slot.entries.load(Acquire) == ENTRIES_ONE {
                 let busy = slot.busy.load(Relaxed) + slot.shared_busy.load(Relaxed);
                 let self_ns = slot.self_ns.load(Relaxed) + slot.shared_self.load(Relaxed);
                 p.push((busy, self_ns));
             }
-        }
+        });
         pending
     }
 

@@ -38,9 +38,9 @@ use crate::switches::{Resources, Switches};
 use names::{
     throughput_fields, Decision, Kind, NameInfo, Names, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS,
 };
-use resources::{entry_figures, instance_figures, EntryMark, InstanceMark, MarkTable};
+use resources::{entry_figures, instance_figures, EntryMark, InstanceMark};
 use shards::{bump, with_local, Frame, Local, NameStats, Shards};
-pub(crate) use spans::Slot;
+use spans::{Slot, SlotIn};
 use spans::{
     SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, ENTRIES_WRITING, FLAG_ERRORED, FLAG_MARKED,
 };
@@ -71,9 +71,8 @@ pub(crate) struct Recorder {
     /// can record (the counting allocator installed, a CPU clock).
     available: Resources,
     clock: Clock,
-    table: SpanTable,
-    /// Readings taken when spans opened, beside their slots.
-    marks: MarkTable,
+    /// Open spans, with the readings taken when they opened kept beside their slots.
+    table: SpanTable<InstanceMark>,
     names: Names,
     shards: Arc<Shards>,
     start_raw: u64,
@@ -125,7 +124,6 @@ impl Recorder {
             start_wall: SystemTime::now(),
             clock,
             table: SpanTable::new(),
-            marks: MarkTable::default(),
             names: Names::new(),
             shards: Arc::new(Shards::default()),
             dropped_table_full: AtomicU64::new(0),
@@ -242,11 +240,14 @@ impl Recorder {
             s.shared_self.store(0, Relaxed);
             s.flags.store(if marked { FLAG_MARKED } else { 0 }, Relaxed);
             if marked {
-                let mark = InstanceMark::read(&self.readings, self.t_ns(now), resources);
-                self.marks.put(s.position(), mark);
+                s.put_mark(InstanceMark::read(
+                    &self.readings,
+                    self.t_ns(now),
+                    resources,
+                ));
             }
         });
-        if inserted.is_none() {
+        if !inserted {
             self.dropped_table_full.fetch_add(1, Relaxed);
             return false;
         }
@@ -260,14 +261,15 @@ impl Recorder {
         true
     }
 
-    /// The slot of a recorded open span.
-    #[inline(always)]
-    pub(crate) fn slot(&self, id: u64) -> Option<&Slot> {
-        self.table.get(id)
+    /// Adds the throughput fields of values recorded on span `id`. Returns whether the span is
+    /// recorded.
+    pub(crate) fn record_fields(&self, id: u64, values: &Record<'_>) -> bool {
+        self.table
+            .with(id, |slot| self.record_fields_of(&slot, values))
+            .is_some()
     }
 
-    /// Adds the throughput fields of values recorded on an open span.
-    pub(crate) fn record_fields(&self, slot: &Slot, values: &Record<'_>) {
+    fn record_fields_of(&self, slot: &Slot, values: &Record<'_>) {
         let name = u32::from(slot.name.load(Relaxed));
         self.local(|local| {
             values.record(&mut Throughput {
@@ -277,8 +279,15 @@ impl Recorder {
         });
     }
 
-    /// A span was entered on this thread.
-    pub(crate) fn enter(&self, id: u64, slot: &Slot) {
+    /// Span `id` was entered on this thread. Returns whether the span is recorded.
+    #[inline(always)]
+    pub(crate) fn enter(&self, id: u64) -> bool {
+        self.table
+            .with(id, |slot| self.enter_slot(id, &slot))
+            .is_some()
+    }
+
+    fn enter_slot(&self, id: u64, slot: &Slot) {
         self.local(|local| {
             // Entered on this thread already: a re-entry, counted once with its outermost entry.
             // (Other threads inside the same span have frames of their own.)
@@ -304,8 +313,15 @@ impl Recorder {
         });
     }
 
-    /// A span was exited on this thread.
-    pub(crate) fn exit(&self, id: u64, slot: &Slot) {
+    /// Span `id` was exited on this thread. Returns whether the span is recorded.
+    #[inline(always)]
+    pub(crate) fn exit(&self, id: u64) -> bool {
+        self.table
+            .with(id, |slot| self.exit_slot(id, &slot))
+            .is_some()
+    }
+
+    fn exit_slot(&self, id: u64, slot: &Slot) {
         self.local(|local| {
             // Fast path: the span on top of this thread's stack (no search).
             let top = match local.stack.last() {
@@ -399,8 +415,13 @@ impl Recorder {
         self.record(stats, name, Kind::EntrySelf, self_ns);
     }
 
-    /// A recorded span closed.
-    pub(crate) fn close(&self, slot: &Slot) {
+    /// Span `id` closed. Returns whether the span was recorded.
+    #[inline(always)]
+    pub(crate) fn close(&self, id: u64) -> bool {
+        self.table.with(id, |slot| self.close_slot(slot)).is_some()
+    }
+
+    fn close_slot(&self, slot: SlotIn<'_, InstanceMark>) {
         let now = self.clock.raw();
         let name = u32::from(slot.name.load(Relaxed));
         let wall = self.clock.delta_ns(slot.created.load(Relaxed), now);
@@ -411,9 +432,7 @@ impl Recorder {
             _ => (Kind::Busy, Kind::SelfTime),
         };
         let flags = slot.flags.load(Acquire);
-        let open = (flags & FLAG_MARKED != 0)
-            .then(|| self.marks.get(slot.position()))
-            .flatten();
+        let open = (flags & FLAG_MARKED != 0).then(|| slot.mark()).flatten();
         self.table.remove(slot);
         // What the span's opening thread wrote (its `opened` count) is visible to a snapshot
         // that sees this close: see `collect`.
@@ -437,16 +456,20 @@ impl Recorder {
     /// An error-level event: counted for its explicit parent if recorded, else (`contextual`)
     /// for the span this thread is in; that span instance is marked as having had an error.
     pub(crate) fn error_event(&self, parent: Option<u64>, contextual: bool) {
-        let explicit = parent.and_then(|id| self.table.get(id));
         self.local(|local| {
-            let slot = match parent {
-                Some(_) => explicit,
-                None if contextual => local.stack.last().and_then(|f| self.table.get(f.id)),
+            let id = match parent {
+                Some(id) => Some(id),
+                None if contextual => local.stack.last().map(|f| f.id),
                 None => None,
             };
-            if let Some(slot) = slot {
-                slot.flags.fetch_or(FLAG_ERRORED, Relaxed);
-                bump(&local.stats(u32::from(slot.name.load(Relaxed))).errors, 1);
+            let name = id.and_then(|id| {
+                self.table.with(id, |slot| {
+                    slot.flags.fetch_or(FLAG_ERRORED, Relaxed);
+                    u32::from(slot.name.load(Relaxed))
+                })
+            });
+            if let Some(name) = name {
+                bump(&local.stats(name).errors, 1);
             }
         });
     }

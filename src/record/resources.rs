@@ -8,10 +8,9 @@
 //! counting allocator's thread counters.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use super::shards::bump;
-use super::spans::{segment_len, SEGMENTS};
 use crate::alloc::HeapCounters;
 use crate::profile::{CpuUse, GpuUse, HeapUse, MemoryUse, SpanResources};
 use crate::samplers::{Readings, Timeline};
@@ -106,41 +105,6 @@ impl InstanceMark {
     /// The same readings as this mark, at `t_ns` (a span's close, for its open mark).
     pub(crate) fn read_again(&self, readings: &Readings, t_ns: u64) -> Self {
         Self::read(readings, t_ns, self.resources)
-    }
-}
-
-/// The instance marks of open spans, beside the span table: one per slot, made per segment
-/// when first needed (only at presets that take them). Keeping them here rather than in the
-/// registry's span extensions means no allocation per span, so spanprof's own memory never
-/// shows in a user span's heap figures.
-#[derive(Debug, Default)]
-pub(crate) struct MarkTable {
-    segments: [OnceLock<Box<[Mutex<InstanceMark>]>>; SEGMENTS],
-}
-
-impl MarkTable {
-    fn cell(&self, (segment, index): (usize, usize)) -> Option<&Mutex<InstanceMark>> {
-        let cells = self.segments.get(segment)?.get_or_init(|| {
-            crate::alloc::untracked(|| {
-                (0..segment_len(segment))
-                    .map(|_| Mutex::new(InstanceMark::default()))
-                    .collect()
-            })
-        });
-        cells.get(index)
-    }
-
-    /// Keeps the mark of the span in the slot at `position` (its owner until it closes).
-    pub(crate) fn put(&self, position: (usize, usize), mark: InstanceMark) {
-        if let Some(cell) = self.cell(position) {
-            *cell.lock().unwrap_or_else(|e| e.into_inner()) = mark;
-        }
-    }
-
-    /// The mark kept for the slot at `position`.
-    pub(crate) fn get(&self, position: (usize, usize)) -> Option<InstanceMark> {
-        self.cell(position)
-            .map(|cell| *cell.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

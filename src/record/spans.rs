@@ -8,7 +8,7 @@
 //! becomes empty again, so a lookup stops at the first empty slot it meets.
 
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 const EMPTY: u64 = 0;
 const TOMBSTONE: u64 = u64::MAX;
@@ -87,11 +87,6 @@ impl Slot {
         }
     }
 
-    /// The slot's segment and index in it.
-    pub(crate) fn position(&self) -> (usize, usize) {
-        (usize::from(self.segment), self.index as usize)
-    }
-
     /// The span id this slot holds, if it holds an open span.
     pub(crate) fn id(&self) -> Option<u64> {
         match self.key.load(Ordering::Acquire) {
@@ -101,21 +96,91 @@ impl Slot {
     }
 }
 
-/// The table. See the module docs.
-pub(crate) struct SpanTable {
+/// The table. See the module docs. `M` is what is kept beside the slot of an open span that
+/// asked for it (resource readings at its creation), in the memory of the slot's segment.
+pub(crate) struct SpanTable<M> {
     /// Segment 0, always there.
-    first: Box<[Slot]>,
-    /// Segments 1.., each twice the size of the one before, made when first needed.
-    rest: [OnceLock<Box<[Slot]>>; SEGMENTS - 1],
+    first: Segment<M>,
+    /// Segments 1.., each twice the size of the one before, made when first needed and freed
+    /// when their last open span closes.
+    rest: [RwLock<Option<Arc<Segment<M>>>>; SEGMENTS - 1],
     /// Open spans in each of segments 1.. (segment 0 is not counted). Lookups and scans skip
-    /// segments without open spans, so a burst of open spans that spilled into them costs
-    /// nothing once those spans closed.
+    /// segments without open spans, and such a segment is freed: a burst of open spans that
+    /// spilled into them costs nothing, in time or memory, once those spans closed.
     live: [AtomicU32; SEGMENTS - 1],
 }
 
-impl std::fmt::Debug for SpanTable {
+/// One segment: its slots, and what is kept beside them (made when first needed).
+pub(crate) struct Segment<M> {
+    slots: Box<[Slot]>,
+    marks: OnceLock<Box<[Mutex<M>]>>,
+}
+
+impl<M: Default> Segment<M> {
+    fn new(k: usize) -> Self {
+        crate::alloc::untracked(|| Self {
+            slots: (0..segment_len(k))
+                .map(|i| Slot::new(k as u8, i as u32))
+                .collect(),
+            marks: OnceLock::new(),
+        })
+    }
+
+    fn mark(&self, index: usize) -> Option<&Mutex<M>> {
+        let len = self.slots.len();
+        self.marks
+            .get_or_init(|| {
+                crate::alloc::untracked(|| (0..len).map(|_| Mutex::default()).collect())
+            })
+            .get(index)
+    }
+}
+
+/// A slot found in the table, with its segment, for the duration of one operation.
+pub(crate) struct SlotIn<'a, M> {
+    slot: &'a Slot,
+    segment: &'a Segment<M>,
+}
+
+impl<M> Clone for SlotIn<'_, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<M> Copy for SlotIn<'_, M> {}
+
+impl<M> std::ops::Deref for SlotIn<'_, M> {
+    type Target = Slot;
+    #[inline(always)]
+    fn deref(&self) -> &Slot {
+        self.slot
+    }
+}
+
+impl<M: Default + Copy> SlotIn<'_, M> {
+    /// Keeps `mark` beside the slot (until its span closes).
+    pub(crate) fn put_mark(&self, mark: M) {
+        if let Some(cell) = self.segment.mark(self.slot.index as usize) {
+            *cell.lock().unwrap_or_else(|e| e.into_inner()) = mark;
+        }
+    }
+
+    /// What was kept beside the slot.
+    pub(crate) fn mark(&self) -> Option<M> {
+        self.segment
+            .mark(self.slot.index as usize)
+            .map(|c| *c.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl<M> std::fmt::Debug for SpanTable<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let segments = 1 + self.rest.iter().filter(|s| s.get().is_some()).count();
+        let segments = 1 + self
+            .rest
+            .iter()
+            .filter(|s| s.read().map(|s| s.is_some()).unwrap_or(false))
+            .count();
         f.debug_struct("SpanTable")
             .field("segments", &segments)
             .finish()
@@ -144,127 +209,215 @@ fn home(id: u64, segment: usize) -> usize {
     }
 }
 
-fn new_segment(k: usize) -> Box<[Slot]> {
-    crate::alloc::untracked(|| {
-        (0..segment_len(k))
-            .map(|i| Slot::new(k as u8, i as u32))
-            .collect()
-    })
-}
-
 /// Slots in segment `k`.
 pub(crate) const fn segment_len(k: usize) -> usize {
     FIRST_SEGMENT << k
 }
 
-impl SpanTable {
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<M: Default + Copy> SpanTable<M> {
     pub(crate) fn new() -> Self {
         Self {
-            first: new_segment(0),
+            first: Segment::new(0),
             rest: Default::default(),
             live: Default::default(),
         }
     }
 
-    #[inline(always)]
-    fn segment(&self, k: usize) -> Option<&[Slot]> {
-        if k == 0 {
-            Some(&self.first)
-        } else {
-            self.rest[k - 1].get().map(|s| &**s)
+    /// Claims a slot for `id` and initialises it with `init` before publishing it. Returns
+    /// `false` when every segment's probe window is full (the span is then not profiled).
+    #[inline]
+    pub(crate) fn insert(&self, id: u64, init: impl FnOnce(SlotIn<'_, M>)) -> bool {
+        debug_assert!(id != EMPTY && id != TOMBSTONE && id != RESERVED);
+        if let Some(index) = claim(&self.first.slots, id, 0) {
+            let slot = &self.first.slots[index];
+            init(SlotIn {
+                slot,
+                segment: &self.first,
+            });
+            slot.key.store(id, Ordering::Release);
+            return true;
         }
+        self.insert_spilled(id, init)
     }
 
-    /// Claims a slot for `id` and initialises it with `init` before publishing it. Returns
-    /// `None` when every segment's probe window is full (the span is then not profiled).
-    #[inline]
-    pub(crate) fn insert(&self, id: u64, init: impl FnOnce(&Slot)) -> Option<&Slot> {
-        debug_assert!(id != EMPTY && id != TOMBSTONE && id != RESERVED);
-        for k in 0..SEGMENTS {
-            let segment = match self.segment(k) {
-                Some(s) => s,
-                None => self.rest[k - 1].get_or_init(|| new_segment(k)),
+    #[cold]
+    #[inline(never)]
+    fn insert_spilled(&self, id: u64, init: impl FnOnce(SlotIn<'_, M>)) -> bool {
+        for k in 1..SEGMENTS {
+            // Claimed and counted while the segment is held (read lock): it is freed only
+            // under the write lock, when it has no open span.
+            let guard = self.spilled(k);
+            let Some(segment) = guard.as_ref() else {
+                continue;
             };
-            let start = home(id, k);
-            let mask = segment.len() - 1;
-            for probe in 0..PROBES {
-                let index = (start + probe) & mask;
-                let slot = &segment[index];
-                let key = slot.key.load(Ordering::Relaxed);
-                if (key == EMPTY || key == TOMBSTONE)
-                    && slot
-                        .key
-                        .compare_exchange(key, RESERVED, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    if k > 0 {
-                        self.live[k - 1].fetch_add(1, Ordering::Relaxed);
-                    }
-                    init(slot);
-                    slot.key.store(id, Ordering::Release);
-                    return Some(slot);
-                }
+            let Some(index) = claim(&segment.slots, id, k) else {
+                continue;
+            };
+            self.live[k - 1].fetch_add(1, Ordering::AcqRel);
+            let slot = &segment.slots[index];
+            init(SlotIn { slot, segment });
+            slot.key.store(id, Ordering::Release);
+            return true;
+        }
+        false
+    }
+
+    /// Segment `k` (1..) under its read lock, made if needed.
+    fn spilled(&self, k: usize) -> std::sync::RwLockReadGuard<'_, Option<Arc<Segment<M>>>> {
+        {
+            let guard = read(&self.rest[k - 1]);
+            if guard.is_some() {
+                return guard;
             }
         }
-        None
+        self.rest[k - 1]
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(|| Arc::new(Segment::new(k)));
+        read(&self.rest[k - 1])
     }
 
-    /// The slot of an open span, or `None` if `id` was never inserted (not profiled).
+    /// Runs `f` with the slot of the open span `id`; `None` if `id` was never inserted (not
+    /// profiled).
     #[inline(always)]
-    pub(crate) fn get(&self, id: u64) -> Option<&Slot> {
+    pub(crate) fn with<R>(&self, id: u64, f: impl FnOnce(SlotIn<'_, M>) -> R) -> Option<R> {
         let index = home(id, 0) & (FIRST_SEGMENT - 1);
-        let slot = &self.first[index];
+        let slot = &self.first.slots[index];
         match slot.key.load(Ordering::Acquire) {
-            key if key == id => Some(slot),
+            key if key == id => Some(f(SlotIn {
+                slot,
+                segment: &self.first,
+            })),
             EMPTY => None,
-            _ => self.get_probing(id),
+            _ => self.with_probing(id, f),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn get_probing(&self, id: u64) -> Option<&Slot> {
-        for k in 0..SEGMENTS {
+    fn with_probing<R>(&self, id: u64, f: impl FnOnce(SlotIn<'_, M>) -> R) -> Option<R> {
+        match probe(&self.first.slots, id, 0) {
+            Probe::Found(index) => {
+                return Some(f(SlotIn {
+                    slot: &self.first.slots[index],
+                    segment: &self.first,
+                }))
+            }
+            // The first segment is never freed, and a key goes to a later segment only when its
+            // window there was full: an empty slot in it means the key is nowhere.
+            Probe::Empty => return None,
+            Probe::Full => {}
+        }
+        for k in 1..SEGMENTS {
             // A segment without open spans cannot hold `id`.
-            if k > 0 && self.live[k - 1].load(Ordering::Acquire) == 0 {
+            if self.live[k - 1].load(Ordering::Acquire) == 0 {
                 continue;
             }
-            let segment = self.segment(k)?;
-            let start = home(id, k);
-            let mask = segment.len() - 1;
-            for probe in 0..PROBES {
-                let index = (start + probe) & mask;
-                let slot = &segment[index];
-                match slot.key.load(Ordering::Acquire) {
-                    key if key == id => return Some(slot),
-                    // Keys are in the first segment whose window had room when inserted: an
-                    // empty slot ends the search in this segment and every later one.
-                    EMPTY => return None,
-                    _ => {}
-                }
+            // Held for the operation: it cannot be freed under it.
+            let Some(segment) = read(&self.rest[k - 1]).clone() else {
+                continue;
+            };
+            // An empty slot here does not end the search: this segment may have been freed
+            // and made again since a key went past it to a later one.
+            if let Probe::Found(index) = probe(&segment.slots, id, k) {
+                return Some(f(SlotIn {
+                    slot: &segment.slots[index],
+                    segment: &segment,
+                }));
             }
         }
         None
     }
 
-    /// Frees the slot of a closed span.
+    /// Frees the slot of a closed span, and its segment if that was the segment's last open
+    /// span (its memory goes when the caller's operation ends).
     #[inline]
-    pub(crate) fn remove(&self, slot: &Slot) {
+    pub(crate) fn remove(&self, slot: SlotIn<'_, M>) {
         slot.key.store(TOMBSTONE, Ordering::Release);
-        if slot.segment > 0 {
-            self.live[usize::from(slot.segment) - 1].fetch_sub(1, Ordering::Release);
+        let k = usize::from(slot.slot.segment);
+        if k > 0 && self.live[k - 1].fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.free_if_empty(k);
         }
     }
 
-    /// Every slot that holds an open span (for snapshots). Segments without open spans are
-    /// skipped.
-    pub(crate) fn open_slots(&self) -> impl Iterator<Item = &Slot> {
-        (0..SEGMENTS)
-            .filter(|&k| k == 0 || self.live[k - 1].load(Ordering::Acquire) > 0)
-            .filter_map(|k| self.segment(k))
-            .flat_map(|s| s.iter())
-            .filter(|e| e.id().is_some())
+    #[cold]
+    #[inline(never)]
+    fn free_if_empty(&self, k: usize) {
+        // Inserts hold the segment (read lock) while they claim and count: under the write lock
+        // no insert is between the two, so a zero count means no open span in it.
+        if let Ok(mut w) = self.rest[k - 1].try_write() {
+            if self.live[k - 1].load(Ordering::Acquire) == 0 {
+                *w = None;
+            }
+        }
     }
+
+    /// Calls `f` with every slot that holds an open span (for snapshots). Segments without open
+    /// spans are skipped.
+    pub(crate) fn for_each_open(&self, mut f: impl FnMut(&Slot)) {
+        let mut visit = |slots: &[Slot]| {
+            for slot in slots.iter().filter(|s| s.id().is_some()) {
+                f(slot);
+            }
+        };
+        visit(&self.first.slots);
+        for k in 1..SEGMENTS {
+            if self.live[k - 1].load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            if let Some(segment) = read(&self.rest[k - 1]).clone() {
+                visit(&segment.slots);
+            }
+        }
+    }
+}
+
+/// What a probe window holds for a key.
+enum Probe {
+    Found(usize),
+    /// Not found, and an empty slot met.
+    Empty,
+    /// Not found, and no empty slot.
+    Full,
+}
+
+fn probe(slots: &[Slot], id: u64, k: usize) -> Probe {
+    let start = home(id, k);
+    let mask = slots.len() - 1;
+    for p in 0..PROBES {
+        let index = (start + p) & mask;
+        match slots[index].key.load(Ordering::Acquire) {
+            key if key == id => return Probe::Found(index),
+            EMPTY => return Probe::Empty,
+            _ => {}
+        }
+    }
+    Probe::Full
+}
+
+/// Claims (reserves) an empty or freed slot of `id`'s window in `slots`.
+#[inline]
+fn claim(slots: &[Slot], id: u64, k: usize) -> Option<usize> {
+    let start = home(id, k);
+    let mask = slots.len() - 1;
+    for p in 0..PROBES {
+        let index = (start + p) & mask;
+        let slot = &slots[index];
+        let key = slot.key.load(Ordering::Relaxed);
+        if (key == EMPTY || key == TOMBSTONE)
+            && slot
+                .key
+                .compare_exchange(key, RESERVED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(index);
+        }
+    }
+    None
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 64);
@@ -275,35 +428,35 @@ mod tests {
 
     #[test]
     fn insert_get_remove() {
-        let t = SpanTable::new();
+        let t = SpanTable::<u64>::new();
         for id in 1..=10_000u64 {
-            let e = t.insert(id, |e| e.busy.store(id, Ordering::Relaxed));
-            assert!(e.is_some());
+            assert!(t.insert(id, |e| e.busy.store(id, Ordering::Relaxed)));
         }
         for id in 1..=10_000u64 {
-            let e = t.get(id).expect("present");
-            assert_eq!(e.busy.load(Ordering::Relaxed), id);
+            let busy = t.with(id, |e| e.busy.load(Ordering::Relaxed));
+            assert_eq!(busy, Some(id));
         }
-        assert!(t.get(10_001).is_none());
+        assert!(t.with(10_001, |_| ()).is_none());
         for id in (1..=10_000u64).step_by(2) {
-            let e = t.get(id).unwrap();
-            t.remove(e);
+            t.with(id, |e| t.remove(e)).unwrap();
         }
-        assert!(t.get(1).is_none());
-        assert!(t.get(2).is_some());
-        assert_eq!(t.open_slots().count(), 5_000);
+        assert!(t.with(1, |_| ()).is_none());
+        assert!(t.with(2, |_| ()).is_some());
+        let mut open = 0;
+        t.for_each_open(|_| open += 1);
+        assert_eq!(open, 5_000);
     }
 
     #[test]
     fn colliding_keys_spill_into_later_segments() {
-        let t = SpanTable::new();
+        let t = SpanTable::<u64>::new();
         // Same home slot for all: address 5 of shard 0 with different generations.
         let ids: Vec<u64> = (1..2000u64).map(|g| (g << 51) | 5).collect();
         for &id in &ids {
-            t.insert(id, |_| {}).expect("room");
+            assert!(t.insert(id, |_| {}), "room");
         }
         for &id in &ids {
-            assert_eq!(t.get(id).and_then(Slot::id), Some(id));
+            assert_eq!(t.with(id, |s| s.id()).flatten(), Some(id));
         }
         let spilled: u32 = t.live.iter().map(|l| l.load(Ordering::Relaxed)).sum();
         assert_eq!(
@@ -311,29 +464,44 @@ mod tests {
             ids.len() - PROBES,
             "all but one window spilled"
         );
-        // Once they close, later segments are skipped by lookups and scans.
+        // What is kept beside a spilled slot is the slot's own.
+        t.with(ids[1000], |s| s.put_mark(77)).unwrap();
+        assert_eq!(t.with(ids[1000], |s| s.mark()).flatten(), Some(77));
+        // Once they close, later segments are freed, and skipped by lookups and scans.
         for &id in &ids {
-            t.remove(t.get(id).unwrap());
+            t.with(id, |s| t.remove(s)).unwrap();
         }
         assert!(t.live.iter().all(|l| l.load(Ordering::Relaxed) == 0));
-        assert_eq!(t.open_slots().count(), 0);
-        assert!(t.get(ids[100]).is_none());
+        assert!(
+            t.rest.iter().all(|r| r.read().unwrap().is_none()),
+            "memory freed"
+        );
+        let mut open = 0;
+        t.for_each_open(|_| open += 1);
+        assert_eq!(open, 0);
+        assert!(t.with(ids[100], |_| ()).is_none());
         // A reused id lands back in the first segment.
-        let slot = t.insert(ids[100], |_| {}).unwrap();
-        assert_eq!(slot.segment, 0);
+        assert!(t.insert(ids[100], |s| assert_eq!(s.slot.segment, 0)));
+        t.with(ids[100], |s| t.remove(s)).unwrap();
+        // Spilling again makes them anew, and every key is found.
+        for &id in &ids {
+            assert!(t.insert(id, |_| {}), "room");
+        }
+        for &id in &ids {
+            assert_eq!(t.with(id, |s| s.id()).flatten(), Some(id));
+        }
     }
 
     #[test]
     fn concurrent_inserts_are_unique() {
-        let t = std::sync::Arc::new(SpanTable::new());
+        let t = std::sync::Arc::new(SpanTable::<u64>::new());
         let threads: Vec<_> = (0..4u64)
             .map(|thread| {
                 let t = t.clone();
                 std::thread::spawn(move || {
                     for i in 1..=2000u64 {
                         let id = (thread << 38) | i;
-                        t.insert(id, |e| e.busy.store(id, Ordering::Relaxed))
-                            .unwrap();
+                        assert!(t.insert(id, |e| e.busy.store(id, Ordering::Relaxed)));
                     }
                 })
             })
@@ -344,7 +512,8 @@ mod tests {
         for thread in 0..4u64 {
             for i in 1..=2000u64 {
                 let id = (thread << 38) | i;
-                assert_eq!(t.get(id).unwrap().busy.load(Ordering::Relaxed), id);
+                let busy = t.with(id, |e| e.busy.load(Ordering::Relaxed));
+                assert_eq!(busy, Some(id));
             }
         }
     }
