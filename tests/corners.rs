@@ -198,3 +198,45 @@ fn errors_are_counted_per_instance_too() {
     assert_eq!((s.calls, s.instances), (6, 2));
     assert_eq!((s.errors, s.errored_instances), (2, 1));
 }
+
+/// A burst of spans open at once spills past the span table's first segment; every one is
+/// counted, and once they closed the table serves new spans as before.
+#[test]
+fn a_burst_of_open_spans_is_counted_and_leaves_nothing_behind() {
+    let (dispatch, guard) = support::install(ProfileLayer::builder());
+    let burst = |dispatch: tracing::Dispatch| {
+        tracing::dispatcher::with_default(&dispatch, || {
+            let open: Vec<_> = (0..12_000)
+                .map(|_| {
+                    let span = tracing::info_span!(parent: None, "burst");
+                    span.in_scope(|| {});
+                    span
+                })
+                .collect();
+            drop(open);
+        })
+    };
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let dispatch = dispatch.clone();
+            std::thread::spawn(move || burst(dispatch))
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..100 {
+            tracing::info_span!("after").in_scope(|| {});
+        }
+    });
+    let snap = guard.snapshot();
+    let b = support::span(&snap, "burst");
+    assert_eq!(
+        (b.created, b.instances, b.open, b.calls),
+        (24_000, 24_000, 0, 24_000)
+    );
+    assert_eq!(snap.dropped.spans_table_full, 0);
+    let a = support::span(&snap, "after");
+    assert_eq!((a.created, a.instances, a.open), (100, 100, 0));
+}
