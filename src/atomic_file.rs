@@ -29,18 +29,48 @@ pub(crate) fn write(
         None => PathBuf::from("."),
     };
     let temp = temp_path(&dir, path);
-    let result = (|| {
-        let file = File::create(&temp)?;
-        let mut out = BufWriter::new(file);
-        fill(&mut out)?;
-        let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
-        file.sync_all()?;
-        fs::rename(&temp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
+    let file = File::options()
+        .write(true)
+        .create_new(true)
+        .open(&temp)
+        .map_err(io)?;
+    // Removes the temporary unless it was renamed: on an error, and on a panic in `fill`.
+    let mut pending = Temporary(Some(temp));
+    let mut out = BufWriter::new(file);
+    fill(&mut out).map_err(io)?;
+    let file = out
+        .into_inner()
+        .map_err(io::IntoInnerError::into_error)
+        .map_err(io)?;
+    file.sync_all().map_err(io)?;
+    drop(file);
+    if let Some(temp) = pending.0.take() {
+        if let Err(e) = fs::rename(&temp, path) {
+            let _ = fs::remove_file(&temp);
+            return Err(io(e));
+        }
     }
-    result.map_err(io)
+    Ok(())
+}
+
+/// A temporary file removed when dropped, unless taken.
+struct Temporary(Option<PathBuf>);
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        if let Some(temp) = self.0.take() {
+            let _ = fs::remove_file(temp);
+        }
+    }
+}
+
+/// Creates `dir` (and its parents) and checks that a file can be created in it: creates and
+/// removes a temporary file, named as [`write`] names its temporaries.
+pub(crate) fn probe_dir(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    let temp = temp_path(dir, &dir.join("probe"));
+    File::options().write(true).create_new(true).open(&temp)?;
+    fs::remove_file(&temp)
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -47,12 +47,19 @@ impl std::fmt::Debug for OutputSlot {
 }
 
 /// Where the console report goes when the guard is dropped.
+///
+/// `SPANPROF_REPORT` spells them `stderr`, `stdout` (or `-`) and `off`, case-insensitively;
+/// any other value is a file path.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ReportTarget {
     /// Standard error (the default).
     #[default]
     Stderr,
-    /// A file, overwritten.
+    /// Standard output.
+    Stdout,
+    /// A file, replaced atomically. [`Builder::build`] checks that its directory can be
+    /// created and written; if not, the report goes to standard error instead, with one
+    /// warning at start (the report is never lost).
     File(PathBuf),
     /// No report.
     Off,
@@ -66,12 +73,18 @@ pub enum ReportTarget {
 /// |---|---|---|
 /// | `SPANPROF` | `off`, `basic`, `detailed`, `full` | [`Builder::with_preset`] |
 /// | `SPANPROF_FILTER` | `EnvFilter` directives, e.g. `my_app=trace,hyper=off` | [`Builder::with_filter`] |
-/// | `SPANPROF_REPORT` | `stderr`, `off`, or a file path | [`Builder::with_report`] |
+/// | `SPANPROF_REPORT` | `stderr`, `stdout` (or `-`), `off`, or a file path | [`Builder::with_report`] |
 /// | `SPANPROF_TOP` | a positive integer | [`Builder::with_top`] |
 /// | `SPANPROF_OUT` | a directory | [`Builder::with_output_dir`] |
 /// | `SPANPROF_SAMPLERS` | `memory,heap,cpu,gpu,energy`, `none`, `all` | [`Builder::with_resources`] |
-/// | `SPANPROF_INTERVAL_MS` | a positive integer | [`Builder::with_sample_interval`] |
+/// | `SPANPROF_INTERVAL_MS` | milliseconds, 1 to 3600000 (1 ms to 1 h) | [`Builder::with_sample_interval`] |
 /// | `SPANPROF_GRID_G_PER_KWH` | a non-negative number | [`Builder::with_grid_intensity`] |
+///
+/// One rule per option, whichever source gives the value: [`Builder::build`] checks the
+/// builder's values with the same rule the variable's value is checked with, and an invalid
+/// value is an error naming the option (the variable, or the builder method) and the value.
+/// Environment values are trimmed of surrounding whitespace; keywords are case-insensitive; a
+/// variable that is set must hold a value (an empty one is an error: unset it instead).
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct Builder {
@@ -128,6 +141,10 @@ impl Builder {
     /// The sampler thread costs about 0.08 % of one core at this interval (memory, CPU and
     /// energy, no GPU; 78 µs of its own CPU time per sample on a 2-vCPU VM).
     pub const DEFAULT_SAMPLE_INTERVAL: Duration = samplers::DEFAULT_INTERVAL;
+    /// The shortest sample interval accepted: 1 ms (the sampler thread's own lower bound).
+    pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
+    /// The longest sample interval accepted: 1 h (the sampler thread's own upper bound).
+    pub const MAX_SAMPLE_INTERVAL: Duration = Duration::from_secs(3600);
 
     /// Sets the preset (default [`Preset::Basic`]). `SPANPROF` overrides it.
     ///
@@ -149,10 +166,10 @@ impl Builder {
     /// README's "Filtering" for what that costs).
     ///
     /// # Errors
-    /// [`Error::InvalidFilter`] if the directives do not parse.
+    /// [`Error::InvalidFilter`] if the directives do not parse, [`Error::InvalidSetting`] if
+    /// they are empty.
     pub fn with_filter(self, directives: impl Into<String>) -> Result<Self> {
-        let directives = directives.into();
-        parse_filter(&directives, "the builder")?;
+        let directives = rules::filter(directives.into(), Origin::Builder("with_filter"))?;
         Ok(Self {
             filter: Some(directives),
             ..self
@@ -164,16 +181,17 @@ impl Builder {
         Self { report, ..self }
     }
 
-    /// Rows shown in the report (default [`Builder::DEFAULT_TOP`]).
+    /// Rows shown in the report (default [`Builder::DEFAULT_TOP`]); at least 1, or
+    /// [`Builder::build`] fails. `SPANPROF_TOP` overrides it.
     pub fn with_top(self, top: usize) -> Self {
-        Self {
-            top: top.max(1),
-            ..self
-        }
+        Self { top, ..self }
     }
 
     /// A directory the guard writes its file outputs into when it drops: the JSON profile
-    /// ([`PROFILE_FILE`](crate::output::PROFILE_FILE)).
+    /// ([`PROFILE_FILE`](crate::output::PROFILE_FILE)). `SPANPROF_OUT` overrides it.
+    ///
+    /// [`Builder::build`] creates it and checks that a file can be written there (an empty path
+    /// or a directory that cannot be written is an error then, not when the guard drops).
     pub fn with_output_dir(self, dir: impl Into<PathBuf>) -> Self {
         Self {
             output_dir: Some(dir.into()),
@@ -227,8 +245,10 @@ impl Builder {
         self
     }
 
-    /// Time between resource samples (default [`Builder::DEFAULT_SAMPLE_INTERVAL`], 100 ms;
-    /// clamped to 1 ms ..= 1 h). `SPANPROF_INTERVAL_MS` overrides it.
+    /// Time between resource samples (default [`Builder::DEFAULT_SAMPLE_INTERVAL`], 100 ms).
+    /// From 1 ms to 1 h ([`Builder::MIN_SAMPLE_INTERVAL`] ..= [`Builder::MAX_SAMPLE_INTERVAL`]);
+    /// outside that range [`Builder::build`] fails. The profile records it in whole
+    /// milliseconds. `SPANPROF_INTERVAL_MS` overrides it.
     pub fn with_sample_interval(self, interval: Duration) -> Self {
         Self { interval, ..self }
     }
@@ -242,33 +262,56 @@ impl Builder {
         }
     }
 
-    /// Grid carbon intensity in grams CO2e per kWh: energy figures get a CO2e column.
-    /// `SPANPROF_GRID_G_PER_KWH` overrides it.
+    /// Grid carbon intensity in grams CO2e per kWh: energy figures get a CO2e column. A finite
+    /// number, 0 or more, or [`Builder::build`] fails. `SPANPROF_GRID_G_PER_KWH` overrides it.
     pub fn with_grid_intensity(self, grams_per_kwh: f64) -> Self {
         Self {
-            grid_g_per_kwh: (grams_per_kwh.is_finite() && grams_per_kwh >= 0.0)
-                .then_some(grams_per_kwh),
+            grid_g_per_kwh: Some(grams_per_kwh),
             ..self
         }
     }
 
     /// Builds the layer and its guard.
     ///
+    /// Reads the `SPANPROF*` variables (unless [`Builder::with_env`] is `false`), checks every
+    /// value, creates the output directory and checks that it can be written, and checks the
+    /// directory of a report file (if it cannot be written, the report goes to standard error,
+    /// with one warning now).
+    ///
     /// # Errors
-    /// [`Error::InvalidEnv`] or [`Error::InvalidFilter`] naming the variable and value that is
-    /// wrong. Nothing is installed in that case. With [`Builder::with_chrome`]:
+    /// [`Error::InvalidEnv`] naming the variable, or [`Error::InvalidSetting`] naming the
+    /// builder method, with the value that is wrong; [`Error::InvalidFilter`] if filter
+    /// directives do not parse; [`Error::Io`] naming the output directory if it cannot be
+    /// created or written. Nothing is installed in that case. With [`Builder::with_chrome`]:
     /// [`Error::InvalidChromeOptions`], or [`Error::Io`] if the trace directory cannot be created.
     pub fn build(self) -> Result<(ProfileLayer, ProfileGuard)> {
-        let b = if self.read_env {
-            self.apply_env(|var| std::env::var_os(var))?
-        } else {
-            self
-        };
+        let read_env = self.read_env;
+        self.build_from(|var| {
+            if read_env {
+                std::env::var_os(var)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// [`Builder::build`] with the environment read through `get`.
+    pub(crate) fn build_from(
+        self,
+        get: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<(ProfileLayer, ProfileGuard)> {
+        let b = self.apply_env(get)?.checked()?;
         let filter = match &b.filter {
             Some(directives) => Some(parse_filter(directives, "the configuration")?),
             None => None,
         };
         let records = b.preset.records();
+        // The off preset writes nothing: it creates no directory either.
+        let report = if records {
+            prepare_outputs(b.output_dir.as_deref(), b.report)?
+        } else {
+            ReportTarget::Off
+        };
         #[cfg(feature = "chrome")]
         let chrome = match b.chrome {
             Some(options) if records => Some(Arc::new(ChromeSession::new(options)?)),
@@ -308,6 +351,7 @@ impl Builder {
             preset: b.preset.as_str(),
             filter: b.filter,
             sampled: resources,
+            // Within 1 ms ..= 1 h (checked): the interval the sampler uses.
             interval_ms: b.interval.as_millis() as u64,
             grid_g_per_kwh: b.grid_g_per_kwh,
         };
@@ -319,16 +363,17 @@ impl Builder {
         // The off preset writes nothing: no empty report, and the files of an earlier run
         // (profile.json) are left as they are.
         if records {
-            match b.report {
-                ReportTarget::Off => {}
-                ReportTarget::Stderr => outputs.push(Output {
+            let report_to = match report {
+                ReportTarget::Off => None,
+                ReportTarget::Stderr => Some(Destination::Stderr),
+                ReportTarget::Stdout => Some(Destination::Stdout),
+                ReportTarget::File(path) => Some(Destination::File(path)),
+            };
+            if let Some(to) = report_to {
+                outputs.push(Output {
                     format: Box::new(table),
-                    to: Destination::Stderr,
-                }),
-                ReportTarget::File(path) => outputs.push(Output {
-                    format: Box::new(table),
-                    to: Destination::File(path),
-                }),
+                    to,
+                });
             }
             if let Some(dir) = b.output_dir {
                 outputs.push(Output {
@@ -353,99 +398,233 @@ impl Builder {
         ))
     }
 
-    /// Applies environment overrides read through `get`.
+    /// Checks every value with the rule of its option (the values the environment set were
+    /// checked when read, by the same rules).
+    fn checked(mut self) -> Result<Self> {
+        self.top = rules::top(self.top, Origin::Builder("with_top"))?;
+        self.interval = rules::interval(self.interval, Origin::Builder("with_sample_interval"))?;
+        if let Some(g) = self.grid_g_per_kwh {
+            self.grid_g_per_kwh = Some(rules::grid(g, Origin::Builder("with_grid_intensity"))?);
+        }
+        if let Some(dir) = self.output_dir {
+            self.output_dir = Some(rules::output_dir(dir, Origin::Builder("with_output_dir"))?);
+        }
+        self.report = rules::report(self.report, Origin::Builder("with_report"))?;
+        if let Some(filter) = self.filter {
+            self.filter = Some(rules::filter(filter, Origin::Builder("with_filter"))?);
+        }
+        Ok(self)
+    }
+
+    /// Applies environment overrides read through `get`, each checked by its option's rule.
     pub(crate) fn apply_env(
         mut self,
         get: impl Fn(&str) -> Option<std::ffi::OsString>,
     ) -> Result<Self> {
+        // Every value is trimmed; a variable that is set must hold something.
         let read = |var: &'static str, expected: &'static str| -> Result<Option<String>> {
             match get(var) {
                 None => Ok(None),
-                Some(v) => v.into_string().map(Some).map_err(|v| Error::InvalidEnv {
-                    var,
-                    value: v.to_string_lossy().into_owned(),
-                    expected,
-                }),
+                Some(v) => match v.into_string() {
+                    Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_string())),
+                    Ok(v) => Err(Error::InvalidEnv {
+                        var,
+                        value: v,
+                        expected,
+                    }),
+                    Err(v) => Err(Error::InvalidEnv {
+                        var,
+                        value: v.to_string_lossy().into_owned(),
+                        expected,
+                    }),
+                },
             }
         };
         if let Some(v) = read(ENV_PRESET, Preset::ACCEPTED)? {
             self.preset = v.parse()?;
         }
-        if let Some(v) = read(ENV_FILTER, "EnvFilter directives in UTF-8")? {
-            if !v.trim().is_empty() {
-                parse_filter(&v, ENV_FILTER)?;
-                self.filter = Some(v);
-            }
+        if let Some(v) = read(ENV_FILTER, rules::FILTER)? {
+            self.filter = Some(rules::filter(v.clone(), Origin::Env(ENV_FILTER, &v))?);
         }
-        const REPORT: &str = "stderr, off, or a file path";
-        if let Some(v) = read(ENV_REPORT, REPORT)? {
-            self.report = match v.trim() {
-                "stderr" => ReportTarget::Stderr,
-                "off" => ReportTarget::Off,
-                "" => {
-                    return Err(Error::InvalidEnv {
-                        var: ENV_REPORT,
-                        value: v,
-                        expected: REPORT,
-                    })
-                }
-                path => ReportTarget::File(PathBuf::from(path)),
-            };
+        if let Some(v) = read(ENV_REPORT, rules::REPORT)? {
+            self.report = rules::report(rules::parse_report(&v), Origin::Env(ENV_REPORT, &v))?;
         }
-        const TOP: &str = "a positive integer";
-        if let Some(v) = read(ENV_TOP, TOP)? {
-            self.top = match v.trim().parse::<usize>() {
-                Ok(n) if n > 0 => n,
-                _ => {
-                    return Err(Error::InvalidEnv {
-                        var: ENV_TOP,
-                        value: v,
-                        expected: TOP,
-                    })
-                }
-            };
+        if let Some(v) = read(ENV_TOP, rules::TOP)? {
+            let n = rules::number(&v, ENV_TOP, rules::TOP)?;
+            self.top = rules::top(n, Origin::Env(ENV_TOP, &v))?;
         }
         if let Some(v) = read(ENV_SAMPLERS, Resources::ACCEPTED)? {
             self.resources = Some(v.parse()?);
         }
-        const INTERVAL: &str = "a positive integer (milliseconds)";
-        if let Some(v) = read(ENV_INTERVAL_MS, INTERVAL)? {
-            self.interval = match v.trim().parse::<u64>() {
-                Ok(ms) if ms > 0 => Duration::from_millis(ms),
-                _ => {
-                    return Err(Error::InvalidEnv {
-                        var: ENV_INTERVAL_MS,
-                        value: v,
-                        expected: INTERVAL,
-                    })
-                }
-            };
+        if let Some(v) = read(ENV_INTERVAL_MS, rules::INTERVAL)? {
+            let ms: u64 = rules::number(&v, ENV_INTERVAL_MS, rules::INTERVAL)?;
+            self.interval =
+                rules::interval(Duration::from_millis(ms), Origin::Env(ENV_INTERVAL_MS, &v))?;
         }
-        const GRID: &str = "a non-negative number (grams CO2e per kWh)";
-        if let Some(v) = read(ENV_GRID, GRID)? {
-            self.grid_g_per_kwh = match v.trim().parse::<f64>() {
-                Ok(g) if g.is_finite() && g >= 0.0 => Some(g),
-                _ => {
-                    return Err(Error::InvalidEnv {
-                        var: ENV_GRID,
-                        value: v,
-                        expected: GRID,
-                    })
-                }
-            };
+        if let Some(v) = read(ENV_GRID, rules::GRID)? {
+            let g = rules::number(&v, ENV_GRID, rules::GRID)?;
+            self.grid_g_per_kwh = Some(rules::grid(g, Origin::Env(ENV_GRID, &v))?);
         }
-        const OUT: &str = "a directory path";
-        if let Some(v) = read(ENV_OUT, OUT)? {
-            if v.trim().is_empty() {
-                return Err(Error::InvalidEnv {
-                    var: ENV_OUT,
-                    value: v,
-                    expected: OUT,
-                });
-            }
-            self.output_dir = Some(PathBuf::from(v));
+        if let Some(v) = read(ENV_OUT, rules::OUT)? {
+            self.output_dir = Some(rules::output_dir(
+                PathBuf::from(&v),
+                Origin::Env(ENV_OUT, &v),
+            )?);
         }
         Ok(self)
+    }
+}
+
+/// Where a value came from, for the error that rejects it.
+#[derive(Debug, Clone, Copy)]
+enum Origin<'a> {
+    /// An environment variable, and its text (the message shows it).
+    Env(&'static str, &'a str),
+    /// A builder method.
+    Builder(&'static str),
+}
+
+impl Origin<'_> {
+    fn invalid(self, value: &dyn std::fmt::Debug, expected: &'static str) -> Error {
+        match self {
+            Origin::Env(var, text) => Error::InvalidEnv {
+                var,
+                value: text.to_string(),
+                expected,
+            },
+            Origin::Builder(method) => Error::InvalidSetting {
+                method,
+                value: format!("{value:?}"),
+                expected,
+            },
+        }
+    }
+}
+
+/// The rule of each option: one function, used for the builder's value and the environment's.
+mod rules {
+    use super::*;
+
+    pub(super) const FILTER: &str = "EnvFilter directives (not empty)";
+    pub(super) const REPORT: &str = "stderr, stdout (or -), off (case-insensitive), or a file path";
+    pub(super) const TOP: &str = "a positive integer";
+    pub(super) const INTERVAL: &str =
+        "from 1 ms to 1 h (SPANPROF_INTERVAL_MS: whole milliseconds, 1 to 3600000)";
+    pub(super) const GRID: &str = "a finite number, 0 or more (grams CO2e per kWh)";
+    pub(super) const OUT: &str = "a directory path (not empty)";
+
+    /// A number in an environment variable.
+    pub(super) fn number<T: std::str::FromStr>(
+        text: &str,
+        var: &'static str,
+        expected: &'static str,
+    ) -> Result<T> {
+        text.parse().map_err(|_| Error::InvalidEnv {
+            var,
+            value: text.to_string(),
+            expected,
+        })
+    }
+
+    pub(super) fn top(n: usize, from: Origin<'_>) -> Result<usize> {
+        if n >= 1 {
+            Ok(n)
+        } else {
+            Err(from.invalid(&n, TOP))
+        }
+    }
+
+    pub(super) fn interval(d: Duration, from: Origin<'_>) -> Result<Duration> {
+        if (Builder::MIN_SAMPLE_INTERVAL..=Builder::MAX_SAMPLE_INTERVAL).contains(&d) {
+            Ok(d)
+        } else {
+            Err(from.invalid(&d, INTERVAL))
+        }
+    }
+
+    pub(super) fn grid(g: f64, from: Origin<'_>) -> Result<f64> {
+        if g.is_finite() && g >= 0.0 {
+            Ok(g)
+        } else {
+            Err(from.invalid(&g, GRID))
+        }
+    }
+
+    fn blank(path: &std::path::Path) -> bool {
+        path.as_os_str().to_string_lossy().trim().is_empty()
+    }
+
+    pub(super) fn output_dir(dir: PathBuf, from: Origin<'_>) -> Result<PathBuf> {
+        if blank(&dir) {
+            Err(from.invalid(&dir, OUT))
+        } else {
+            Ok(dir)
+        }
+    }
+
+    /// `SPANPROF_REPORT`'s keywords, case-insensitive; anything else is a path.
+    pub(super) fn parse_report(text: &str) -> ReportTarget {
+        match text.to_ascii_lowercase().as_str() {
+            "stderr" => ReportTarget::Stderr,
+            "stdout" | "-" => ReportTarget::Stdout,
+            "off" => ReportTarget::Off,
+            _ => ReportTarget::File(PathBuf::from(text)),
+        }
+    }
+
+    pub(super) fn report(report: ReportTarget, from: Origin<'_>) -> Result<ReportTarget> {
+        match &report {
+            ReportTarget::File(path) if blank(path) => Err(from.invalid(path, REPORT)),
+            _ => Ok(report),
+        }
+    }
+
+    pub(super) fn filter(directives: String, from: Origin<'_>) -> Result<String> {
+        if directives.trim().is_empty() {
+            return Err(from.invalid(&directives, FILTER));
+        }
+        let origin = match from {
+            Origin::Env(var, _) => var,
+            Origin::Builder(_) => "Builder::with_filter",
+        };
+        parse_filter(&directives, origin)?;
+        Ok(directives)
+    }
+}
+
+/// Creates the output directory and checks that a file can be written there (an error naming
+/// it if not); checks the directory of a report file, and sends the report to standard error
+/// instead (with one warning) if that one cannot be written. Returns where the report goes.
+fn prepare_outputs(
+    output_dir: Option<&std::path::Path>,
+    report: ReportTarget,
+) -> Result<ReportTarget> {
+    if let Some(dir) = output_dir {
+        crate::atomic_file::probe_dir(dir).map_err(|source| Error::Io {
+            action: "preparing output directory",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    let ReportTarget::File(path) = report else {
+        return Ok(report);
+    };
+    let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) => dir.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    match crate::atomic_file::probe_dir(&dir) {
+        Ok(()) => Ok(ReportTarget::File(path)),
+        Err(e) => {
+            let why = format!(
+                "spanprof cannot write the report to {}: {e}; it goes to stderr instead",
+                path.display()
+            );
+            // At build time no subscriber may be installed yet: stderr always shows it.
+            tracing::warn!(target: crate::PERF_TARGET, path = %path.display(), error = %e, "{why}");
+            eprintln!("spanprof: {why}");
+            Ok(ReportTarget::Stderr)
+        }
     }
 }
 
@@ -638,11 +817,199 @@ mod tests {
             matches!(
                 e,
                 Error::InvalidFilter {
-                    origin: "the builder",
+                    origin: "Builder::with_filter",
                     ..
                 }
             ),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn report_keywords_are_case_insensitive_and_anything_else_is_a_path() {
+        for (v, want) in [
+            ("stdout", ReportTarget::Stdout),
+            ("STDOUT", ReportTarget::Stdout),
+            (" - ", ReportTarget::Stdout),
+            ("StdErr", ReportTarget::Stderr),
+            ("Off", ReportTarget::Off),
+            ("OFF ", ReportTarget::Off),
+            ("stdout.txt", ReportTarget::File("stdout.txt".into())),
+            ("./off", ReportTarget::File("./off".into())),
+        ] {
+            let b = Builder::default()
+                .apply_env(env(&[("SPANPROF_REPORT", v)]))
+                .unwrap();
+            assert_eq!(b.report, want, "SPANPROF_REPORT={v:?}");
+        }
+    }
+
+    /// Each option's rule, applied to the builder's value and to the variable's: both valid or
+    /// both errors, the error naming where the value came from.
+    #[test]
+    fn builder_and_environment_follow_one_rule() {
+        let builder_err = |b: Builder| b.checked().unwrap_err();
+        let cases: [(Builder, &str, &str, &str); 8] = [
+            (
+                Builder::default().with_top(0),
+                "with_top",
+                "SPANPROF_TOP",
+                "0",
+            ),
+            (
+                Builder::default().with_output_dir(""),
+                "with_output_dir",
+                "SPANPROF_OUT",
+                "",
+            ),
+            (
+                Builder::default().with_output_dir("  "),
+                "with_output_dir",
+                "SPANPROF_OUT",
+                "  ",
+            ),
+            (
+                Builder::default().with_grid_intensity(f64::NAN),
+                "with_grid_intensity",
+                "SPANPROF_GRID_G_PER_KWH",
+                "NaN",
+            ),
+            (
+                Builder::default().with_grid_intensity(-1.0),
+                "with_grid_intensity",
+                "SPANPROF_GRID_G_PER_KWH",
+                "-1",
+            ),
+            (
+                Builder::default().with_sample_interval(Duration::ZERO),
+                "with_sample_interval",
+                "SPANPROF_INTERVAL_MS",
+                "0",
+            ),
+            (
+                Builder::default().with_sample_interval(Duration::from_secs(3601)),
+                "with_sample_interval",
+                "SPANPROF_INTERVAL_MS",
+                "3601000",
+            ),
+            (
+                Builder::default().with_report(ReportTarget::File("".into())),
+                "with_report",
+                "SPANPROF_REPORT",
+                "",
+            ),
+        ];
+        for (builder, method, var, text) in cases {
+            let e = builder_err(builder);
+            assert!(
+                matches!(&e, Error::InvalidSetting { method: m, .. } if *m == method),
+                "{method}: {e:?}"
+            );
+            assert!(e.to_string().contains(&format!("Builder::{method}")), "{e}");
+            let e = err(&[(var, text)]);
+            assert!(
+                matches!(&e, Error::InvalidEnv { var: v, .. } if *v == var),
+                "{var}={text:?}: {e:?}"
+            );
+        }
+        assert!(matches!(
+            Builder::default().with_filter(" "),
+            Err(Error::InvalidSetting {
+                method: "with_filter",
+                ..
+            })
+        ));
+        // An empty variable is an error for every option, never "unset" or "none".
+        for var in [
+            ENV_PRESET,
+            ENV_FILTER,
+            ENV_REPORT,
+            ENV_TOP,
+            ENV_OUT,
+            ENV_SAMPLERS,
+            ENV_INTERVAL_MS,
+            ENV_GRID,
+        ] {
+            for v in ["", "  "] {
+                let e = err(&[(var, v)]);
+                assert!(
+                    matches!(&e, Error::InvalidEnv { var: got, .. } if *got == var),
+                    "{var}={v:?}: {e:?}"
+                );
+            }
+        }
+        // Every value is trimmed, paths included.
+        let b = Builder::default()
+            .apply_env(env(&[
+                ("SPANPROF_OUT", " out/dir "),
+                ("SPANPROF_REPORT", " r.txt\n"),
+                ("SPANPROF_TOP", " 3 "),
+            ]))
+            .unwrap();
+        assert_eq!(b.output_dir, Some(PathBuf::from("out/dir")));
+        assert_eq!(b.report, ReportTarget::File("r.txt".into()));
+        assert_eq!(b.top, 3);
+        // Valid builder values pass unchanged.
+        let b = Builder::default()
+            .with_top(1)
+            .with_sample_interval(Builder::MAX_SAMPLE_INTERVAL)
+            .with_grid_intensity(0.0)
+            .checked()
+            .unwrap();
+        assert_eq!((b.top, b.interval), (1, Duration::from_secs(3600)));
+        assert_eq!(b.grid_g_per_kwh, Some(0.0));
+    }
+
+    #[test]
+    fn the_interval_reported_is_the_one_used() {
+        let e = err(&[("SPANPROF_INTERVAL_MS", "18446744073709551615")]);
+        assert!(
+            e.to_string().contains("18446744073709551615") && e.to_string().contains("1 h"),
+            "{e}"
+        );
+        let no_env = |_: &str| None;
+        let e = Builder::default()
+            .with_sample_interval(Duration::ZERO)
+            .build_from(no_env)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidSetting {
+                    method: "with_sample_interval",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        for (ms, builder) in [
+            (
+                1,
+                Builder::default().with_sample_interval(Duration::from_millis(1)),
+            ),
+            (3_600_000, Builder::default()),
+        ] {
+            let env_ms = ms.to_string();
+            let (_layer, guard) = builder
+                .with_report(ReportTarget::Off)
+                .with_resources(Resources::MEMORY)
+                .build_from(env(&[("SPANPROF_INTERVAL_MS", env_ms.as_str())]))
+                .unwrap();
+            let info = guard.snapshot().resources.expect("memory is sampled");
+            assert_eq!(info.interval_ms, ms);
+        }
+    }
+
+    #[test]
+    fn long_values_are_cut_in_messages() {
+        let long = "x".repeat(5000);
+        let e = err(&[("SPANPROF", long.as_str())]);
+        let msg = e.to_string();
+        assert!(msg.len() < 400, "{} bytes: {msg}", msg.len());
+        assert!(msg.contains(&format!("\"{}…\"", "x".repeat(100))), "{msg}");
+        let e = Builder::default()
+            .with_filter(format!("{long}=notalevel"))
+            .unwrap_err();
+        assert!(e.to_string().contains('…'), "{e}");
     }
 }

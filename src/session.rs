@@ -110,6 +110,10 @@ impl ProfileSession {
         if let Some(p) = outputs.profile() {
             tracing::info!(target: crate::PROFILING_TARGET, path = %p.display(), "spanprof wrote the JSON profile");
         }
+        for e in &errors {
+            // One line per failed output, whoever finishes the session.
+            tracing::warn!(target: PERF_TARGET, error = %e, "spanprof could not write an output");
+        }
         *done = Some(outputs.clone());
         match Error::collect(errors) {
             Some(e) => Err(e),

@@ -195,23 +195,28 @@ impl fmt::Debug for Resources {
 impl std::str::FromStr for Resources {
     type Err = Error;
 
-    /// Parses `SPANPROF_SAMPLERS` syntax: names separated by commas, `none`, or `all`.
+    /// Parses `SPANPROF_SAMPLERS` syntax: names separated by commas, `none`, or `all`; at least
+    /// one name (an empty value is an error).
     fn from_str(value: &str) -> Result<Self> {
+        let invalid = || Error::InvalidEnv {
+            var: ENV_SAMPLERS,
+            value: value.to_string(),
+            expected: Self::ACCEPTED,
+        };
         let mut out = Resources::NONE;
-        for word in value.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        let mut words = value.split(',').map(str::trim).filter(|w| !w.is_empty());
+        let Some(first) = words.next() else {
+            // An empty list is a mistake, not `none`: say `none`.
+            return Err(invalid());
+        };
+        for word in std::iter::once(first).chain(words) {
             let word = word.to_ascii_lowercase();
             match word.as_str() {
                 "none" => {}
                 "all" => out = Resources::ALL,
                 _ => match Self::NAMES.iter().find(|(_, n)| *n == word) {
                     Some((r, _)) => out = out | *r,
-                    None => {
-                        return Err(Error::InvalidEnv {
-                            var: ENV_SAMPLERS,
-                            value: value.to_string(),
-                            expected: Self::ACCEPTED,
-                        })
-                    }
+                    None => return Err(invalid()),
                 },
             }
         }

@@ -247,8 +247,10 @@ fn guard_writes_report_and_profile() {
 #[test]
 fn unwritable_output_is_reported_not_fatal() {
     let blocker = temp_dir("blocker");
-    std::fs::write(&blocker, b"a file, not a directory").unwrap();
     let (dispatch, guard) = install(ProfileLayer::builder().with_output_dir(blocker.join("sub")));
+    // build() checked the directory; it becomes unwritable while the program runs.
+    std::fs::remove_dir_all(&blocker).unwrap();
+    std::fs::write(&blocker, b"a file, not a directory").unwrap();
     tracing::dispatcher::with_default(&dispatch, workload);
     let err = guard.finish().unwrap_err();
     assert!(matches!(err, Error::Io { .. }));

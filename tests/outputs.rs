@@ -5,7 +5,7 @@ mod support;
 
 use std::io::{self, Write};
 
-use spanprof::output::{Destination, Format, PROFILE_FILE};
+use spanprof::output::{Destination, Format, Json, Table, PROFILE_FILE};
 use spanprof::profile::Snapshot;
 use spanprof::{Error, ProfileLayer, ReportTarget, Resources};
 use tracing_subscriber::prelude::*;
@@ -65,10 +65,16 @@ fn a_custom_format_is_written_beside_the_profile() {
 fn every_failing_output_is_reported_and_the_others_written() {
     let dir = support::temp_dir("failing-outputs");
     // /proc takes no new files: the report and the profile fail, the custom output works.
+    // (Outputs added with `with_output` are not checked by build(); the report file and the
+    // output directory are, see tests/output_faults.rs.)
     let (layer, guard) = ProfileLayer::builder()
         .with_env(false)
-        .with_report(ReportTarget::File("/proc/spanprof-test/report.txt".into()))
-        .with_output_dir("/proc/spanprof-test")
+        .with_report(ReportTarget::Off)
+        .with_output(
+            Table::new(),
+            Destination::File("/proc/spanprof-test/report.txt".into()),
+        )
+        .with_output(Json, Destination::Dir("/proc/spanprof-test".into()))
         .with_output(Calls, Destination::File(dir.join("calls.txt")))
         .build()
         .unwrap();

@@ -65,9 +65,14 @@ pub trait Format: Send + Sync + fmt::Debug {
 pub enum Destination {
     /// Standard error.
     Stderr,
-    /// A file, replaced atomically.
+    /// Standard output.
+    Stdout,
+    /// A file, replaced atomically: written to a temporary file in the same directory,
+    /// renamed over the file when complete. A render that fails (or panics) midway leaves the
+    /// previous file as it was and no temporary.
     File(PathBuf),
-    /// The format's [`file_name`](Format::file_name) in a directory.
+    /// The format's [`file_name`](Format::file_name) in a directory, replaced atomically like
+    /// [`Destination::File`].
     Dir(PathBuf),
 }
 
@@ -79,16 +84,50 @@ pub(crate) struct Output {
 }
 
 impl Output {
-    /// Renders `snapshot` to the destination. Returns the file written, if any.
+    /// Renders `snapshot` to the destination. Returns the file written, if any. A format that
+    /// panics is an error like one that fails: the panic does not reach the caller.
     pub(crate) fn write(&self, snapshot: &Snapshot) -> Result<Option<PathBuf>> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.write_unguarded(snapshot)
+        }))
+        .unwrap_or_else(|_| {
+            Err(Error::Io {
+                action: self.format.action(),
+                path: self.path(),
+                source: io::Error::other(format!("the {} format panicked", self.format.name())),
+            })
+        })
+    }
+
+    /// What errors call the destination: the file, or `<stderr>` / `<stdout>`.
+    fn path(&self) -> PathBuf {
         match &self.to {
-            Destination::Stderr => {
-                let mut bytes = Vec::new();
-                // Rendering into memory first: one write, not interleaved with other output.
-                let _ = self.format.render(snapshot, &mut bytes);
-                let _ = io::stderr().lock().write_all(&bytes);
-                Ok(None)
-            }
+            Destination::Stderr => PathBuf::from("<stderr>"),
+            Destination::Stdout => PathBuf::from("<stdout>"),
+            Destination::File(path) => path.clone(),
+            Destination::Dir(dir) => dir.join(self.format.file_name()),
+        }
+    }
+
+    fn write_unguarded(&self, snapshot: &Snapshot) -> Result<Option<PathBuf>> {
+        let stream = |to: &mut dyn Write| {
+            // Rendering into memory first: one write, not interleaved with other output, and
+            // nothing printed if the render fails midway.
+            let mut bytes = Vec::new();
+            self.format
+                .render(snapshot, &mut bytes)
+                .and_then(|()| to.write_all(&bytes))
+                .and_then(|()| to.flush())
+                .map_err(|source| Error::Io {
+                    action: self.format.action(),
+                    path: self.path(),
+                    source,
+                })
+                .map(|()| None)
+        };
+        match &self.to {
+            Destination::Stderr => stream(&mut io::stderr().lock()),
+            Destination::Stdout => stream(&mut io::stdout().lock()),
             Destination::File(path) => self.write_file(snapshot, path),
             Destination::Dir(dir) => self.write_file(snapshot, &dir.join(self.format.file_name())),
         }
