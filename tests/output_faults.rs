@@ -1,0 +1,291 @@
+//! Outputs under faults: a render that fails or panics midway, several failing outputs, and
+//! directories that cannot be written, found when the profiler is built.
+
+mod support;
+
+use std::io::{self, Write};
+use std::sync::{Arc, Mutex};
+
+use spanprof::output::{Destination, Format, Json, PROFILE_FILE};
+use spanprof::profile::Snapshot;
+use spanprof::{Error, ProfileLayer, ReportTarget};
+use tracing_subscriber::prelude::*;
+
+/// How a [`Halfway`] render ends after writing half its bytes.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Returns the error a full disk gives.
+    DiskFull,
+    /// Panics.
+    Panic,
+}
+
+/// A format that writes half of a long text, then fails.
+#[derive(Debug)]
+struct Halfway(Fault);
+
+impl Format for Halfway {
+    fn name(&self) -> &'static str {
+        "halfway"
+    }
+    fn file_name(&self) -> &'static str {
+        "halfway.txt"
+    }
+    fn render(&self, _: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
+        // More than a BufWriter holds: part of it reaches the file before the fault.
+        out.write_all(&vec![b'n'; 64 * 1024])?;
+        out.flush()?;
+        match self.0 {
+            Fault::DiskFull => Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "No space left on device (simulated)",
+            )),
+            Fault::Panic => panic!("the halfway format breaks down"),
+        }
+    }
+}
+
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A render that fails (or panics) midway leaves the previous file as it was and no temporary
+/// beside it; the outputs after it are still written.
+///
+/// The fault is simulated: a real full filesystem needs a small tmpfs, and mounting one needs
+/// root. The format writes 64 KiB (more than the writer buffers, so part of it is in the
+/// temporary file) and then returns `StorageFull`, as `write` does on a full disk, or panics.
+#[test]
+fn a_render_failing_midway_keeps_the_previous_file_and_leaves_no_temporary() {
+    for fault in [Fault::DiskFull, Fault::Panic] {
+        let dir = support::temp_dir("halfway");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("halfway.txt"), "previous run\n").unwrap();
+        std::fs::write(dir.join("named.txt"), "previous run\n").unwrap();
+        let (dispatch, guard) = support::install(
+            ProfileLayer::builder()
+                .with_output(Halfway(fault), Destination::Dir(dir.clone()))
+                .with_output(Halfway(fault), Destination::File(dir.join("named.txt")))
+                .with_output(Json, Destination::Dir(dir.clone())),
+        );
+        tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("x").in_scope(|| {}));
+        let err = guard.finish().unwrap_err();
+        let Error::Outputs(errors) = &err else {
+            panic!("{fault:?}: expected both failures, got {err:?}");
+        };
+        assert_eq!(errors.len(), 2, "{fault:?}: {errors:?}");
+        assert!(
+            err.to_string()
+                .contains(&dir.join("halfway.txt").display().to_string()),
+            "{err}"
+        );
+        for file in ["halfway.txt", "named.txt"] {
+            assert_eq!(
+                std::fs::read_to_string(dir.join(file)).unwrap(),
+                "previous run\n",
+                "{fault:?}: {file}"
+            );
+        }
+        assert_eq!(
+            names_in(&dir),
+            ["halfway.txt", "named.txt", PROFILE_FILE],
+            "{fault:?}: a temporary was left"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// A render to standard error that fails midway prints nothing and is reported.
+#[test]
+fn a_render_to_stderr_failing_midway_is_reported() {
+    let (_dispatch, guard) = support::install(
+        ProfileLayer::builder().with_output(Halfway(Fault::DiskFull), Destination::Stderr),
+    );
+    let err = guard.finish().unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    assert!(err.to_string().contains("<stderr>"), "{err}");
+}
+
+/// The events spanprof emits at its performance target, at `WARN`.
+#[derive(Clone, Default)]
+struct Warnings(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+    fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={v:?} ", f.name()));
+            }
+        }
+        let m = e.metadata();
+        if m.target() == spanprof::PERF_TARGET && *m.level() == tracing::Level::WARN {
+            let mut text = Text(String::new());
+            e.record(&mut text);
+            self.0.lock().unwrap().push(text.0);
+        }
+    }
+}
+
+/// `finish` returns every failed output and logs one warning line per failed output.
+#[test]
+fn finish_logs_one_warning_per_failed_output() {
+    let dir = support::temp_dir("warn-each");
+    let seen = Warnings::default();
+    let (dispatch, guard) = support::install_beside(
+        ProfileLayer::builder()
+            .with_output(Halfway(Fault::DiskFull), Destination::Dir(dir.clone()))
+            .with_output(Json, Destination::Dir(dir.clone()))
+            .with_output(
+                Halfway(Fault::DiskFull),
+                Destination::File(dir.join("b.txt")),
+            ),
+        seen.clone(),
+    );
+    let result = tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("x").in_scope(|| {});
+        guard.finish()
+    });
+    let Err(Error::Outputs(errors)) = result else {
+        panic!("expected two failed outputs, got {result:?}");
+    };
+    assert_eq!(errors.len(), 2);
+    let lines = seen.0.lock().unwrap().clone();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains("halfway.txt"), "{lines:?}");
+    assert!(lines[1].contains("b.txt"), "{lines:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An output directory that cannot be created is an error from `build()` naming it, not a
+/// surprise when the program ends.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_output_directory_that_cannot_be_created_fails_the_build() {
+    for (dir, env) in [
+        ("/proc/nonexistent/x", false),
+        ("/proc/nonexistent/y", true),
+    ] {
+        let builder = ProfileLayer::builder().with_report(ReportTarget::Off);
+        let result = if env {
+            // Through SPANPROF_OUT: this binary's only test that sets a variable, and it
+            // removes it before anything else reads it (other tests here use with_env(false)).
+            std::env::set_var("SPANPROF_OUT", dir);
+            let r = builder.build();
+            std::env::remove_var("SPANPROF_OUT");
+            r
+        } else {
+            builder.with_env(false).with_output_dir(dir).build()
+        };
+        let Err(err) = result else {
+            panic!("{dir}: build() succeeded");
+        };
+        assert!(matches!(err, Error::Io { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with(&format!("preparing output directory {dir}: ")),
+            "{msg}"
+        );
+    }
+}
+
+/// Makes `dir` read-only; `false` (after saying so on stderr) when permission bits do not stop
+/// this process from writing there (running as root).
+#[cfg(unix)]
+fn read_only(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let probe = dir.join("probe");
+    if std::fs::write(&probe, b"x").is_ok() {
+        let _ = std::fs::remove_file(&probe);
+        eprintln!(
+            "SKIPPED: {} is writable despite mode 0o555 (running as root?): \
+             the read-only directory case is not tested here",
+            dir.display()
+        );
+        return false;
+    }
+    true
+}
+
+#[cfg(unix)]
+fn writable(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+}
+
+#[cfg(unix)]
+#[test]
+fn a_read_only_output_directory_fails_the_build() {
+    let dir = support::temp_dir("read-only-out");
+    if read_only(&dir) {
+        let err = ProfileLayer::builder()
+            .with_env(false)
+            .with_report(ReportTarget::Off)
+            .with_output_dir(&dir)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains(&dir.display().to_string()),
+            "{err}"
+        );
+    }
+    writable(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A report file whose directory cannot be written: the report goes to stderr, with one
+/// warning when the profiler is built.
+#[test]
+fn a_report_file_that_cannot_be_written_falls_back_to_stderr() {
+    let mut cases = Vec::new();
+    #[cfg(target_os = "linux")]
+    cases.push((
+        std::path::PathBuf::from("/proc/nonexistent/report.txt"),
+        None,
+    ));
+    #[cfg(unix)]
+    {
+        let dir = support::temp_dir("read-only-report");
+        if read_only(&dir) {
+            cases.push((dir.join("report.txt"), Some(dir)));
+        } else {
+            writable(&dir);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    for (path, cleanup) in cases {
+        let seen = Warnings::default();
+        let subscriber = tracing_subscriber::registry().with(seen.clone());
+        let (layer, guard) = tracing::subscriber::with_default(subscriber, || {
+            ProfileLayer::builder()
+                .with_env(false)
+                .with_report(ReportTarget::File(path.clone()))
+                .build()
+                .unwrap()
+        });
+        let lines = seen.0.lock().unwrap().clone();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains(&path.display().to_string()) && lines[0].contains("stderr"),
+            "{lines:?}"
+        );
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("x").in_scope(|| {}));
+        // The report went to stderr: nothing failed, no report file.
+        let outputs = guard.finish().unwrap();
+        assert_eq!(outputs.report(), None);
+        assert!(!path.exists());
+        if let Some(dir) = cleanup {
+            writable(&dir);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
