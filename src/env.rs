@@ -7,7 +7,8 @@ pub const ENV_PRESET: &str = "SPANPROF";
 /// Environment variable: which spans are profiled, in `EnvFilter` directive syntax.
 pub const ENV_FILTER: &str = "SPANPROF_FILTER";
 
-/// Environment variable: where the report goes on drop (`stderr`, `off`, or a file path).
+/// Environment variable: where the report goes on drop (`stderr`, `stdout` or `-`, `off`,
+/// case-insensitive; anything else is a file path).
 pub const ENV_REPORT: &str = "SPANPROF_REPORT";
 
 /// Environment variable: how many rows the report shows.
@@ -20,7 +21,7 @@ pub const ENV_OUT: &str = "SPANPROF_OUT";
 /// overriding the preset's choice.
 pub const ENV_SAMPLERS: &str = "SPANPROF_SAMPLERS";
 
-/// Environment variable: the sampling interval in milliseconds.
+/// Environment variable: the sampling interval in whole milliseconds, 1 to 3600000.
 pub const ENV_INTERVAL_MS: &str = "SPANPROF_INTERVAL_MS";
 
 /// Environment variable: grid carbon intensity, grams CO2e per kWh (enables CO2e figures).
