@@ -341,7 +341,7 @@ fn a_full_disk_fails_each_window_it_cannot_write_and_leaves_old_files_and_no_par
         names_in(&dir),
         ["step_steps_0-0.json", "step_steps_1-1.json"]
     );
-    assert_eq!(read(&dir.join("step_steps_0-0.json")).len() > 2, true);
+    assert!(read(&dir.join("step_steps_0-0.json")).len() > 2);
     assert_eq!(
         std::fs::read(dir.join("step_steps_1-1.json")).unwrap(),
         b"old"

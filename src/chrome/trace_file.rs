@@ -191,7 +191,7 @@ impl Drop for WindowWriter {
 }
 
 /// A writer on a disk that may be full: with `left`, each write takes its length from the
-/// shared budget and fails with `StorageFull` once it is spent (tests simulate a full disk
+/// shared budget and fails (`no space left on device`) once it is spent (tests simulate a full disk
 /// with it; `None` in real sessions).
 struct Disk<W> {
     inner: W,
@@ -204,10 +204,7 @@ impl<W: Write> Write for Disk<W> {
             let len = buf.len() as i64;
             if left.fetch_sub(len, Ordering::Relaxed) < len {
                 left.store(0, Ordering::Relaxed);
-                return Err(io::Error::new(
-                    io::ErrorKind::StorageFull,
-                    "no space left on device",
-                ));
+                return Err(io::Error::other("no space left on device"));
             }
         }
         self.inner.write(buf)
