@@ -70,14 +70,39 @@
 //!
 //! tracing-chrome writes only span and instant events, so spanprof adds the resource samples
 //! (RSS, heap, CPU %, GPU memory, utilisation, power) itself. spanprof hands tracing-chrome a
-//! writer of its own for each window; when tracing-chrome closes the window's file (it ends the
-//! JSON array and drops the writer on its writer thread), that writer reads the file back with
-//! `serde_json`, completes unfinished spans as above, appends one `"ph": "C"` event per sample
-//! taken during the window, and replaces the file through a temporary file and a rename. The
-//! samples' `ts` use tracing-chrome's own time base: microseconds since the `Instant`
-//! tracing-chrome reads when its layer is built, which spanprof reads right after building it
-//! (they differ by tens of nanoseconds). Completing a window costs memory of a few times the
-//! file's size on tracing-chrome's writer thread, not on yours.
+//! writer of its own for each window, which writes into a temporary file beside the window's
+//! (`.<file>.<pid>.<n>.partial`); when tracing-chrome closes the window (it ends the JSON array
+//! and drops the writer on its writer thread), that writer reads the temporary file back with
+//! `serde_json`, completes unfinished spans as above, appends the counter events, writes the
+//! result to another temporary file, syncs it and renames it into place. Every track has a
+//! `"ph": "C"` event with the latest readings at the window's start and at its end, and one per
+//! sample taken in between: a window shorter than the sampling interval (a 4 ms step under the
+//! default 100 ms) still shows each counter's value. The `ts` use tracing-chrome's own time
+//! base: microseconds since the `Instant` tracing-chrome reads when its layer is built, which
+//! spanprof reads right after building it (they differ by tens of nanoseconds). Completing a
+//! window costs memory of a few times the file's size on tracing-chrome's writer thread, not
+//! on yours.
+//!
+//! # Failures
+//!
+//! Nothing is written at a window's path until its file is complete. If writing fails (a full
+//! disk, an unwritable directory), the temporary files are removed, what was at the path before
+//! (a file of an earlier run) is left as it was, and the failure is returned by
+//! [`ProfileGuard::finish`](crate::ProfileGuard::finish) and
+//! [`ProfileHandle::finish_chrome`](crate::ProfileHandle::finish_chrome): one
+//! [`Error::Io`](crate::Error::Io) naming the file, or [`Error::Outputs`](crate::Error::Outputs)
+//! with one per failed window. Later windows are still attempted.
+//!
+//! # Windows faster than the writer
+//!
+//! Windows wait in memory (as tracing-chrome's queued events) until its writer thread has
+//! written and completed them. At most 4 windows are pending, the open one included: a window
+//! that should open while 4 earlier ones are not complete yet is skipped (not traced), with
+//! one warning at `spanprof::perf` for the session, and counted. So memory stays bounded when
+//! windows come faster than they are written (short windows that repeat forever). Finishing
+//! waits at most 30 s for the files; past that it returns an [`Error::Io`](crate::Error::Io)
+//! (`TimedOut`) listing the windows not completed, which are completed in the background if the
+//! process goes on.
 //!
 //! # Ctrl-C, panics and normal ends
 //!
@@ -100,8 +125,15 @@
 //! # Limits
 //!
 //! * One tracing session per process at a time: tracing-chrome caches its channel and thread
-//!   ids in thread-locals, so a thread that traced into an earlier session (other than the one
-//!   that calls `chrome_layer`) keeps sending there.
+//!   ids in thread-locals, so two sessions would write each other's events. Building a second
+//!   one while the first is alive (built and not finished) is an
+//!   [`Error::InvalidChromeOptions`](crate::Error::InvalidChromeOptions); after the first
+//!   finished, a new one may be built, but a thread that traced into the earlier session
+//!   (other than the one that calls `chrome_layer`) keeps sending there.
+//! * The warning about skipped windows is emitted from a thread of its own into the chrome
+//!   layer's dispatcher: tracing tells the layer its dispatcher only when it is added as
+//!   `ChromeTraceLayer`, not as the `Option` [`chrome_layer`](crate::ProfileGuard::chrome_layer)
+//!   returns; then the warning goes to the global default subscriber, if any.
 //! * With [`ChromeOptions::with_args`], spans created before a window have no `args`
 //!   (tracing-chrome reads fields when a span is created).
 //! * Spans are drawn per thread (tracing-chrome's threaded style): an async task's span entered
@@ -175,7 +207,8 @@ impl ChromeOptions {
     }
 
     /// The whole run is traced into one file (its directory is created when the layer is
-    /// built). Cannot be combined with [`ChromeOptions::with_steps`].
+    /// built). Cannot be combined with [`ChromeOptions::with_steps`]; an empty path is an
+    /// [`Error::InvalidChromeOptions`](crate::Error::InvalidChromeOptions) from `build`.
     pub fn file(path: impl Into<PathBuf>) -> Self {
         Self::new(Output::File(path.into()))
     }

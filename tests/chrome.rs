@@ -6,12 +6,20 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use spanprof::chrome::{ChromeOptions, Schedule};
 use spanprof::{Error, Preset, ProfileGuard, ProfileLayer};
 use tracing::Dispatch;
+
+/// spanprof allows one chrome session per process at a time: the tests of this binary that
+/// build one (its threads run tests in parallel) take turns.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn temp_dir(name: &str) -> PathBuf {
     support::temp_dir(&format!("chrome-{name}"))
@@ -112,6 +120,7 @@ fn step_work(step: u64) {
 
 #[test]
 fn only_active_steps_are_traced_each_window_in_its_file() {
+    let _serial = serial();
     let dir = temp_dir("windows");
     // skip 1; then wait 1, warm-up 1, active 2; twice: steps 3-4 and 7-8.
     let schedule = Schedule::new(1, 1, 2)
@@ -221,6 +230,7 @@ fn agreement_run(attempt: u32) -> Vec<(&'static str, u64, u64, u64, f64)> {
 
 #[test]
 fn trace_durations_agree_with_histogram_totals() {
+    let _serial = serial();
     // The two layers read their clocks a few instructions apart at each enter and exit: the
     // totals may differ by 2 µs per span. A preemption between the two reads adds its length
     // to one side; on a loaded machine that happens now and then, so a run may be retried.
@@ -248,6 +258,7 @@ fn trace_durations_agree_with_histogram_totals() {
 
 #[test]
 fn spans_entered_before_the_window_leave_no_unmatched_events() {
+    let _serial = serial();
     let dir = temp_dir("before");
     let (dispatch, guard) = setup(
         ChromeOptions::dir(&dir)
@@ -278,6 +289,7 @@ fn spans_entered_before_the_window_leave_no_unmatched_events() {
 
 #[test]
 fn spans_still_entered_on_other_threads_are_closed_at_the_window_end() {
+    let _serial = serial();
     let dir = temp_dir("threads");
     let (dispatch, guard) = setup(
         ChromeOptions::dir(&dir)
@@ -328,6 +340,7 @@ fn spans_still_entered_on_other_threads_are_closed_at_the_window_end() {
 
 #[test]
 fn whole_run_without_steps_file_and_dir() {
+    let _serial = serial();
     let dir = temp_dir("whole");
     let file = dir.join("nested/run.json");
     let (dispatch, guard) = setup(
@@ -359,6 +372,7 @@ fn whole_run_without_steps_file_and_dir() {
 
 #[test]
 fn guard_dropped_while_a_panic_unwinds_leaves_valid_traces() {
+    let _serial = serial();
     let dir = temp_dir("panic");
     let d = dir.clone();
     let result = std::panic::catch_unwind(move || {
@@ -392,6 +406,7 @@ fn guard_dropped_while_a_panic_unwinds_leaves_valid_traces() {
 
 #[test]
 fn configuration_errors_and_absent_layers() {
+    let _serial = serial();
     let e = ProfileLayer::builder()
         .with_env(false)
         .with_chrome(ChromeOptions::file("x.json").with_steps("s", Schedule::every_step()))
@@ -505,4 +520,124 @@ fn ctrl_c_finishes_the_open_window_and_exits_130() {
     assert!(profile.span("work").unwrap().calls >= 40);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn an_empty_trace_file_path_is_refused_at_build() {
+    let _serial = serial();
+    let e = ProfileLayer::builder()
+        .with_env(false)
+        .with_chrome(ChromeOptions::file(""))
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidChromeOptions { .. }), "{e:?}");
+    assert!(e.to_string().contains("empty"), "{e}");
+}
+
+#[test]
+fn a_second_session_is_refused_while_the_first_is_alive() {
+    let _serial = serial();
+    let dir = temp_dir("two");
+    let (dispatch, first) = setup(ChromeOptions::dir(dir.join("a")));
+    // tracing-chrome keeps per-thread state: a second session would get wrong files.
+    let e = ProfileLayer::builder()
+        .with_env(false)
+        .with_chrome(ChromeOptions::dir(dir.join("b")))
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidChromeOptions { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("another chrome trace session"),
+        "{e}"
+    );
+    tracing::dispatcher::with_default(&dispatch, || step_work(0));
+    let traces = first.finish().unwrap().traces;
+    assert_eq!(Trace::read(&traces[0]).named("leaf").len(), 1);
+    // Finished: a new session may start, and a dropped one frees the place too.
+    let (dispatch, second) = setup(ChromeOptions::dir(dir.join("c")));
+    drop(second);
+    drop(dispatch);
+    let (dispatch, third) = setup(ChromeOptions::dir(dir.join("d")));
+    tracing::dispatcher::with_default(&dispatch, || step_work(0));
+    let traces = third.finish().unwrap().traces;
+    assert_eq!(Trace::read(&traces[0]).named("leaf").len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn short_windows_get_counter_tracks_at_their_start_and_end() {
+    let _serial = serial();
+    let dir = temp_dir("short-windows");
+    // 1 ms windows, one sample a second: no sample is taken inside any window.
+    let (dispatch, guard) = support::install_chrome(
+        ProfileLayer::builder()
+            .with_preset(Preset::Detailed)
+            .with_sample_interval(Duration::from_secs(1))
+            .with_chrome(
+                ChromeOptions::dir(&dir)
+                    .with_steps("train_step", Schedule::new(0, 0, 1).unwrap().with_repeat(3)),
+            ),
+    );
+    tracing::dispatcher::with_default(&dispatch, || {
+        for step in 0..3u64 {
+            let _s = tracing::info_span!("train_step", step).entered();
+            spin(Duration::from_millis(1));
+        }
+    });
+    let outputs = guard.finish().unwrap();
+    assert_eq!(outputs.traces.len(), 3);
+    for path in &outputs.traces {
+        let trace = Trace::read(path);
+        let step = trace.named("train_step")[0];
+        let memory: Vec<f64> = trace
+            .events
+            .iter()
+            .filter(|e| e["ph"] == "C" && e["name"] == "memory")
+            .map(|e| e["ts"].as_f64().unwrap())
+            .collect();
+        assert_eq!(memory.len(), 2, "{}: {memory:?}", path.display());
+        assert!(
+            memory[0] <= step.2 && memory[1] >= step.3,
+            "{memory:?} around {step:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn windows_that_cannot_be_written_are_each_reported_and_leave_no_partial_file() {
+    let _serial = serial();
+    let dir = temp_dir("unwritable");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Directories where the files of windows 1 and 2 go: their rename into place fails.
+    for blocked in ["train_step_steps_1-1.json", "train_step_steps_2-2.json"] {
+        std::fs::create_dir_all(dir.join(blocked).join("inside")).unwrap();
+    }
+    let (dispatch, guard) =
+        setup(ChromeOptions::dir(&dir).with_steps("train_step", Schedule::every_step()));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for step in 0..4 {
+            step_work(step);
+        }
+    });
+    let err = guard.finish().unwrap_err();
+    let msg = err.to_string();
+    for blocked in ["train_step_steps_1-1.json", "train_step_steps_2-2.json"] {
+        assert!(msg.contains(blocked), "{msg}");
+    }
+    // The other windows are complete, the blocking directories untouched, no temporary left.
+    assert_eq!(
+        files_in(&dir),
+        [
+            "train_step_steps_0-0.json",
+            "train_step_steps_1-1.json",
+            "train_step_steps_2-2.json",
+            "train_step_steps_3-3.json"
+        ]
+    );
+    for ok in ["train_step_steps_0-0.json", "train_step_steps_3-3.json"] {
+        assert_eq!(Trace::read(&dir.join(ok)).named("leaf").len(), 1);
+    }
+    assert!(dir.join("train_step_steps_1-1.json/inside").is_dir());
+    let _ = std::fs::remove_dir_all(&dir);
 }

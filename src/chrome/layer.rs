@@ -138,6 +138,10 @@ impl<S> Layer<S> for ChromeTraceLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
 {
+    fn on_register_dispatch(&self, subscriber: &tracing_core::Dispatch) {
+        let _ = self.session.dispatch.set(subscriber.downgrade());
+    }
+
     #[inline]
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         if let Some(step) = self.session.step_name() {

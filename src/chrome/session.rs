@@ -6,11 +6,14 @@
 //! channel and thread ids in thread-locals the first time a thread traces: a second layer would
 //! not get the events of threads that traced into the first. Between windows, tracing-chrome
 //! writes into `io::sink()` and the layer forwards nothing.
+//!
+//! For the same reason only one session may be alive in a process: building a second one while
+//! the first is not finished is refused ([`Session::new`]).
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing_chrome::{ChromeLayerBuilder, FlushGuard};
@@ -27,6 +30,36 @@ use crate::error::{Error, Result};
 /// How long closing a window waits for forwarding calls of other threads to return.
 const DRAIN_LIMIT: Duration = Duration::from_millis(200);
 
+/// Windows opened and not yet completed (the open one included) past which a window that should
+/// open is skipped: at most this many windows' events wait in memory for tracing-chrome's writer
+/// thread.
+pub(crate) const MAX_PENDING_WINDOWS: usize = 4;
+
+/// How long [`Session::finish`] waits for the trace files to be completed.
+pub(crate) const FINISH_LIMIT: Duration = Duration::from_secs(30);
+
+/// Whether a session is alive in this process (see [`Claim`]).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// The process's one chrome session: held from [`Session::new`] until tracing-chrome's writer
+/// thread of the session has ended (or the session is dropped without a layer).
+struct Claim;
+
+impl Claim {
+    fn take() -> Option<Self> {
+        ACTIVE
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            .then_some(Claim)
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        ACTIVE.store(false, Ordering::Release);
+    }
+}
+
 pub(crate) struct Session {
     options: ChromeOptions,
     /// The open window's number (from 1), 0 between windows: the hot path's only check.
@@ -40,13 +73,23 @@ pub(crate) struct Session {
     state: Mutex<State>,
     results: Arc<Results>,
     counters: OnceLock<Arc<dyn CounterSource>>,
+    /// How long `finish` waits for the files ([`FINISH_LIMIT`]; tests shorten it).
+    finish_limit: Mutex<Duration>,
+    /// Tests only: the simulated disk's free bytes (see `trace_file::Disk`).
+    disk: OnceLock<Arc<AtomicI64>>,
+    /// The dispatcher the chrome layer is part of, when tracing told it (`on_register_dispatch`;
+    /// not through `Option<ChromeTraceLayer>`): where warnings raised in a callback go.
+    pub(super) dispatch: OnceLock<tracing_core::dispatcher::WeakDispatch>,
 }
 
 #[derive(Default)]
 struct State {
     layer_taken: bool,
     finished: bool,
+    /// Dropped before `claim` (fields drop in order): the writer thread has ended when the
+    /// claim is given back.
     flush: Option<FlushGuard>,
+    claim: Option<Claim>,
     /// tracing-chrome's time base, taken right after its layer was built.
     base: Option<Instant>,
     open: Option<OpenWindow>,
@@ -71,11 +114,22 @@ impl fmt::Debug for Session {
 }
 
 impl Session {
-    /// Checks the options and creates the output directory.
+    /// Checks the options, creates the output directory, and claims the process's one chrome
+    /// session.
+    ///
+    /// # Errors
+    /// [`Error::InvalidChromeOptions`] for an empty file path or step span name, a step schedule
+    /// with a single file, or while another session is alive in the process (built and not
+    /// finished); [`Error::Io`] if the directory cannot be created.
     pub(crate) fn new(options: ChromeOptions) -> Result<Self> {
         let dir = match &options.output {
             Output::Dir(dir) => Some(dir.as_path()),
             Output::File(file) => {
+                if file.as_os_str().is_empty() {
+                    return Err(Error::InvalidChromeOptions {
+                        reason: "the trace file path is empty (ChromeOptions::file)",
+                    });
+                }
                 if options.steps.is_some() {
                     return Err(Error::InvalidChromeOptions {
                         reason: "a step schedule writes one file per window: give a directory \
@@ -99,16 +153,56 @@ impl Session {
                 source,
             })?;
         }
+        let Some(claim) = Claim::take() else {
+            return Err(Error::InvalidChromeOptions {
+                reason: "another chrome trace session is alive in this process (tracing-chrome \
+                         keeps per-thread state, so two sessions would write wrong files): \
+                         finish or drop its guard before building a new one",
+            });
+        };
         Ok(Self {
             options,
             current: AtomicU64::new(0),
             inflight: AtomicUsize::new(0),
             last_step: AtomicU64::new(0),
             steps: AtomicU64::new(0),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                claim: Some(claim),
+                ..State::default()
+            }),
             results: Arc::new(Results::default()),
             counters: OnceLock::new(),
+            finish_limit: Mutex::new(FINISH_LIMIT),
+            disk: OnceLock::new(),
+            dispatch: OnceLock::new(),
         })
+    }
+
+    /// Windows skipped because [`MAX_PENDING_WINDOWS`] earlier ones were still being written.
+    #[cfg_attr(not(test), allow(dead_code))] // for finish's report, wired in the session
+    pub(crate) fn skipped_windows(&self) -> u64 {
+        self.results.skipped.load(Ordering::Relaxed)
+    }
+
+    /// Tests: how long `finish` waits for the files.
+    #[cfg(test)]
+    pub(crate) fn set_finish_limit(&self, limit: Duration) {
+        *self.finish_limit.lock().unwrap() = limit;
+    }
+
+    /// Tests: every trace file of the session goes to a "disk" with `bytes` free (returned, to
+    /// change it); set it before the first window opens.
+    #[cfg(test)]
+    pub(crate) fn set_disk_space(&self, bytes: i64) -> Arc<AtomicI64> {
+        self.disk
+            .get_or_init(|| Arc::new(AtomicI64::new(bytes)))
+            .clone()
+    }
+
+    /// Tests: whether a session is alive in the process.
+    #[cfg(test)]
+    pub(crate) fn any_alive() -> bool {
+        ACTIVE.load(Ordering::Acquire)
     }
 
     /// Where resource samples for the counter tracks come from. Set it once, before the first
@@ -182,6 +276,16 @@ impl Session {
             if state.last_cycle.is_some_and(|c| c >= window.cycle) {
                 return;
             }
+            if self.results.pending_count() >= MAX_PENDING_WINDOWS {
+                // The writer is behind: skip this window rather than queue its events.
+                state.last_cycle = Some(window.cycle);
+                let skipped = self.results.skipped.fetch_add(1, Ordering::Relaxed) + 1;
+                drop(state);
+                if skipped == 1 {
+                    self.warn_skipping(window);
+                }
+                return;
+            }
             self.open_window(&mut state, Some(window));
         }
         let open_here = state.open.as_ref().is_some_and(|o| o.cycle == window.cycle);
@@ -196,6 +300,29 @@ impl Session {
         if self.last_step.load(Ordering::Acquire) == id.into_u64() && state.open.is_some() {
             self.close_window(&mut state);
         }
+    }
+
+    /// The one warning about skipped windows. Raised inside a callback of the subscriber, where
+    /// tracing drops events sent to a scoped (`with_default`) dispatcher, so it is emitted from
+    /// a thread of its own: into the chrome layer's dispatcher if known, else the global one.
+    fn warn_skipping(&self, window: StepWindow) {
+        let dispatch = self.dispatch.get().and_then(|d| d.upgrade());
+        let warn = move || {
+            tracing::warn!(
+                target: crate::PERF_TARGET,
+                first_skipped = window.first,
+                last_skipped = window.last,
+                "spanprof: chrome trace windows come faster than they are written \
+                 ({MAX_PENDING_WINDOWS} not completed yet); skipping windows until the writer \
+                 catches up (counted; this warning is not repeated)"
+            );
+        };
+        let _ = std::thread::Builder::new()
+            .name("spanprof-chrome-warn".into())
+            .spawn(move || match dispatch {
+                Some(d) => tracing::dispatcher::with_default(&d, warn),
+                None => warn(),
+            });
     }
 
     fn file_name(&self, window: Option<StepWindow>) -> PathBuf {
@@ -219,7 +346,9 @@ impl Session {
             (Some((step, _)), Some(w)) => format!("{step} steps {}-{}", w.first, w.last),
             _ => "whole run".to_string(),
         };
+        let number = state.windows_opened + 1;
         let info = Arc::new(WindowInfo {
+            number,
             path: self.file_name(window),
             label,
             base,
@@ -228,16 +357,20 @@ impl Session {
             thread_names: self.options.thread_names,
             counters: self.counters.get().cloned(),
             results: self.results.clone(),
+            disk: self.disk.get().cloned(),
         });
         let writer = match WindowWriter::create(info.clone()) {
             Ok(w) => w,
             Err(e) => {
-                self.results.failed(e);
+                self.results.failed(None, e);
+                // Not retried at each of its steps: one error per window.
+                state.last_cycle = Some(window.map_or(0, |w| w.cycle));
                 return;
             }
         };
+        self.results.opened(number, info.path.clone());
         flush.start_new(Some(Box::new(writer)));
-        state.windows_opened += 1;
+        state.windows_opened = number;
         let cycle = window.map_or(0, |w| w.cycle);
         state.last_cycle = Some(cycle);
         state.open = Some(OpenWindow { cycle, info });
@@ -265,18 +398,62 @@ impl Session {
         }
     }
 
-    /// Ends the open window, stops tracing for good, and waits until tracing-chrome's writer
-    /// thread has finished every file. Returns the files written by the whole session.
+    /// Ends the open window, stops tracing for good, and waits (up to [`FINISH_LIMIT`]) until
+    /// tracing-chrome's writer thread has finished every file. Returns the files written by the
+    /// whole session.
+    ///
+    /// # Errors
+    /// Every window that could not be written (one error, or [`Error::Outputs`] with all), and
+    /// if the files were not all complete in time an [`Error::Io`] (`TimedOut`) naming those
+    /// that were not (they are completed in the background if the process lives on).
     pub(crate) fn finish(&self) -> Result<Vec<PathBuf>> {
-        let flush = {
+        let (flush, claim) = {
             let mut state = self.state();
             state.finished = true;
             self.close_window(&mut state);
-            state.flush.take()
+            (state.flush.take(), state.claim.take())
         };
-        // Joins tracing-chrome's writer thread: every window's file is complete after this.
-        drop(flush);
-        match self.results.take_error() {
+        let mut timed_out = None;
+        if let Some(flush) = flush {
+            let limit = *self.finish_limit.lock().unwrap_or_else(|e| e.into_inner());
+            let (done_tx, done_rx) = mpsc::channel::<()>();
+            // Dropping the guard joins tracing-chrome's writer thread, which completes every
+            // window's file; done on a thread of its own so that the wait is bounded. The claim
+            // is given back once the writer thread has ended. (If the thread cannot be started,
+            // the closure is dropped here, which joins inline.)
+            let _ = std::thread::Builder::new()
+                .name("spanprof-chrome-finish".into())
+                .spawn(move || {
+                    drop(flush);
+                    drop(claim);
+                    let _ = done_tx.send(());
+                });
+            if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(limit) {
+                timed_out = Some(limit);
+            }
+        } else {
+            drop(claim);
+        }
+        let mut errors = self.results.take_errors();
+        if let Some(limit) = timed_out {
+            let pending = self.results.pending();
+            if let Some(first) = pending.first() {
+                let names: Vec<String> = pending.iter().map(|p| p.display().to_string()).collect();
+                errors.push(Error::Io {
+                    action: "completing chrome trace",
+                    path: first.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "{} trace window(s) not completed within {limit:?}: {}",
+                            pending.len(),
+                            names.join(", ")
+                        ),
+                    ),
+                });
+            }
+        }
+        match Error::collect(errors) {
             Some(e) => Err(e),
             None => Ok(self.results.written()),
         }

@@ -3,21 +3,38 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
 use super::counters::{Counter, CounterSource};
+use super::session::{Session, MAX_PENDING_WINDOWS};
 use super::{ChromeOptions, Schedule};
-use crate::{ProfileLayer, ReportTarget};
+use crate::{Error, ProfileGuard, ProfileLayer, ReportTarget};
 
-/// Samples pushed by the test at known moments; answers with those inside the interval.
+/// One chrome session per process: the tests that build one run one at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // A session of a test that failed may still be finishing in the background.
+    let start = Instant::now();
+    while Session::any_alive() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    guard
+}
+
+/// Samples pushed by the test at known moments; answers with those inside the interval. While
+/// it is closed (`hold`), requests wait until it is opened (`release`).
 #[derive(Default)]
 struct FakeSource {
     samples: Mutex<Vec<Counter>>,
     asked: Mutex<Vec<(Instant, Instant)>>,
+    held: Mutex<bool>,
+    opened: Condvar,
 }
 
 impl FakeSource {
@@ -33,8 +50,24 @@ impl FakeSource {
     }
 }
 
+impl FakeSource {
+    fn hold(&self) {
+        *self.held.lock().unwrap() = true;
+    }
+
+    fn release(&self) {
+        *self.held.lock().unwrap() = false;
+        self.opened.notify_all();
+    }
+}
+
 impl CounterSource for FakeSource {
     fn counters_between(&self, from: Instant, to: Instant) -> Vec<Counter> {
+        let mut held = self.held.lock().unwrap();
+        while *held {
+            held = self.opened.wait(held).unwrap();
+        }
+        drop(held);
         self.asked.lock().unwrap().push((from, to));
         self.samples
             .lock()
@@ -44,6 +77,67 @@ impl CounterSource for FakeSource {
             .cloned()
             .collect()
     }
+
+    fn latest(&self, at: Instant) -> Vec<Counter> {
+        let samples = self.samples.lock().unwrap();
+        let latest = samples.iter().rev().find(|c| c.at <= at);
+        latest
+            .map(|c| Counter { at, ..c.clone() })
+            .into_iter()
+            .collect()
+    }
+}
+
+/// A builder with chrome `options`, its session (given `source`), and a dispatcher with
+/// spanprof's layer, the chrome layer, and `extra`.
+fn chrome_run<L>(
+    options: ChromeOptions,
+    source: Option<Arc<FakeSource>>,
+    extra: L,
+) -> (tracing::Dispatch, ProfileGuard, Arc<Session>)
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .with_chrome(options)
+        .build()
+        .unwrap();
+    let session = guard.handle().chrome_session().unwrap();
+    if let Some(source) = source {
+        session.set_counter_source(source);
+    }
+    let dispatch = tracing::Dispatch::new(
+        tracing_subscriber::registry()
+            .with(extra)
+            .with(layer)
+            .with(guard.chrome_layer().unwrap()),
+    );
+    (dispatch, guard, session)
+}
+
+/// Counts the warnings at `spanprof::perf`.
+#[derive(Clone, Default)]
+struct PerfWarnings(Arc<AtomicUsize>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PerfWarnings {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let meta = event.metadata();
+        if meta.target() == crate::PERF_TARGET && *meta.level() == tracing::Level::WARN {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -89,6 +183,7 @@ fn intervals(events: &[Value], name: &str) -> Vec<(f64, f64)> {
 
 #[test]
 fn counter_samples_become_counter_tracks_on_the_trace_time_base() {
+    let _serial = serial();
     let dir = temp_dir("counters");
     let source = Arc::new(FakeSource::default());
     let (layer, guard) = ProfileLayer::builder()
@@ -131,10 +226,25 @@ fn counter_samples_become_counter_tracks_on_the_trace_time_base() {
     for (file, steps) in expected.iter().zip([[1u64, 2], [4, 5]]) {
         let events = read(file);
         let counters: Vec<&Value> = events.iter().filter(|e| e["ph"] == "C").collect();
-        assert_eq!(counters.len(), 2, "{}", file.display());
+        // The latest readings at the window's start (the previous step's sample), the two
+        // samples taken in it, the latest readings at its end (its last step's sample).
+        assert_eq!(counters.len(), 4, "{}", file.display());
+        let steps_in = intervals(&events, "step");
+        let (first_b, last_e) = (steps_in[0].0, steps_in[1].1);
+        let (start, end) = (counters[0], counters[3]);
+        assert_eq!(
+            start["args"]["rss_mb"].as_f64(),
+            Some(800.0 + steps[0] as f64 - 1.0)
+        );
+        assert_eq!(
+            end["args"]["rss_mb"].as_f64(),
+            Some(800.0 + steps[1] as f64)
+        );
+        assert!(start["ts"].as_f64().unwrap() <= first_b);
+        assert!(end["ts"].as_f64().unwrap() >= last_e);
         let sampled = intervals(&events, "sampled");
         assert_eq!(sampled.len(), 2);
-        for ((c, step), (begin, end)) in counters.iter().zip(steps).zip(&sampled) {
+        for ((c, step), (begin, end)) in counters[1..3].iter().zip(steps).zip(&sampled) {
             assert_eq!(c["name"], "memory");
             assert_eq!(c["args"]["rss_mb"].as_f64(), Some(800.0 + step as f64));
             assert_eq!(c["args"]["heap_mb"].as_f64(), Some(100.0 + step as f64));
@@ -152,6 +262,7 @@ fn counter_samples_become_counter_tracks_on_the_trace_time_base() {
 
 #[test]
 fn finish_is_idempotent_and_stops_tracing() {
+    let _serial = serial();
     let dir = temp_dir("finish");
     let (layer, guard) = ProfileLayer::builder()
         .with_env(false)
@@ -179,5 +290,130 @@ fn finish_is_idempotent_and_stops_tracing() {
     });
     let outputs = guard.finish().unwrap();
     assert_eq!(outputs.traces.len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `n` steps, each with one child span.
+fn steps(dispatch: &tracing::Dispatch, range: std::ops::Range<u64>) {
+    tracing::dispatcher::with_default(dispatch, || {
+        for step in range {
+            let _s = tracing::info_span!("step", step).entered();
+            let _w = tracing::info_span!("work").entered();
+        }
+    });
+}
+
+#[test]
+fn a_full_disk_fails_each_window_it_cannot_write_and_leaves_old_files_and_no_partial_file() {
+    let _serial = serial();
+    let dir = temp_dir("full-disk");
+    let (dispatch, guard, session) = chrome_run(
+        ChromeOptions::dir(&dir).with_steps("step", Schedule::every_step()),
+        None,
+        PerfWarnings::default(),
+    );
+    let disk = session.set_disk_space(1 << 30);
+    steps(&dispatch, 0..1);
+    // Window 0 is written; then the disk fills up.
+    let start = Instant::now();
+    while session.written().is_empty() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(session.written(), vec![dir.join("step_steps_0-0.json")]);
+    disk.store(100, Ordering::SeqCst);
+    // A file of an earlier run at window 1's path.
+    std::fs::write(dir.join("step_steps_1-1.json"), b"old").unwrap();
+    steps(&dispatch, 1..3);
+    let err = guard.finish().unwrap_err();
+    let Error::Outputs(errors) = &err else {
+        panic!("one error per failed window expected: {err}");
+    };
+    assert_eq!(errors.len(), 2, "{err}");
+    for (e, file) in errors
+        .iter()
+        .zip(["step_steps_1-1.json", "step_steps_2-2.json"])
+    {
+        let msg = e.to_string();
+        assert!(msg.contains(file) && msg.contains("no space left"), "{msg}");
+    }
+    // Window 0 complete, window 1's old file untouched, nothing of window 2, no temporary.
+    assert_eq!(
+        names_in(&dir),
+        ["step_steps_0-0.json", "step_steps_1-1.json"]
+    );
+    assert!(read(&dir.join("step_steps_0-0.json")).len() > 2);
+    assert_eq!(
+        std::fs::read(dir.join("step_steps_1-1.json")).unwrap(),
+        b"old"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn windows_past_the_bound_are_skipped_counted_and_warned_once() {
+    let _serial = serial();
+    let dir = temp_dir("bound");
+    let source = Arc::new(FakeSource::default());
+    let warnings = PerfWarnings::default();
+    let (dispatch, guard, session) = chrome_run(
+        ChromeOptions::dir(&dir).with_steps("step", Schedule::every_step()),
+        Some(source.clone()),
+        warnings.clone(),
+    );
+    // The writer thread is stuck completing window 0: the windows after it wait in memory.
+    source.hold();
+    steps(&dispatch, 0..20);
+    source.release();
+    let skipped = 20 - MAX_PENDING_WINDOWS as u64;
+    assert_eq!(session.skipped_windows(), skipped);
+    let start = Instant::now();
+    while warnings.0.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(warnings.0.load(Ordering::SeqCst), 1, "one warning");
+    let outputs = guard.finish().unwrap();
+    assert_eq!(outputs.traces.len(), MAX_PENDING_WINDOWS);
+    assert_eq!(session.skipped_windows(), skipped);
+    for (i, path) in outputs.traces.iter().enumerate() {
+        assert_eq!(*path, dir.join(format!("step_steps_{i}-{i}.json")));
+        assert_eq!(intervals(&read(path), "work").len(), 1);
+    }
+    assert_eq!(names_in(&dir).len(), MAX_PENDING_WINDOWS);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn finish_times_out_naming_the_windows_not_completed() {
+    let _serial = serial();
+    let dir = temp_dir("timeout");
+    let source = Arc::new(FakeSource::default());
+    let (dispatch, guard, session) = chrome_run(
+        ChromeOptions::dir(&dir).with_steps("step", Schedule::every_step()),
+        Some(source.clone()),
+        PerfWarnings::default(),
+    );
+    session.set_finish_limit(Duration::from_millis(300));
+    source.hold();
+    steps(&dispatch, 0..2);
+    let start = Instant::now();
+    let err = session.finish().unwrap_err();
+    let waited = start.elapsed();
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("2 trace window(s) not completed"), "{msg}");
+    assert!(
+        msg.contains("step_steps_0-0.json") && msg.contains("step_steps_1-1.json"),
+        "{msg}"
+    );
+    // The files are completed in the background once the writer can go on.
+    source.release();
+    let start = Instant::now();
+    while Session::any_alive() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!Session::any_alive());
+    assert_eq!(session.written().len(), 2);
+    drop(guard);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,11 +1,20 @@
 //! One window's trace file: the writer handed to tracing-chrome, and what happens when
-//! tracing-chrome closes it (check and repair the B/E pairs, append counter tracks, rewrite).
+//! tracing-chrome closes it (check and repair the B/E pairs, append counter tracks, rename into
+//! place).
+//!
+//! Nothing is written at a window's path until its file is complete: tracing-chrome writes into
+//! a temporary file beside it (`.<name>.<pid>.<n>.partial`), and the completion step writes the
+//! finished trace through [`crate::atomic_file::write`] (another temporary file, synced, renamed
+//! over the path), then removes the partial file. A failure at any point (a full disk, an
+//! unwritable directory) removes the temporary files, leaves whatever was at the path before,
+//! and is reported by `Session::finish`.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use serde_json::{json, Map, Value};
@@ -16,40 +25,67 @@ use crate::error::{Error, Result};
 /// What the windows of a session wrote, filled in on tracing-chrome's writer thread.
 #[derive(Debug, Default)]
 pub(super) struct Results {
-    written: Mutex<Vec<PathBuf>>,
-    error: Mutex<Option<Error>>,
+    state: Mutex<ResultsState>,
+    /// Windows not traced because too many earlier ones were still being written.
+    pub(super) skipped: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct ResultsState {
+    written: Vec<PathBuf>,
+    errors: Vec<Error>,
+    /// Windows opened and not completed yet (written, failed or abandoned), by number.
+    pending: BTreeMap<u64, PathBuf>,
 }
 
 impl Results {
-    fn wrote(&self, path: PathBuf) {
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(path);
+    fn lock(&self) -> MutexGuard<'_, ResultsState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps the first error.
-    pub(super) fn failed(&self, error: Error) {
-        self.error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert(error);
+    /// Window `number` was opened: it is pending until it is written or fails.
+    pub(super) fn opened(&self, number: u64, path: PathBuf) {
+        self.lock().pending.insert(number, path);
+    }
+
+    fn wrote(&self, number: u64, path: PathBuf) {
+        let mut state = self.lock();
+        state.pending.remove(&number);
+        state.written.push(path);
+    }
+
+    /// Keeps every error, in the order they happened; `number` is no longer pending.
+    pub(super) fn failed(&self, number: Option<u64>, error: Error) {
+        let mut state = self.lock();
+        if let Some(number) = number {
+            state.pending.remove(&number);
+        }
+        state.errors.push(error);
+    }
+
+    /// Windows opened and not completed yet.
+    pub(super) fn pending(&self) -> Vec<PathBuf> {
+        self.lock().pending.values().cloned().collect()
+    }
+
+    pub(super) fn pending_count(&self) -> usize {
+        self.lock().pending.len()
     }
 
     pub(super) fn written(&self) -> Vec<PathBuf> {
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.lock().written.clone()
     }
 
-    pub(super) fn take_error(&self) -> Option<Error> {
-        self.error.lock().unwrap_or_else(|e| e.into_inner()).take()
+    /// The errors so far (each is returned once).
+    pub(super) fn take_errors(&self) -> Vec<Error> {
+        std::mem::take(&mut self.lock().errors)
     }
 }
 
 /// Everything the end of a window needs, shared by the session and the window's writer.
 pub(super) struct WindowInfo {
+    /// The window's number in the session (from 1).
+    pub(super) number: u64,
     pub(super) path: PathBuf,
     /// Shown as the process label in Perfetto, e.g. `train_step steps 16-18`.
     pub(super) label: String,
@@ -61,29 +97,49 @@ pub(super) struct WindowInfo {
     pub(super) thread_names: bool,
     pub(super) counters: Option<Arc<dyn CounterSource>>,
     pub(super) results: Arc<Results>,
+    /// Tests only: the bytes the "disk" still takes, shared by every file of the session;
+    /// writes past it fail as on a full disk. `None`: no limit.
+    pub(super) disk: Option<Arc<AtomicI64>>,
 }
 
-/// The `Write` tracing-chrome writes one window's events into.
+impl WindowInfo {
+    fn io_error(&self, action: &'static str, source: io::Error) -> Error {
+        Error::Io {
+            action,
+            path: self.path.clone(),
+            source,
+        }
+    }
+}
+
+/// The `Write` tracing-chrome writes one window's events into: a temporary file beside the
+/// window's path.
 ///
 /// It never returns an error (tracing-chrome's writer thread `unwrap`s every write, so an error
 /// would kill it): the first I/O error is kept, later writes are dropped, and the window is
 /// reported as failed when it ends. Dropping it (tracing-chrome does when it switches to the
-/// next window's writer, or when its `FlushGuard` drops) finishes the file.
+/// next window's writer, or when its `FlushGuard` drops) completes the file.
 pub(super) struct WindowWriter {
-    out: Option<BufWriter<File>>,
+    out: Option<BufWriter<Disk<File>>>,
+    partial: PathBuf,
     info: Arc<WindowInfo>,
     error: Option<io::Error>,
 }
 
 impl WindowWriter {
     pub(super) fn create(info: Arc<WindowInfo>) -> Result<Self> {
-        let file = File::create(&info.path).map_err(|source| Error::Io {
-            action: "creating chrome trace",
-            path: info.path.clone(),
-            source,
-        })?;
+        let partial = partial_path(&info.path);
+        let file = File::create(&partial)
+            .map_err(|source| info.io_error("creating chrome trace", source))?;
         Ok(Self {
-            out: Some(BufWriter::with_capacity(1 << 16, file)),
+            out: Some(BufWriter::with_capacity(
+                1 << 16,
+                Disk {
+                    inner: file,
+                    left: info.disk.clone(),
+                },
+            )),
+            partial,
             info,
             error: None,
         })
@@ -97,16 +153,13 @@ impl WindowWriter {
         let error = self.error.take().or(flushed.err());
         let info = &self.info;
         let result = match error {
-            Some(source) => Err(Error::Io {
-                action: "writing chrome trace",
-                path: info.path.clone(),
-                source,
-            }),
-            None => rewrite(info),
+            Some(source) => Err(info.io_error("writing chrome trace", source)),
+            None => complete_file(info, &self.partial),
         };
+        let _ = std::fs::remove_file(&self.partial);
         match result {
-            Ok(()) => info.results.wrote(info.path.clone()),
-            Err(e) => info.results.failed(e),
+            Ok(()) => info.results.wrote(info.number, info.path.clone()),
+            Err(e) => info.results.failed(Some(info.number), e),
         }
     }
 }
@@ -137,6 +190,31 @@ impl Drop for WindowWriter {
     }
 }
 
+/// A writer on a disk that may be full: with `left`, each write takes its length from the
+/// shared budget and fails (`no space left on device`) once it is spent (tests simulate a full disk
+/// with it; `None` in real sessions).
+struct Disk<W> {
+    inner: W,
+    left: Option<Arc<AtomicI64>>,
+}
+
+impl<W: Write> Write for Disk<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(left) = &self.left {
+            let len = buf.len() as i64;
+            if left.fetch_sub(len, Ordering::Relaxed) < len {
+                left.store(0, Ordering::Relaxed);
+                return Err(io::Error::other("no space left on device"));
+            }
+        }
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// Microseconds from tracing-chrome's base to `at`, computed as tracing-chrome computes `ts`
 /// (`start.elapsed().as_nanos() as f64 / 1000.0`); `None` before the base.
 pub(super) fn micros(base: Instant, at: Instant) -> Option<f64> {
@@ -144,24 +222,17 @@ pub(super) fn micros(base: Instant, at: Instant) -> Option<f64> {
         .map(|d| d.as_nanos() as f64 / 1000.0)
 }
 
-/// Reads the closed file back, completes it and replaces it (through a temporary file and a
-/// rename, so the file on disk is valid JSON at every moment).
-fn rewrite(info: &WindowInfo) -> Result<()> {
-    let path = &info.path;
-    let io_err = |action: &'static str| {
-        move |source: io::Error| Error::Io {
-            action,
-            path: path.clone(),
-            source,
-        }
-    };
-    let bytes = std::fs::read(path).map_err(io_err("reading chrome trace"))?;
+/// Reads the window's closed partial file, completes it and writes it at the window's path
+/// atomically (the path holds its old content, or nothing, until the rename).
+fn complete_file(info: &WindowInfo, partial: &Path) -> Result<()> {
+    let bytes =
+        std::fs::read(partial).map_err(|source| info.io_error("reading chrome trace", source))?;
     let events: Vec<Value> = serde_json::from_slice(&bytes)
-        .map_err(|e| io_err("parsing chrome trace")(io::Error::from(e)))?;
+        .map_err(|e| info.io_error("parsing chrome trace", io::Error::from(e)))?;
     drop(bytes);
     let end = info.end.get().copied().unwrap_or_else(Instant::now);
     let counters = match &info.counters {
-        Some(source) => source.counters_between(info.start, end),
+        Some(source) => source.window(info.start, end),
         None => Vec::new(),
     };
     let (events, _) = complete(
@@ -174,29 +245,41 @@ fn rewrite(info: &WindowInfo) -> Result<()> {
             label: &info.label,
         },
     );
-    let tmp = tmp_path(path);
-    write_events(&tmp, &events).map_err(io_err("writing chrome trace"))?;
-    std::fs::rename(&tmp, path).map_err(io_err("renaming chrome trace"))
+    crate::atomic_file::write(&info.path, "writing chrome trace", |out| {
+        let mut out = Disk {
+            inner: out,
+            left: info.disk.clone(),
+        };
+        write_events(&mut out, &events)
+    })
 }
 
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    PathBuf::from(tmp)
+static PARTIAL: AtomicU64 = AtomicU64::new(0);
+
+/// A temporary name beside `path` for tracing-chrome's output, unique in the process and
+/// across processes.
+fn partial_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace.json".to_string());
+    path.with_file_name(format!(
+        ".{name}.{}.{}.partial",
+        std::process::id(),
+        PARTIAL.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 /// Writes events the way tracing-chrome does: a JSON array, one event per line.
-fn write_events(path: &Path, events: &[Value]) -> io::Result<()> {
-    let mut out = BufWriter::with_capacity(1 << 16, File::create(path)?);
+fn write_events(out: &mut dyn Write, events: &[Value]) -> io::Result<()> {
     out.write_all(b"[\n")?;
     for (i, event) in events.iter().enumerate() {
         if i > 0 {
             out.write_all(b",\n")?;
         }
-        serde_json::to_writer(&mut out, event)?;
+        serde_json::to_writer(&mut *out, event)?;
     }
-    out.write_all(b"\n]\n")?;
-    out.into_inner().map_err(|e| e.into_error())?.sync_all()
+    out.write_all(b"\n]\n")
 }
 
 /// What [`complete`] adds to a window's events.
