@@ -213,6 +213,9 @@ impl Sampler {
 
     /// Hands out the first [`SamplerUse`]: from then on the thread stops at its next tick after
     /// every clone of it is dropped (and not only when stopped). `None` after the first call.
+    // The builder is to hand it to the layer and the guard
+    // (`ProfileGuard::with_sampler_use`); until then the sampler keeps it.
+    #[allow(dead_code)]
     pub(crate) fn take_use(&mut self) -> Option<SamplerUse> {
         self.first_use.take()
     }
