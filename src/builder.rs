@@ -333,7 +333,7 @@ impl Builder {
         let (start_raw, origin) = (clock.raw(), Instant::now());
         let readings = Arc::new(Readings::new());
         let timeline = Arc::new(Timeline::default());
-        let sampler = if resources.is_empty() {
+        let mut sampler = if resources.is_empty() {
             None
         } else {
             samplers::start(
@@ -383,6 +383,11 @@ impl Builder {
             }
             outputs.append(&mut b.outputs.0.lock().unwrap_or_else(|e| e.into_inner()));
         }
+        // The layer and every handle keep the sampler running; the guard itself does not, so
+        // a leaked guard's sampler stops once they are gone.
+        let sampler_use = sampler
+            .as_mut()
+            .and_then(crate::samplers::Sampler::take_use);
         let session = ProfileSession::new(
             recorder.clone(),
             sampler,
@@ -393,8 +398,8 @@ impl Builder {
             records,
         );
         Ok((
-            ProfileLayer::new(recorder, filter, records),
-            ProfileGuard::new(ProfileHandle::new(session)),
+            ProfileLayer::new(recorder, filter, records).with_sampler_use(sampler_use.clone()),
+            ProfileGuard::new(ProfileHandle::new(session)).with_sampler_use(sampler_use.as_ref()),
         ))
     }
 

@@ -37,6 +37,8 @@ pub struct ProfileLayer {
     /// The span filter (`SPANPROF_FILTER`), if any.
     filter: Option<Arc<SpanFilter>>,
     mode: Mode,
+    /// Keeps the resource sampler running while a layer lives.
+    _sampler: Option<crate::samplers::SamplerUse>,
 }
 
 /// What the callbacks do, decided when the layer is built (one comparison per callback).
@@ -98,6 +100,15 @@ impl ProfileLayer {
                 })
             }),
             mode,
+            _sampler: None,
+        }
+    }
+
+    /// Keeps the resource sampler running while this layer (or a clone) lives.
+    pub(crate) fn with_sampler_use(self, sampler: Option<crate::samplers::SamplerUse>) -> Self {
+        Self {
+            _sampler: sampler,
+            ..self
         }
     }
 

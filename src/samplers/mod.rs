@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::switches::Resources;
 use crate::PERF_TARGET;
 use gpu::GpuSource;
-pub(crate) use thread::{Sampler, SamplerConfig, DEFAULT_INTERVAL};
+pub(crate) use thread::{Sampler, SamplerConfig, SamplerUse, WeakSamplerUse, DEFAULT_INTERVAL};
 pub(crate) use timeline::{Readings, SourceStatus, Timeline};
 
 /// How long the builder waits for the sampler's first sample, so that spans opened right after

@@ -1,10 +1,16 @@
 //! The sampler thread: one named thread that reads memory, CPU, energy and GPU figures every
 //! interval, publishes them in [`Readings`] and appends them to the [`Timeline`].
+//!
+//! The thread runs until [`Sampler::stop`], until the [`Sampler`] is dropped, or until nothing
+//! can read what it publishes any more: it holds only weak references to the readings and the
+//! timeline, and, once its [`SamplerUse`] was handed out ([`Sampler::take_use`]), it stops at
+//! its next tick after the last use is dropped. A profile whose guard was leaked
+//! (`mem::forget`) thus stops sampling when its layers and handles are gone.
 
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::{Relaxed, Release};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -106,12 +112,41 @@ impl Drop for Done {
     }
 }
 
+/// A claim on the sampler thread's output, held by whatever reads it (the layers and the
+/// profile's handles). Once [`Sampler::take_use`] handed the first one out, the thread stops at
+/// its next tick after every clone is dropped.
+#[derive(Debug, Clone)]
+pub(crate) struct SamplerUse(Arc<()>);
+
+impl SamplerUse {
+    /// A reference that does not keep the thread running, to make new uses from while it runs.
+    pub(crate) fn downgrade(&self) -> WeakSamplerUse {
+        WeakSamplerUse(Arc::downgrade(&self.0))
+    }
+}
+
+/// A [`SamplerUse`] that does not keep the thread running (the guard's: a leaked guard must not
+/// keep it sampling).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WeakSamplerUse(Weak<()>);
+
+impl WeakSamplerUse {
+    /// A new use while some other one is alive; `None` once the thread was left without uses
+    /// (it stops for good then).
+    pub(crate) fn upgrade(&self) -> Option<SamplerUse> {
+        self.0.upgrade().map(SamplerUse)
+    }
+}
+
 /// The running sampler thread. [`Sampler::stop`] ends it; dropping it asks it to stop without
 /// waiting.
 #[derive(Debug)]
 pub(crate) struct Sampler {
     control: Arc<Control>,
     handle: Option<JoinHandle<()>>,
+    /// The first use, kept here (so the thread runs until stopped) until
+    /// [`Sampler::take_use`] hands it out.
+    first_use: Option<SamplerUse>,
 }
 
 impl Sampler {
@@ -143,9 +178,16 @@ impl Sampler {
             readings.set_cpu_energy_status(SourceStatus::Off);
         }
         let control = Arc::new(Control::default());
+        let first_use = SamplerUse(Arc::new(()));
         let handle = {
             let control = control.clone();
-            let readings = readings.clone();
+            let target = Target {
+                readings: Arc::downgrade(&readings),
+                timeline: Arc::downgrade(&timeline),
+                uses: first_use.downgrade(),
+            };
+            // The thread holds no strong reference to what it publishes into.
+            drop((readings, timeline));
             std::thread::Builder::new()
                 .name(THREAD_NAME.to_string())
                 .spawn(move || {
@@ -154,14 +196,25 @@ impl Sampler {
                         tracing::subscriber::NoSubscriber::default(),
                     );
                     let gpu = if config.gpu() { gpu } else { None };
+                    let Some(readings) = target.readings.upgrade() else {
+                        return;
+                    };
                     let mut worker = Worker::new(config, gpu, clock_origin, &readings);
-                    worker.run(&control, &readings, &timeline);
+                    drop(readings);
+                    worker.run(&control, &target);
                 })?
         };
         Ok(Self {
             control,
             handle: Some(handle),
+            first_use: Some(first_use),
         })
+    }
+
+    /// Hands out the first [`SamplerUse`]: from then on the thread stops at its next tick after
+    /// every clone of it is dropped (and not only when stopped). `None` after the first call.
+    pub(crate) fn take_use(&mut self) -> Option<SamplerUse> {
+        self.first_use.take()
     }
 
     /// Waits up to `timeout` for the first sample to be published (GPU discovery runs first on
@@ -270,6 +323,23 @@ impl GpuEnergy {
     }
 }
 
+/// What the thread publishes into, held weakly, and whether anything still uses it.
+struct Target {
+    readings: Weak<Readings>,
+    timeline: Weak<Timeline>,
+    uses: WeakSamplerUse,
+}
+
+impl Target {
+    /// The readings and the timeline, while some [`SamplerUse`] is alive and they exist.
+    fn upgrade(&self) -> Option<(Arc<Readings>, Arc<Timeline>)> {
+        if self.uses.0.strong_count() == 0 {
+            return None;
+        }
+        Some((self.readings.upgrade()?, self.timeline.upgrade()?))
+    }
+}
+
 /// The sampler thread's state.
 struct Worker {
     config: SamplerConfig,
@@ -349,14 +419,19 @@ impl Worker {
         }
     }
 
-    fn run(&mut self, control: &Control, readings: &Readings, timeline: &Timeline) {
+    fn run(&mut self, control: &Control, target: &Target) {
         let interval = self.config.interval;
         let mut next = Instant::now();
         loop {
             if control.lock().stop {
                 return;
             }
-            self.sample(readings, timeline);
+            // Nothing can read what the thread publishes any more: stop for good.
+            let Some((readings, timeline)) = target.upgrade() else {
+                return;
+            };
+            self.sample(&readings, &timeline);
+            drop((readings, timeline));
             if self.seq == 1 {
                 control.lock().sampled = true;
                 control.cv.notify_all();
@@ -659,6 +734,64 @@ mod tests {
         assert_eq!(seq, 1);
     }
 
+    /// Once its first use is handed out, the thread stops by itself when every use is gone (a
+    /// leaked guard), and `stop` still works after that. While a use lives, it samples.
+    #[test]
+    fn stops_when_its_uses_are_dropped() {
+        let config = SamplerConfig {
+            interval: Duration::from_millis(5),
+            resources: Resources::MEMORY,
+        };
+        let (mut sampler, readings, timeline) = start(config, None);
+        let first = sampler.take_use().unwrap();
+        assert!(sampler.take_use().is_none());
+        let weak = first.downgrade();
+        let second = weak.upgrade().unwrap();
+        drop(first);
+        wait_for(&readings, 3);
+        let seq = readings.seq.load(Acquire);
+        wait_for(&readings, seq + 2);
+        drop(second);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sampler.control.lock().done {
+            assert!(
+                Instant::now() < deadline,
+                "the sampler did not stop without uses"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(weak.upgrade().is_none());
+        let seq = readings.seq.load(Acquire);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(readings.seq.load(Acquire), seq);
+        assert_eq!(timeline.pushed(), seq);
+        assert!(sampler.stop(Duration::from_secs(1)));
+    }
+
+    /// Without its readings or timeline (the recorder freed), the thread stops; it never kept
+    /// them alive itself.
+    #[test]
+    fn stops_when_what_it_publishes_into_is_freed() {
+        let config = SamplerConfig {
+            interval: Duration::from_millis(5),
+            resources: Resources::MEMORY,
+        };
+        let (sampler, readings, timeline) = start(config, None);
+        wait_for(&readings, 2);
+        let weak = Arc::downgrade(&timeline);
+        drop(timeline);
+        assert!(
+            weak.upgrade().is_none(),
+            "the sampler thread holds the timeline"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sampler.control.lock().done {
+            assert!(Instant::now() < deadline, "the sampler did not stop");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(sampler.stop(Duration::from_secs(1)));
+    }
+
     /// A backend whose discovery hangs: stop gives up after its timeout.
     struct Hang(Arc<(Mutex<bool>, Condvar)>);
 
@@ -682,7 +815,7 @@ mod tests {
     #[test]
     fn stop_times_out_on_a_hung_backend() {
         let gate = Arc::new((Mutex::new(false), Condvar::new()));
-        let (sampler, readings, _) =
+        let (sampler, readings, _timeline) =
             start(SamplerConfig::default(), Some(Box::new(Hang(gate.clone()))));
         assert_eq!(readings.gpu_status(), SourceStatus::Pending);
         let t = Instant::now();
@@ -817,7 +950,7 @@ mod tests {
                 interval: Duration::from_millis(5),
                 ..SamplerConfig::default()
             };
-            let (sampler, readings, _) = start(config, Some(Box::new(source)));
+            let (sampler, readings, _timeline) = start(config, Some(Box::new(source)));
             wait_for(&readings, 2);
             assert!(sampler.stop(Duration::from_secs(5)));
             assert_eq!(
@@ -836,7 +969,7 @@ mod tests {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(1);
-        let (sampler, readings, _) = start(SamplerConfig::default(), None);
+        let (sampler, readings, _timeline) = start(SamplerConfig::default(), None);
         wait_for(&readings, 1);
         let (cpu0, seq0, t0) = (
             readings.sampler_cpu_ns.load(Relaxed),

@@ -1,0 +1,207 @@
+//! The signal handler (`install_signal_handler`, feature `ctrlc`) and the sampler thread of a
+//! leaked guard. The signal tests run this binary again as a child process (the `child` test,
+//! selected by `SPANPROF_SIGNALS_CHILD`), which sends itself signals.
+#![cfg(unix)]
+
+mod support;
+
+#[cfg(feature = "ctrlc")]
+use std::path::{Path, PathBuf};
+#[cfg(feature = "ctrlc")]
+use std::process::{Command, Output};
+#[cfg(any(target_os = "linux", feature = "ctrlc"))]
+use std::time::{Duration, Instant};
+
+#[cfg(any(target_os = "linux", feature = "ctrlc"))]
+use spanprof::ProfileLayer;
+
+/// How the parent starts the child: SIGINT ignored (as for a job started with `&` from a
+/// non-interactive shell script) or every signal at its default action.
+#[cfg(feature = "ctrlc")]
+#[derive(Clone, Copy)]
+enum Start {
+    SigintIgnored,
+    Default,
+}
+
+/// Runs the `child` test in a new process of this binary, in `mode`, writing into `out`.
+#[cfg(feature = "ctrlc")]
+fn run_child(mode: &str, start: Start, out: &Path) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env("SPANPROF_SIGNALS_CHILD", mode)
+        .env("SPANPROF_SIGNALS_OUT", out);
+    // SAFETY: between fork and exec, only `signal`, which is async-signal-safe. The
+    // dispositions are set either way, so that the test does not depend on what the test
+    // runner itself was started with.
+    unsafe {
+        command.pre_exec(move || {
+            let int = match start {
+                Start::SigintIgnored => libc::SIG_IGN,
+                Start::Default => libc::SIG_DFL,
+            };
+            libc::signal(libc::SIGINT, int);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    command.output().unwrap()
+}
+
+#[cfg(feature = "ctrlc")]
+fn disposition(signal: libc::c_int) -> libc::sighandler_t {
+    // SAFETY: a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        assert_eq!(libc::sigaction(signal, std::ptr::null(), &mut old), 0);
+        old.sa_sigaction
+    }
+}
+
+#[cfg(feature = "ctrlc")]
+fn send_self(signal: libc::c_int) {
+    // SAFETY: `kill` of this process.
+    assert_eq!(unsafe { libc::kill(libc::getpid(), signal) }, 0);
+}
+
+/// The child: runs only when a test below starts this binary with `SPANPROF_SIGNALS_CHILD`
+/// set. It installs the handler, records `work` spans, and sends itself the signals its mode
+/// names; spanprof's handler ends it. Exit status 3: nothing ended it.
+#[cfg(feature = "ctrlc")]
+#[test]
+fn child() {
+    let Ok(mode) = std::env::var("SPANPROF_SIGNALS_CHILD") else {
+        return;
+    };
+    let out = PathBuf::from(std::env::var_os("SPANPROF_SIGNALS_OUT").expect("output dir"));
+    let (dispatch, guard) = support::install(ProfileLayer::builder().with_output_dir(out));
+    let ignored_at_start = disposition(libc::SIGINT) == libc::SIG_IGN;
+    // Never an error for an ignored signal: the program must start.
+    guard.handle().install_signal_handler().unwrap();
+    if ignored_at_start {
+        assert_eq!(
+            disposition(libc::SIGINT),
+            libc::SIG_IGN,
+            "an ignored SIGINT must stay ignored"
+        );
+    }
+    assert_ne!(disposition(libc::SIGTERM), libc::SIG_DFL);
+    let signals: &[libc::c_int] = match mode.as_str() {
+        "int-then-term" => &[libc::SIGINT, libc::SIGTERM],
+        "term" => &[libc::SIGTERM],
+        "hup" => &[libc::SIGHUP],
+        other => panic!("unknown child mode {other}"),
+    };
+    let start = Instant::now();
+    tracing::dispatcher::with_default(&dispatch, || {
+        for round in 0u64.. {
+            let _s = tracing::info_span!("work", round).entered();
+            std::thread::sleep(Duration::from_millis(1));
+            if let Some(&signal) = usize::try_from(round / 20)
+                .ok()
+                .filter(|_| round % 20 == 19)
+                .and_then(|i| signals.get(i))
+            {
+                send_self(signal);
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                break;
+            }
+        }
+    });
+    eprintln!("no signal ended the process");
+    std::process::exit(3);
+}
+
+#[cfg(feature = "ctrlc")]
+fn profile_calls(out: &Path) -> u64 {
+    let profile = spanprof::Snapshot::read_json(out.join(spanprof::output::PROFILE_FILE))
+        .unwrap_or_else(|e| panic!("no profile in {}: {e}", out.display()));
+    profile.span("work").map_or(0, |s| s.calls)
+}
+
+/// SIGTERM (kill, systemd, Kubernetes): the profile is written and the exit status is 143.
+#[cfg(feature = "ctrlc")]
+#[test]
+fn sigterm_writes_the_profile_and_exits_143() {
+    let out = support::temp_dir("signals-term");
+    let output = run_child("term", Start::Default, &out);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(143), "child stderr:\n{stderr}");
+    assert!(stderr.contains("terminated (SIGTERM)"), "{stderr}");
+    assert!(stderr.contains("profile in"), "{stderr}");
+    assert!(profile_calls(&out) >= 19);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// SIGHUP (the terminal closed): written too, exit status 129.
+#[cfg(feature = "ctrlc")]
+#[test]
+fn sighup_writes_the_profile_and_exits_129() {
+    let out = support::temp_dir("signals-hup");
+    let output = run_child("hup", Start::Default, &out);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(129), "child stderr:\n{stderr}");
+    assert!(profile_calls(&out) >= 19);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A program started with SIGINT ignored (`prog &` in a shell script): installing succeeds,
+/// SIGINT stays ignored (the child survives it), and SIGTERM still writes the profile.
+#[cfg(feature = "ctrlc")]
+#[test]
+fn sigint_ignored_at_start_stays_ignored_and_sigterm_is_still_handled() {
+    let out = support::temp_dir("signals-ignored");
+    let output = run_child("int-then-term", Start::SigintIgnored, &out);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(143), "child stderr:\n{stderr}");
+    assert!(!stderr.contains("interrupted"), "{stderr}");
+    // It ran on after the SIGINT: the spans of both rounds of 20 are in the profile.
+    assert!(profile_calls(&out) >= 39, "{stderr}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The sampler threads of this process (`spanprof-sampler`, 15 characters in `comm`).
+#[cfg(target_os = "linux")]
+fn sampler_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "spanprof-sample")
+        .count()
+}
+
+/// A leaked guard (`mem::forget`) does not keep the sampler thread running once the layer and
+/// every handle are dropped. No other test of this binary starts a sampler in this process.
+#[cfg(target_os = "linux")]
+#[test]
+fn forgotten_guard_stops_the_sampler_when_nothing_uses_it() {
+    let (dispatch, guard) = support::install(
+        ProfileLayer::builder()
+            .with_preset(spanprof::Preset::Detailed)
+            .with_sample_interval(Duration::from_millis(5)),
+    );
+    assert_eq!(sampler_threads(), 1);
+    let handle = guard.handle();
+    std::mem::forget(guard);
+    tracing::dispatcher::with_default(&dispatch, || {
+        let _s = tracing::info_span!("work").entered();
+    });
+    drop(dispatch);
+    // A handle still reads the profile: the sampler runs on.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(sampler_threads(), 1);
+    assert!(!handle.snapshot().resources.unwrap().timeline.is_empty());
+    drop(handle);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sampler_threads() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the sampler thread of a leaked guard still runs 10 s after its layer and handles were dropped"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
