@@ -460,8 +460,10 @@ impl ProfileHandle {
     /// your own signal handling. Further calls return the same files.
     ///
     /// # Errors
-    /// [`Error::Io`](crate::Error::Io) naming the first trace file that could not be written or
-    /// completed.
+    /// [`Error::Io`](crate::Error::Io) naming the trace file that could not be written or
+    /// completed, or [`Error::Outputs`](crate::Error::Outputs) with one error per such window;
+    /// an `Error::Io` of kind `TimedOut` naming the windows not completed when writing them
+    /// took longer than the bound (see [`crate::chrome`]).
     pub fn finish_chrome(&self) -> Result<Vec<std::path::PathBuf>> {
         match self.session.chrome() {
             Some(c) => c.finish(),

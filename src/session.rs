@@ -62,7 +62,13 @@ impl ProfileSession {
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
-        self.recorder.snapshot()
+        #[allow(unused_mut)]
+        let mut snapshot = self.recorder.snapshot();
+        #[cfg(feature = "chrome")]
+        if let Some(chrome) = &self.chrome {
+            snapshot.dropped.trace_windows_skipped = chrome.skipped_windows();
+        }
+        snapshot
     }
 
     pub(crate) fn table(&self) -> Table {
@@ -102,7 +108,7 @@ impl ProfileSession {
                 Err(e) => errors.push(e),
             }
         }
-        let snapshot = self.recorder.snapshot();
+        let snapshot = self.snapshot();
         if self.records {
             summary_event(&snapshot);
         }

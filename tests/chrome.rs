@@ -641,3 +641,23 @@ fn windows_that_cannot_be_written_are_each_reported_and_leave_no_partial_file() 
     assert!(dir.join("train_step_steps_1-1.json/inside").is_dir());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Skipped windows are counted in the profile and said in the report.
+#[test]
+fn skipped_windows_are_in_the_profile_and_the_report() {
+    let mut snapshot =
+        spanprof::Snapshot::from_json(include_str!("data/profile-v1-basic.json"), "test data")
+            .unwrap();
+    assert_eq!(
+        snapshot.dropped.trace_windows_skipped, 0,
+        "older profiles read 0"
+    );
+    snapshot.dropped.trace_windows_skipped = 7;
+    let back = spanprof::Snapshot::from_json(&snapshot.to_json(), "round trip").unwrap();
+    assert_eq!(back.dropped.trace_windows_skipped, 7);
+    let report = spanprof::output::Table::new().to_string(&back);
+    assert!(
+        report.contains("note: 7 Chrome trace windows skipped"),
+        "{report}"
+    );
+}

@@ -499,6 +499,13 @@ impl<'a> View<'a> {
                 d.spans_table_full, d.spans_too_many_names
             )?;
         }
+        if d.trace_windows_skipped > 0 {
+            writeln!(
+                f,
+                "note: {} Chrome trace windows skipped: earlier windows were still being written",
+                d.trace_windows_skipped
+            )?;
+        }
         Ok(())
     }
 }

@@ -114,6 +114,10 @@ pub struct Dropped {
     pub spans_table_full: u64,
     /// Spans not profiled because [`MAX_SPAN_NAMES`](crate::builder::MAX_SPAN_NAMES) names were in use.
     pub spans_too_many_names: u64,
+    /// Chrome trace windows skipped because earlier ones were still being written (see
+    /// [`crate::chrome`]); 0 in profiles written before it was counted.
+    #[serde(default)]
+    pub trace_windows_skipped: u64,
 }
 
 /// Statistics of one span name.

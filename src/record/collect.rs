@@ -134,6 +134,7 @@ impl Recorder {
             dropped: Dropped {
                 spans_table_full: self.dropped_table_full.load(Relaxed),
                 spans_too_many_names: self.dropped_too_many_names.load(Relaxed),
+                trace_windows_skipped: 0,
             },
             resources: self.resource_info(),
         }
