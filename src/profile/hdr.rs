@@ -309,6 +309,11 @@ fn walk(payload: &[u8], header: &Header, mut f: impl FnMut(usize, u64)) -> Resul
 /// Reads one LEB128-64b9B number (the V2 format's: 8 groups of 7 bits, then a whole 9th
 /// byte). `None` if `bytes` ends inside it.
 fn read_number(bytes: &[u8]) -> Option<(u64, usize)> {
+    match bytes.first() {
+        Some(&b) if b < 0x80 => return Some((u64::from(b), 1)),
+        None => return None,
+        _ => {}
+    }
     let mut value = 0u64;
     for i in 0..MAX_NUMBER_LEN {
         let b = *bytes.get(i)?;
@@ -328,6 +333,10 @@ fn read_number(bytes: &[u8]) -> Option<(u64, usize)> {
 /// significant digits whose lowest discernible value is `2^unit_magnitude`: the bucket of the
 /// counter's highest equivalent value, as [`Buckets::from_histogram`] maps it.
 fn spanprof_bucket(index: usize, unit_magnitude: u32) -> u64 {
+    if unit_magnitude == 0 {
+        // spanprof's own layout: the same counter, those past HIGHEST_NS's in its bucket.
+        return value_of(index.min(index_of(HIGHEST_NS)));
+    }
     let half = 1usize << SUB_BUCKET_HALF_MAGNITUDE;
     let mut bucket = (index >> SUB_BUCKET_HALF_MAGNITUDE) as i64 - 1;
     let mut sub_bucket = (index & (half - 1)) + half;
