@@ -128,3 +128,364 @@ fn a_field_of_the_wrong_type() {
     v["spans"][0]["calls"] = "many".into();
     rejected(&v.to_string(), "typed.json", "invalid type");
 }
+
+// ---- Histogram payloads: crafted HdrHistogram V2 + deflate strings ----
+
+/// The fields of an HdrHistogram V2 header.
+#[derive(Clone, Copy)]
+struct V2 {
+    cookie: u32,
+    /// `None`: the payload's real length.
+    payload_len: Option<u32>,
+    offset: u32,
+    digits: u32,
+    lowest: u64,
+    highest: u64,
+    ratio: f64,
+}
+
+impl V2 {
+    /// spanprof's bounds.
+    fn spanprof() -> Self {
+        V2 {
+            cookie: 0x1c84_9313,
+            payload_len: None,
+            offset: 0,
+            digits: 2,
+            lowest: 1,
+            highest: spanprof::profile::HIGHEST_NS,
+            ratio: 1.0,
+        }
+    }
+
+    /// The uncompressed V2 histogram: this header and `payload`.
+    fn bytes(&self, payload: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend(self.cookie.to_be_bytes());
+        b.extend(
+            self.payload_len
+                .unwrap_or(payload.len() as u32)
+                .to_be_bytes(),
+        );
+        b.extend(self.offset.to_be_bytes());
+        b.extend(self.digits.to_be_bytes());
+        b.extend(self.lowest.to_be_bytes());
+        b.extend(self.highest.to_be_bytes());
+        b.extend(self.ratio.to_bits().to_be_bytes());
+        b.extend(payload);
+        b
+    }
+
+    /// The profile's histogram string: compressed header, zlib stream, base64.
+    fn encode(&self, payload: &[u8]) -> String {
+        compressed(&zlib(&self.bytes(payload)), None)
+    }
+}
+
+fn zlib(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(bytes).unwrap();
+    z.finish().unwrap()
+}
+
+/// A compressed HdrHistogram: cookie, length (`None`: the real one), the zlib stream; base64.
+fn compressed(deflated: &[u8], declared: Option<u32>) -> String {
+    use base64::Engine;
+    let mut b = Vec::new();
+    b.extend(0x1c84_9314u32.to_be_bytes());
+    b.extend(declared.unwrap_or(deflated.len() as u32).to_be_bytes());
+    b.extend(deflated);
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
+/// The V2 format's number: zig-zag, then LEB128 with a whole 9th byte.
+fn number(n: i64) -> Vec<u8> {
+    let mut zz = ((n << 1) ^ (n >> 63)) as u64;
+    let mut out = Vec::new();
+    for _ in 0..8 {
+        if zz < 0x80 {
+            out.push(zz as u8);
+            return out;
+        }
+        out.push(0x80 | (zz & 0x7f) as u8);
+        zz >>= 7;
+    }
+    out.push(zz as u8);
+    out
+}
+
+/// The valid base with `histogram` as spans[4].wall's histogram (train_step, 256 samples).
+fn with_histogram(histogram: String) -> String {
+    let mut v = valid();
+    v["spans"][4]["wall"]["histogram"] = histogram.into();
+    v.to_string()
+}
+
+#[test]
+fn a_header_claiming_4_gib_is_rejected_before_any_allocation() {
+    // 56 characters: a V2 header that declares a 4 GiB payload and holds none. The reader used
+    // to allocate and zero the 4 GiB before finding the payload missing.
+    let huge = V2 {
+        payload_len: Some(u32::MAX),
+        ..V2::spanprof()
+    }
+    .encode(&[]);
+    assert_eq!(huge.len(), 56, "{huge}");
+    let text = rejected(
+        &with_histogram(huge),
+        "huge.json",
+        "spans[4].wall.histogram: histogram does not decode",
+    );
+    assert!(text.contains("4294967295 payload bytes"), "{text}");
+
+    // The compressed header claims more (or fewer) deflated bytes than are present.
+    let deflated = zlib(&V2::spanprof().bytes(&number(256)));
+    for declared in [u32::MAX, deflated.len() as u32 - 1] {
+        let text = rejected(
+            &with_histogram(compressed(&deflated, Some(declared))),
+            "short.json",
+            "histogram does not decode",
+        );
+        assert!(text.contains("compressed bytes"), "{text}");
+    }
+    // Another cookie outside, another inside.
+    let mut wrong = compressed(&deflated, None).into_bytes();
+    wrong[0] = b'B';
+    rejected(
+        &with_histogram(String::from_utf8(wrong).unwrap()),
+        "cookie.json",
+        "is not a compressed HdrHistogram V2",
+    );
+    rejected(
+        &with_histogram(
+            V2 {
+                cookie: 0x1c84_9301,
+                ..V2::spanprof()
+            }
+            .encode(&number(256)),
+        ),
+        "inner-cookie.json",
+        "is not an HdrHistogram V2",
+    );
+}
+
+#[test]
+fn a_deflate_stream_that_inflates_past_its_bounds_is_cut_off() {
+    // 10 MB of zeros after the header: the 4608 counters of spanprof's bounds need at most
+    // 9 bytes each; the reader stops inflating there.
+    let mut v2 = V2::spanprof().bytes(&[]);
+    v2.resize(v2.len() + 10_000_000, 0);
+    let len = (v2.len() - 40) as u32;
+    v2[4..8].copy_from_slice(&len.to_be_bytes());
+    let text = rejected(
+        &with_histogram(compressed(&zlib(&v2), None)),
+        "bomb.json",
+        "histogram does not decode",
+    );
+    assert!(text.contains("payload bytes"), "{text}");
+
+    // A payload longer than its V2 header says.
+    let v2 = V2 {
+        payload_len: Some(1),
+        ..V2::spanprof()
+    }
+    .bytes(&[2, 2]);
+    let text = rejected(
+        &with_histogram(compressed(&zlib(&v2), None)),
+        "longer.json",
+        "histogram does not decode",
+    );
+    assert!(text.contains("inflates past the 1 payload bytes"), "{text}");
+
+    // A payload shorter than it says, and a stream cut short.
+    let deflated = zlib(&V2::spanprof().bytes(&number(256)));
+    let cut = &deflated[..deflated.len() - 6];
+    rejected(
+        &with_histogram(compressed(cut, None)),
+        "cut-stream.json",
+        "histogram does not decode",
+    );
+}
+
+#[test]
+fn histogram_headers_must_match_the_profiles_bounds() {
+    let cases: [(V2, &str); 6] = [
+        (
+            V2 {
+                digits: 3,
+                ..V2::spanprof()
+            },
+            "3 significant digits, expected 2",
+        ),
+        (
+            V2 {
+                lowest: 0,
+                ..V2::spanprof()
+            },
+            "lowest trackable value 0",
+        ),
+        (
+            V2 {
+                highest: 1 << 42,
+                ..V2::spanprof()
+            },
+            "highest trackable value 4398046511104",
+        ),
+        (
+            V2 {
+                lowest: 1000,
+                highest: 1500,
+                ..V2::spanprof()
+            },
+            "less than twice the lowest",
+        ),
+        (
+            V2 {
+                offset: 3,
+                ..V2::spanprof()
+            },
+            "normalizing index offset 3",
+        ),
+        (
+            V2 {
+                ratio: 2.0,
+                ..V2::spanprof()
+            },
+            "integer to double ratio 2",
+        ),
+    ];
+    for (header, phrase) in cases {
+        rejected(
+            &with_histogram(header.encode(&number(256))),
+            "bounds.json",
+            phrase,
+        );
+    }
+    // The bounds spanprof writes read: a smaller highest value, and a lowest value above 1
+    // (its counters are mapped to spanprof's buckets).
+    // The top of the bucket of HIGHEST_NS is what hdrhistogram writes for a histogram that
+    // grew to hold it.
+    for (lowest, highest) in [(1, 2), (1, 65_535), (1024, 1 << 30), (1, (1 << 42) - 1)] {
+        let h = V2 {
+            lowest,
+            highest,
+            ..V2::spanprof()
+        };
+        let snap = Snapshot::from_json(&with_histogram(h.encode(&number(256))), "ok").unwrap();
+        assert_eq!(snap.spans[4].wall.histogram.len(), 256);
+    }
+}
+
+#[test]
+fn crafted_payloads_are_errors_not_panics() {
+    // A run of i64::MIN empty counters: hdrhistogram negates it, which overflows (a panic in
+    // a debug build).
+    for (payload, phrase) in [
+        (number(i64::MIN), "empty counters"),
+        (
+            [number(-4000), number(-4000), number(1)].concat(),
+            "empty counters",
+        ),
+        (
+            [number(-4607), number(1), number(1)].concat(),
+            "past the 4608 counters",
+        ),
+        (
+            [number(i64::MAX), number(i64::MAX), number(2)].concat(),
+            "more than 2^64 - 1",
+        ),
+        (vec![0x80, 0x80], "ends inside a number"),
+    ] {
+        let text = rejected(
+            &with_histogram(V2::spanprof().encode(&payload)),
+            "crafted.json",
+            "histogram does not decode",
+        );
+        assert!(text.contains(phrase), "{text} lacks {phrase}");
+    }
+    // The largest count a file can hold: one counter of 2^63 - 1 samples (wall.count must
+    // then match it).
+    let mut v: serde_json::Value = serde_json::from_str(&with_histogram(
+        V2::spanprof().encode(&[number(-300), number(i64::MAX)].concat()),
+    ))
+    .unwrap();
+    v["spans"][4]["wall"]["count"] = (i64::MAX as u64).into();
+    let snap = Snapshot::from_json(&v.to_string(), "most.json").unwrap();
+    assert_eq!(snap.spans[4].wall.histogram.len(), i64::MAX as u64);
+}
+
+#[test]
+fn figures_that_disagree_with_their_histogram() {
+    for (stat, field, value, phrase) in [
+        (
+            "entry_busy",
+            "count",
+            1000,
+            "spans[3].entry_busy.count: 1000 samples, the histogram holds 1",
+        ),
+        ("wall", "min_ns", u64::MAX, "spans[3].wall.min_ns"),
+        ("self", "p99_ns", 0, "spans[3].self.p99_ns"),
+        ("busy", "p50_ns", u64::MAX, "spans[3].busy.p50_ns"),
+    ] {
+        let mut v = valid();
+        v["spans"][3][stat][field] = value.into();
+        rejected(&v.to_string(), "figures.json", phrase);
+    }
+    // `calls` counts entries: spans closing while a snapshot is taken make it differ from the
+    // histogram's count, so it is not checked against it.
+    let mut v = valid();
+    v["spans"][3]["calls"] = 7.into();
+    Snapshot::from_json(&v.to_string(), "calls.json").unwrap();
+}
+
+#[test]
+fn histograms_of_other_bounds() {
+    for (field, value, phrase) in [
+        (
+            "lowest",
+            serde_json::json!(0),
+            "histograms.lowest is 0, expected 1",
+        ),
+        (
+            "highest",
+            serde_json::json!(1000),
+            "histograms.highest is 1000, expected 3600000000000",
+        ),
+        (
+            "significant_digits",
+            serde_json::json!(3),
+            "histograms.significant_digits is 3, expected 2",
+        ),
+        (
+            "encoding",
+            serde_json::json!("hdrhistogram-v1"),
+            "histograms.encoding is \"hdrhistogram-v1\"",
+        ),
+        ("unit", serde_json::json!("us"), "histograms.unit is \"us\""),
+    ] {
+        let mut v = valid();
+        v["histograms"][field] = value;
+        rejected(&v.to_string(), "spec.json", phrase);
+    }
+}
+
+#[test]
+fn an_hour_long_sample_is_written_within_the_profiles_bounds() {
+    use base64::Engine;
+    use spanprof::profile::{Buckets, HIGHEST_NS};
+    let mut snap = Snapshot::from_json(VALID, "v1").unwrap();
+    let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, HIGHEST_NS, 2).unwrap();
+    h.record_n(HIGHEST_NS, 256).unwrap();
+    snap.spans[4].wall.histogram = Buckets::from_histogram(&h);
+    let json = snap.to_json();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(v["spans"][4]["wall"]["histogram"].as_str().unwrap())
+        .unwrap();
+    let back: hdrhistogram::Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .unwrap();
+    assert_eq!(back.high(), HIGHEST_NS);
+    assert_eq!(Snapshot::from_json(&json, "round trip").unwrap(), snap);
+}

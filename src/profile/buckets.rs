@@ -23,6 +23,11 @@ const fn bucket_count() -> usize {
 /// Number of counters per histogram.
 pub(crate) const COUNTS_LEN: usize = (bucket_count() + 1) * SUB_BUCKET_HALF;
 
+/// The highest value the counters tell apart: the top of the bucket holding [`HIGHEST_NS`]
+/// (2^42 - 1). hdrhistogram writes it as the highest trackable value of a histogram that
+/// resized itself to hold [`HIGHEST_NS`].
+pub(crate) const TOP_NS: u64 = ((2 * SUB_BUCKET_HALF as u64) << (bucket_count() - 1)) - 1;
+
 /// The index of the bucket holding `value` (at most [`HIGHEST_NS`]).
 #[inline(always)]
 pub(crate) fn index_of(value: u64) -> usize {
@@ -68,6 +73,16 @@ impl Buckets {
             }
         }
         counts.shrink_to_fit();
+        Self { counts }
+    }
+
+    /// Buckets from (lowest value of a spanprof bucket, count) pairs, ascending by value, with
+    /// no zero count (the histogram reader builds them so).
+    pub(crate) fn from_sorted_counts(counts: Vec<(u64, u64)>) -> Self {
+        debug_assert!(counts.windows(2).all(|w| w[0].0 < w[1].0));
+        debug_assert!(counts
+            .iter()
+            .all(|&(v, n)| n > 0 && value_of(index_of(v)) == v));
         Self { counts }
     }
 
@@ -130,5 +145,7 @@ mod tests {
         }
         // 16 bytes per non-empty bucket, whatever the range.
         assert_eq!(b.iter().count(), 8, "1 000 and 1 003 share a bucket");
+        assert_eq!(TOP_NS, (1 << 42) - 1);
+        assert_eq!(index_of(TOP_NS), COUNTS_LEN - 1);
     }
 }

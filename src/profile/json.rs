@@ -5,7 +5,12 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{Snapshot, SCHEMA, SCHEMA_VERSION};
+use serde_json::error::Category;
+
+use super::{
+    HistogramSpec, Snapshot, Stat, HIGHEST_NS, LOWEST_NS, SCHEMA, SCHEMA_VERSION,
+    SIGNIFICANT_DIGITS,
+};
 use crate::error::{Error, Result};
 
 impl Snapshot {
@@ -28,34 +33,50 @@ impl Snapshot {
             message,
         };
         // The header first, so a newer or foreign file gets a precise complaint rather than a
-        // missing field.
+        // missing field, and histograms of other bounds a complaint about the bounds.
         #[derive(Deserialize)]
         struct Header {
             schema: Option<String>,
             version: Option<u32>,
+            histograms: Option<HistogramSpec>,
         }
-        let header: Header =
-            serde_json::from_str(json).map_err(|e| invalid(format!("not a JSON object: {e}")))?;
-        match header.schema.as_deref() {
-            Some(SCHEMA) => {}
-            Some(other) => {
-                return Err(invalid(format!("schema is {other:?}, expected {SCHEMA:?}")))
+        let header: Option<Header> = match serde_json::from_str(json) {
+            Ok(header) => Some(header),
+            // JSON, but a header field of the wrong type: the full parse below names it.
+            Err(e) if e.classify() == Category::Data => None,
+            Err(e) => return Err(invalid(format!("not a JSON object: {e}"))),
+        };
+        if let Some(header) = header {
+            match header.schema.as_deref() {
+                Some(SCHEMA) => {}
+                Some(other) => {
+                    return Err(invalid(format!("schema is {other:?}, expected {SCHEMA:?}")))
+                }
+                None => return Err(invalid(format!("no \"schema\" field: not a {SCHEMA} file"))),
             }
-            None => return Err(invalid(format!("no \"schema\" field: not a {SCHEMA} file"))),
-        }
-        match header.version {
-            Some(1..=SCHEMA_VERSION) => {}
-            Some(v) => {
-                return Err(invalid(format!(
-                    "schema version {v} is not one this spanprof reads (1 to {SCHEMA_VERSION})"
-                )))
+            match header.version {
+                Some(1..=SCHEMA_VERSION) => {}
+                Some(v) => {
+                    return Err(invalid(format!(
+                        "schema version {v} is not one this spanprof reads (1 to {SCHEMA_VERSION})"
+                    )))
+                }
+                None => return Err(invalid("no \"version\" field".to_string())),
             }
-            None => return Err(invalid("no \"version\" field".to_string())),
+            if let Some(spec) = &header.histograms {
+                check_spec(spec).map_err(invalid)?;
+            }
         }
         // Versions 1 and 2 parse into the current model: v1 lacks the optional `resources`,
         // v2 has a per-span `resources.leak` that is now an analysis (ignored here).
-        let mut snapshot: Snapshot =
-            serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
+        // Histograms are checked and decoded as they are parsed (src/profile/hdr.rs), their
+        // errors naming the field.
+        path::reset();
+        let parsed = serde_json::from_str::<Snapshot>(json);
+        path::reset();
+        let mut snapshot = parsed.map_err(|e| invalid(e.to_string()))?;
+        check_spec(&snapshot.histograms).map_err(invalid)?;
+        check_stats(&snapshot).map_err(invalid)?;
         snapshot.version = SCHEMA_VERSION;
         Ok(snapshot)
     }
@@ -88,18 +109,195 @@ impl Snapshot {
     }
 }
 
+/// The `histograms.encoding` of every profile.
+pub(crate) const ENCODING: &str = "hdrhistogram-v2-deflate-base64";
+
+/// The histogram spec must be the one spanprof writes: histograms of other bounds would not
+/// map onto its buckets.
+fn check_spec(spec: &HistogramSpec) -> Result<(), String> {
+    let wrong = |field: &str, found: &dyn std::fmt::Debug, expected: &dyn std::fmt::Debug| {
+        Err(format!(
+            "histograms.{field} is {found:?}, expected {expected:?}"
+        ))
+    };
+    if spec.unit != "ns" {
+        return wrong("unit", &spec.unit, &"ns");
+    }
+    if spec.significant_digits != SIGNIFICANT_DIGITS {
+        return wrong(
+            "significant_digits",
+            &spec.significant_digits,
+            &SIGNIFICANT_DIGITS,
+        );
+    }
+    if spec.lowest != LOWEST_NS {
+        return wrong("lowest", &spec.lowest, &LOWEST_NS);
+    }
+    if spec.highest != HIGHEST_NS {
+        return wrong("highest", &spec.highest, &HIGHEST_NS);
+    }
+    if spec.encoding != ENCODING {
+        return wrong("encoding", &spec.encoding, &ENCODING);
+    }
+    Ok(())
+}
+
+/// The figures of each statistic must agree with its histogram: `count` is the histogram's
+/// samples, `min_ns` <= `max_ns`, and each percentile of a non-empty statistic lies within
+/// [`min_ns`, `max_ns`]. (`calls` is a counter, not the histogram's count: spans closing while
+/// a snapshot is taken make them differ; it is not checked against it.)
+fn check_stats(snapshot: &Snapshot) -> Result<(), String> {
+    for (i, span) in snapshot.spans.iter().enumerate() {
+        for (name, stat) in [
+            ("entry_busy", &span.entry_busy),
+            ("entry_self", &span.entry_self),
+            ("busy", &span.busy),
+            ("self", &span.self_time),
+            ("wall", &span.wall),
+        ] {
+            check_stat(stat)
+                .map_err(|(field, what)| format!("spans[{i}].{name}.{field}: {what}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn check_stat(stat: &Stat) -> Result<(), (&'static str, String)> {
+    let samples = stat.histogram.len();
+    if stat.count != samples {
+        return Err((
+            "count",
+            format!("{} samples, the histogram holds {samples}", stat.count),
+        ));
+    }
+    if stat.min_ns > stat.max_ns {
+        return Err((
+            "min_ns",
+            format!("{} is more than max_ns ({})", stat.min_ns, stat.max_ns),
+        ));
+    }
+    if stat.count > 0 {
+        for (field, p) in [
+            ("p50_ns", stat.p50_ns),
+            ("p90_ns", stat.p90_ns),
+            ("p99_ns", stat.p99_ns),
+            ("p999_ns", stat.p999_ns),
+        ] {
+            if p < stat.min_ns || p > stat.max_ns {
+                return Err((
+                    field,
+                    format!(
+                        "{p} is outside [min_ns, max_ns] = [{}, {}]",
+                        stat.min_ns, stat.max_ns
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where the parser is, for the errors of histograms: `spans[3].entry_busy.histogram`.
+pub(super) mod path {
+    use std::cell::Cell;
+
+    use serde::de::{Deserialize, Deserializer, SeqAccess, Visitor};
+
+    use crate::profile::{SpanStats, Stat};
+
+    thread_local! {
+        static SPAN: Cell<Option<usize>> = const { Cell::new(None) };
+        static STAT: Cell<Option<&'static str>> = const { Cell::new(None) };
+    }
+
+    pub(crate) fn reset() {
+        SPAN.with(|c| c.set(None));
+        STAT.with(|c| c.set(None));
+    }
+
+    /// The path of the histogram being parsed.
+    pub(crate) fn histogram() -> String {
+        match (SPAN.with(Cell::get), STAT.with(Cell::get)) {
+            (Some(i), Some(stat)) => format!("spans[{i}].{stat}.histogram"),
+            (None, Some(stat)) => format!("{stat}.histogram"),
+            _ => "histogram".to_string(),
+        }
+    }
+
+    /// `Snapshot::spans`, noting the index of the span being parsed.
+    pub(crate) fn spans<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<SpanStats>, D::Error> {
+        struct Spans;
+        impl<'de> Visitor<'de> for Spans {
+            type Value = Vec<SpanStats>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of span statistics")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut spans = Vec::new();
+                loop {
+                    SPAN.with(|c| c.set(Some(spans.len())));
+                    match seq.next_element()? {
+                        Some(span) => spans.push(span),
+                        None => break,
+                    }
+                }
+                SPAN.with(|c| c.set(None));
+                Ok(spans)
+            }
+        }
+        d.deserialize_seq(Spans)
+    }
+
+    fn stat<'de, D: Deserializer<'de>>(name: &'static str, d: D) -> Result<Stat, D::Error> {
+        let outer = STAT.with(|c| c.replace(Some(name)));
+        let stat = Stat::deserialize(d);
+        STAT.with(|c| c.set(outer));
+        stat
+    }
+
+    macro_rules! stats {
+        ($($field:ident = $name:literal),*) => {$(
+            pub(crate) fn $field<'de, D: Deserializer<'de>>(d: D) -> Result<Stat, D::Error> {
+                stat($name, d)
+            }
+        )*};
+    }
+    stats!(
+        entry_busy = "entry_busy",
+        entry_self = "entry_self",
+        busy = "busy",
+        self_time = "self",
+        wall = "wall"
+    );
+}
+
 /// HdrHistogram V2 + deflate, base64 (standard alphabet, padded).
 pub(super) mod hdr_base64 {
     use base64::Engine;
-    use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+    use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
     use hdrhistogram::Histogram;
-    use serde::de::Error as _;
-    use serde::Deserialize;
+    use serde::de::Visitor;
 
+    use crate::profile::hdr::{decode, MAX_INFLATED_LEN};
     use crate::profile::Buckets;
+    use crate::profile::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
+
+    /// The longest base64 text a histogram can need: its inflated bound stored uncompressed
+    /// (deflate adds 5 bytes per 64 KiB block, zlib 6), with the 8-byte header, in base64.
+    const MAX_BASE64_LEN: usize = (8 + MAX_INFLATED_LEN + 64).div_ceil(3) * 4;
 
     pub(crate) fn serialize<S: serde::Serializer>(h: &Buckets, s: S) -> Result<S::Ok, S::Error> {
-        let h = h.to_histogram();
+        let mut h = h.to_histogram();
+        if h.high() > HIGHEST_NS {
+            // A histogram that grew to hold HIGHEST_NS: written with the profile's bounds.
+            // UNWRAP: the bounds are constants hdrhistogram accepts, and they hold every value.
+            let mut bounded = Histogram::new_with_bounds(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
+                .expect("valid bounds");
+            bounded
+                .add(&h)
+                .expect("the profile's bounds hold every bucket");
+            h = bounded;
+        }
         let mut bytes = Vec::new();
         V2DeflateSerializer::new()
             .serialize(&h, &mut bytes)
@@ -111,13 +309,28 @@ pub(super) mod hdr_base64 {
     }
 
     pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Buckets, D::Error> {
-        let text = String::deserialize(d)?;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(text.as_bytes())
-            .map_err(|e| D::Error::custom(format!("histogram is not base64: {e}")))?;
-        let h: Histogram<u64> = Deserializer::new()
-            .deserialize(&mut bytes.as_slice())
-            .map_err(|e| D::Error::custom(format!("histogram does not decode: {e:?}")))?;
-        Ok(Buckets::from_histogram(&h))
+        struct Text;
+        impl Visitor<'_> for Text {
+            type Value = Buckets;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a base64 HdrHistogram V2 + deflate string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Buckets, E> {
+                let fail =
+                    |what: String| E::custom(format!("{}: {what}", super::path::histogram()));
+                if text.len() > MAX_BASE64_LEN {
+                    return Err(fail(format!(
+                        "histogram does not decode: {} characters of base64, more than the \
+                         {MAX_BASE64_LEN} any histogram of the profile's bounds needs",
+                        text.len()
+                    )));
+                }
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text.as_bytes())
+                    .map_err(|e| fail(format!("histogram is not base64: {e}")))?;
+                decode(&bytes).map_err(|e| fail(format!("histogram does not decode: {e}")))
+            }
+        }
+        d.deserialize_str(Text)
     }
 }

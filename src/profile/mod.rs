@@ -20,6 +20,7 @@
 //! An older profile is read into the current model and its `version` becomes the current one.
 
 pub mod buckets;
+mod hdr;
 mod json;
 mod resources;
 
@@ -58,6 +59,7 @@ pub struct Snapshot {
     /// How the histograms are bounded and encoded.
     pub histograms: HistogramSpec,
     /// One entry per span name (name + target), in no particular order.
+    #[serde(deserialize_with = "json::path::spans")]
     pub spans: Vec<SpanStats>,
     /// What could not be recorded.
     pub dropped: Dropped,
@@ -145,16 +147,21 @@ pub struct SpanStats {
     /// histograms).
     pub in_progress_ns: u64,
     /// Busy time of each entry.
+    #[serde(deserialize_with = "json::path::entry_busy")]
     pub entry_busy: Stat,
     /// Self time of each entry: busy time minus time in child spans entered during it on the
     /// same thread.
+    #[serde(deserialize_with = "json::path::entry_self")]
     pub entry_self: Stat,
     /// Busy time of each closed instance: the sum of its entries.
+    #[serde(deserialize_with = "json::path::busy")]
     pub busy: Stat,
     /// Self time of each closed instance: the sum of its entries' self time.
     #[serde(rename = "self")]
+    #[serde(deserialize_with = "json::path::self_time")]
     pub self_time: Stat,
     /// Wall time of each closed instance, creation to close.
+    #[serde(deserialize_with = "json::path::wall")]
     pub wall: Stat,
     /// Sum of the `items` field of the spans, if any span had one.
     pub items: Option<u64>,
@@ -224,7 +231,10 @@ impl Stat {
         clamped: u64,
     ) -> Self {
         let count = histogram.len();
-        let clamp = |v: u64| v.clamp(min_ns, max_ns.max(min_ns));
+        // A sample being recorded while the snapshot is taken may have set the smallest value
+        // and not yet the largest: the largest is then that sample.
+        let max_ns = max_ns.max(min_ns);
+        let clamp = |v: u64| v.clamp(min_ns, max_ns);
         let q = |q: f64| {
             if count == 0 {
                 0
