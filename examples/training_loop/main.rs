@@ -27,7 +27,7 @@
 //! SPANPROF_OUT=/tmp/prof SPANPROF_TOP=10 SPANPROF_REPORT=report.txt cargo run --release --example training_loop
 //!
 //! # Chrome / Perfetto traces of a few steps (train_step 16-18 and 25-27) into DIR/traces/,
-//! # with resource counters; `SPANPROF=full` turns them on too. Ctrl-C still leaves valid files.
+//! # with resource counters; `SPANPROF=full` turns them on too. Ctrl-C or `kill` still leave valid files.
 //! cargo run --release --example training_loop -- --trace --out /tmp/prof
 //! SPANPROF=full cargo run --release --example training_loop -- --out /tmp/prof
 //! # then open /tmp/prof/traces/train_step_steps_16-18.json in https://ui.perfetto.dev
@@ -105,10 +105,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             .with(layer)
             .with(guard.chrome_layer())
             .init();
-        if args.trace {
-            // Ctrl-C finishes the open trace window (valid JSON) and exits with status 130.
-            guard.handle().install_ctrlc_handler()?;
-        }
+        // Ctrl-C, `kill` (SIGTERM) or a closed terminal (SIGHUP) write the report, the profile
+        // and the open trace window, then exit with 128 + the signal (130, 143, 129).
+        guard.handle().install_signal_handler()?;
         Some(guard)
     } else {
         tracing_subscriber::registry().with(filter).init();
