@@ -94,7 +94,8 @@
 //!   [`Builder::with_chrome`]).
 //! - `nvml` (default): GPU readings through NVML (`nvml-wrapper`, which loads
 //!   `libnvidia-ml.so.1` at run time: no build-time dependency on a driver).
-//! - `ctrlc` (default): [`ProfileHandle::install_ctrlc_handler`].
+//! - `ctrlc` (default): [`ProfileHandle::install_signal_handler`]: SIGINT, SIGTERM and SIGHUP
+//!   write the outputs before the process exits.
 //!
 //! Without default features spanprof records span timing and resources (GPU figures need a
 //! [`gpu::GpuSource`] of your own) and writes the report and the JSON profile.
