@@ -230,8 +230,9 @@ impl<'a> View<'a> {
     fn spans(&self, f: &mut String) -> fmt::Result {
         writeln!(
             f,
-            "spanprof: {} span names, {} inside spans, run {} (preset {})",
+            "spanprof: {} span name{}, {} inside spans, run {} (preset {})",
             self.rows.len(),
+            if self.rows.len() == 1 { "" } else { "s" },
             format_duration(saturate(self.all_self)),
             format_duration(self.snap.run.duration_ns),
             self.snap.run.preset
