@@ -28,12 +28,12 @@ static ALLOC: CountingAlloc = CountingAlloc::system();
 const DEFAULT_ITERS: u64 = 10_000;
 
 /// Bytes the reader may allocate per byte of input (all allocations, freed or not). Real
-/// profiles need about 3. The worst inputs are histograms whose deflate stream packs all 4608
-/// buckets (16 bytes each: 72 KiB) into some 60 characters of base64, in statistics of some
-/// 200 bytes of JSON each (about 220 bytes allocated per byte), and arrays of the smallest
-/// JSON elements that become the largest structs (`{}`, 3 bytes, becomes a `GpuSample`, its
-/// `Vec` growing by doubling); `the_memory_multiple_holds_for_the_worst_inputs` measures them.
-const BYTES_PER_INPUT_BYTE: u64 = 400;
+/// profiles need about 3: histograms are kept as their compressed encoding (checked, not
+/// decoded into buckets), and a histogram may inflate at most 32 times its size. The worst
+/// inputs are arrays of the smallest JSON elements that become the largest structs (`{}`, 3
+/// bytes, becomes a `GpuSample`, its `Vec` growing by doubling: about 60 bytes per byte);
+/// `the_memory_multiple_holds_for_the_worst_inputs` measures them.
+const BYTES_PER_INPUT_BYTE: u64 = 100;
 /// Bytes any input may allocate besides: the error message, the header parse.
 const BYTES_SLACK: u64 = 256 * 1024;
 
@@ -390,16 +390,31 @@ fn the_memory_multiple_holds_for_the_worst_inputs() {
     report_ratio("empty GPU samples", &v.to_string());
 
     // Every span's histograms hold all 4608 buckets (one sample each), compressed to ~60
-    // bytes of base64 each; the counts agree.
-    report_ratio(
-        "dense histograms",
-        &dense_profile(&number(1).repeat(4608), 4608),
+    // bytes of base64 each; the counts agree. They inflate some 80 times: refused.
+    let dense = dense_profile(&number(1).repeat(4608), 4608);
+    assert!(
+        !check(&dense, "dense histograms"),
+        "dense histograms are refused"
     );
-    // The longest payload: 4608 empty counters written as 9-byte numbers.
+    let err = Snapshot::from_json(&dense, "dense.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("a profile's histogram may inflate to"),
+        "{err}"
+    );
+    // The longest payload: 4608 empty counters written as 9-byte numbers: refused too.
     let zero9 = [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00];
     let mut longest = zero9.repeat(4607);
     longest.extend(number(1));
-    report_ratio("longest payloads", &dense_profile(&longest, 1));
+    assert!(!check(&dense_profile(&longest, 1), "longest payloads"));
+    // Dense histograms that inflate within the bound: 1 200 buckets of distinct counts.
+    let mut varied = Vec::new();
+    for i in 0..1200u64 {
+        varied.extend(number((1 + i * 7919 % 1000) as i64));
+    }
+    let total: u64 = (0..1200u64).map(|i| 1 + i * 7919 % 1000).sum();
+    report_ratio("varied dense histograms", &dense_profile(&varied, total));
     report_ratio("profile-v2-detailed.json", BASES[1].1);
 }
 

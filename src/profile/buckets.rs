@@ -54,10 +54,41 @@ pub(crate) fn value_of(index: usize) -> u64 {
 /// The bucket layout is hdrhistogram's for `Histogram::new_with_bounds(1, HIGHEST_NS, 2)`:
 /// [`Buckets::to_histogram`] gives the `hdrhistogram::Histogram` back, for any computation;
 /// in the JSON profile it is written as a standard HdrHistogram V2 + deflate payload.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Buckets {
+///
+/// A histogram read from a profile is kept as its checked, compressed encoding and decoded
+/// when its buckets are asked for: reading a profile takes memory in proportion to the file.
+#[derive(Clone, Default)]
+pub struct Buckets(Repr);
+
+#[derive(Clone)]
+enum Repr {
     /// (lowest value of the bucket, count), ascending by value; no zero count.
-    counts: Vec<(u64, u64)>,
+    Counts(Vec<(u64, u64)>),
+    /// A compressed HdrHistogram V2, checked when read, with its number of samples.
+    Encoded { bytes: Box<[u8]>, len: u64 },
+}
+
+impl Default for Repr {
+    fn default() -> Self {
+        Repr::Counts(Vec::new())
+    }
+}
+
+impl PartialEq for Buckets {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.counts() == other.counts()
+    }
+}
+
+impl Eq for Buckets {}
+
+impl std::fmt::Debug for Buckets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buckets")
+            .field("len", &self.len())
+            .field("buckets", &self.counts().len())
+            .finish()
+    }
 }
 
 impl Buckets {
@@ -73,7 +104,7 @@ impl Buckets {
             }
         }
         counts.shrink_to_fit();
-        Self { counts }
+        Self(Repr::Counts(counts))
     }
 
     /// Buckets from (lowest value of a spanprof bucket, count) pairs, ascending by value, with
@@ -83,7 +114,36 @@ impl Buckets {
         debug_assert!(counts
             .iter()
             .all(|&(v, n)| n > 0 && value_of(index_of(v)) == v));
-        Self { counts }
+        Self(Repr::Counts(counts))
+    }
+
+    /// A histogram kept as its compressed encoding, already checked (`len` samples).
+    pub(crate) fn encoded(bytes: Vec<u8>, len: u64) -> Self {
+        Self(Repr::Encoded {
+            bytes: bytes.into_boxed_slice(),
+            len,
+        })
+    }
+
+    /// The compressed encoding it was read from, if it was read from a profile.
+    pub(crate) fn encoding(&self) -> Option<&[u8]> {
+        match &self.0 {
+            Repr::Encoded { bytes, .. } => Some(bytes),
+            Repr::Counts(_) => None,
+        }
+    }
+
+    /// The non-empty buckets, decoded if need be.
+    fn counts(&self) -> std::borrow::Cow<'_, [(u64, u64)]> {
+        match &self.0 {
+            Repr::Counts(counts) => std::borrow::Cow::Borrowed(counts),
+            // The encoding was checked when read: decoding it again succeeds.
+            Repr::Encoded { bytes, .. } => std::borrow::Cow::Owned(
+                super::hdr::decode(bytes)
+                    .map(|b| b.counts().into_owned())
+                    .unwrap_or_default(),
+            ),
+        }
     }
 
     /// The histogram, as an auto-resizing `hdrhistogram::Histogram` sized to the values held.
@@ -92,7 +152,7 @@ impl Buckets {
         let mut h =
             Histogram::new_with_bounds(LOWEST_NS, 2, SIGNIFICANT_DIGITS).expect("valid bounds");
         h.auto(true);
-        for &(value, count) in &self.counts {
+        for &(value, count) in self.counts().iter() {
             if h.record_n(value, count).is_err() {
                 h.saturating_record_n(value, count);
             }
@@ -102,25 +162,29 @@ impl Buckets {
 
     /// Samples held.
     pub fn len(&self) -> u64 {
-        self.counts.iter().map(|&(_, n)| n).sum()
+        match &self.0 {
+            Repr::Counts(counts) => counts.iter().map(|&(_, n)| n).sum(),
+            Repr::Encoded { len, .. } => *len,
+        }
     }
 
     /// Whether no sample is held.
     pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
+        self.len() == 0
     }
 
     /// Samples in the bucket that holds `value`.
     pub fn count_at(&self, value: u64) -> u64 {
         let floor = value_of(index_of(value.min(HIGHEST_NS)));
-        self.counts
+        let counts = self.counts();
+        counts
             .binary_search_by_key(&floor, |&(v, _)| v)
-            .map_or(0, |i| self.counts[i].1)
+            .map_or(0, |i| counts[i].1)
     }
 
     /// The non-empty buckets: (lowest value of the bucket, samples), ascending.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.counts.iter().copied()
+        self.counts().into_owned().into_iter()
     }
 }
 

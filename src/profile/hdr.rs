@@ -50,8 +50,33 @@ thread_local! {
     static INFLATER: RefCell<Option<Decompress>> = const { RefCell::new(None) };
 }
 
+/// How many times its compressed size a histogram may inflate to, beyond
+/// [`INFLATE_SLACK`] bytes: spanprof's own histograms inflate less than 2×; a crafted one can
+/// reach some 80× (thousands of equal counts). The bound keeps the time to read any profile
+/// proportional to its size.
+pub(crate) const MAX_INFLATE_RATIO: usize = 32;
+/// Bytes any histogram may inflate to whatever its compressed size (small histograms compress
+/// badly).
+pub(crate) const INFLATE_SLACK: usize = 512;
+
+/// Checks a compressed V2 histogram completely (headers, bounds, every number) without
+/// keeping its buckets, and returns its number of samples.
+pub(crate) fn validate(bytes: &[u8]) -> Result<u64, String> {
+    with_v2(bytes, |v2| {
+        let (header, payload) = split_v2(v2)?;
+        let mut total = 0u64;
+        walk(payload, &header, |_, count| total += count)?;
+        Ok(total)
+    })
+}
+
 /// Decodes a compressed V2 histogram into [`Buckets`], or says what is wrong with it.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Buckets, String> {
+    with_v2(bytes, decode_v2)
+}
+
+/// Checks the compressed header of `bytes`, inflates it, and runs `f` on the V2 histogram.
+fn with_v2<R>(bytes: &[u8], f: impl FnOnce(&[u8]) -> Result<R, String>) -> Result<R, String> {
     if bytes.len() < COMPRESSED_HEADER_LEN {
         return Err(format!(
             "{} bytes, shorter than the {COMPRESSED_HEADER_LEN}-byte header of a compressed \
@@ -80,7 +105,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Buckets, String> {
         inflater.reset(true);
         inflate(inflater, deflated, &mut buf)
     })?;
-    decode_v2(&buf[..len])
+    f(&buf[..len])
 }
 
 /// Inflates `input` (a whole zlib stream) into `out`: first the V2 header, then at most the
@@ -106,6 +131,14 @@ fn inflate(inflater: &mut Decompress, input: &[u8], out: &mut [u8]) -> Result<us
         if produced == V2_HEADER_LEN && limit == V2_HEADER_LEN {
             let header = header(&out[..V2_HEADER_LEN])?;
             limit = V2_HEADER_LEN + header.payload_len;
+            let allowed = input.len() * MAX_INFLATE_RATIO + INFLATE_SLACK;
+            if limit > allowed {
+                return Err(format!(
+                    "its V2 header declares {limit} bytes from {} compressed, more than the \
+                     {MAX_INFLATE_RATIO}× (+{INFLATE_SLACK}) a profile's histogram may inflate to",
+                    input.len()
+                ));
+            }
             if ended || produced == limit {
                 break;
             }
@@ -226,8 +259,8 @@ fn header(h: &[u8]) -> Result<Header, String> {
     })
 }
 
-/// Decodes an inflated V2 histogram (header and payload).
-fn decode_v2(v2: &[u8]) -> Result<Buckets, String> {
+/// The checked header of an inflated V2 histogram, and its payload.
+fn split_v2(v2: &[u8]) -> Result<(Header, &[u8]), String> {
     let header = header(&v2[..V2_HEADER_LEN])?;
     let payload = &v2[V2_HEADER_LEN..];
     if payload.len() != header.payload_len {
@@ -237,6 +270,12 @@ fn decode_v2(v2: &[u8]) -> Result<Buckets, String> {
             payload.len()
         ));
     }
+    Ok((header, payload))
+}
+
+/// Decodes an inflated V2 histogram (header and payload).
+fn decode_v2(v2: &[u8]) -> Result<Buckets, String> {
+    let (header, payload) = split_v2(v2)?;
     // First pass: check every number and count the non-empty counters.
     let mut non_empty = 0usize;
     walk(payload, &header, |_, _| non_empty += 1)?;

@@ -278,7 +278,7 @@ pub(super) mod hdr_base64 {
     use hdrhistogram::Histogram;
     use serde::de::Visitor;
 
-    use crate::profile::hdr::{decode, MAX_INFLATED_LEN};
+    use crate::profile::hdr::{validate, MAX_INFLATED_LEN};
     use crate::profile::Buckets;
     use crate::profile::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
 
@@ -287,6 +287,13 @@ pub(super) mod hdr_base64 {
     const MAX_BASE64_LEN: usize = (8 + MAX_INFLATED_LEN + 64).div_ceil(3) * 4;
 
     pub(crate) fn serialize<S: serde::Serializer>(h: &Buckets, s: S) -> Result<S::Ok, S::Error> {
+        if let Some(bytes) = h.encoding() {
+            // Read from a profile: written back as it was read.
+            return serde::Serializer::serialize_str(
+                s,
+                &base64::engine::general_purpose::STANDARD.encode(bytes),
+            );
+        }
         let mut h = h.to_histogram();
         if h.high() > HIGHEST_NS {
             // A histogram that grew to hold HIGHEST_NS: written with the profile's bounds.
@@ -328,7 +335,11 @@ pub(super) mod hdr_base64 {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(text.as_bytes())
                     .map_err(|e| fail(format!("histogram is not base64: {e}")))?;
-                decode(&bytes).map_err(|e| fail(format!("histogram does not decode: {e}")))
+                // Checked whole now, kept encoded (memory in proportion to the file), decoded
+                // when its buckets are asked for.
+                let len = validate(&bytes)
+                    .map_err(|e| fail(format!("histogram does not decode: {e}")))?;
+                Ok(Buckets::encoded(bytes, len))
             }
         }
         d.deserialize_str(Text)
