@@ -241,6 +241,7 @@ impl Builder {
             .push(Output {
                 format: Box::new(format),
                 to,
+                fallback_to_stderr: false,
             });
         self
     }
@@ -370,15 +371,19 @@ impl Builder {
                 ReportTarget::File(path) => Some(Destination::File(path)),
             };
             if let Some(to) = report_to {
+                // A report file that cannot be written at the end goes to stderr: never lost.
+                let fallback_to_stderr = matches!(to, Destination::File(_));
                 outputs.push(Output {
                     format: Box::new(table),
                     to,
+                    fallback_to_stderr,
                 });
             }
             if let Some(dir) = b.output_dir {
                 outputs.push(Output {
                     format: Box::new(Json),
                     to: Destination::Dir(dir),
+                    fallback_to_stderr: false,
                 });
             }
             outputs.append(&mut b.outputs.0.lock().unwrap_or_else(|e| e.into_inner()));

@@ -287,3 +287,38 @@ fn a_report_file_that_cannot_be_written_falls_back_to_stderr() {
         }
     }
 }
+
+/// A report file that cannot be written when the profile ends (its directory replaced by a
+/// file after `build()`) is an error, and the report goes to stderr instead: never lost.
+#[test]
+fn a_report_file_failing_at_the_end_goes_to_stderr() {
+    let dir = support::temp_dir("report-late");
+    let report_dir = dir.join("reports");
+    std::fs::create_dir_all(&report_dir).unwrap();
+    let seen = Warnings::default();
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::File(report_dir.join("report.txt")))
+        .build()
+        .unwrap();
+    let dispatch = tracing::Dispatch::new(
+        tracing_subscriber::registry()
+            .with(seen.clone())
+            .with(layer),
+    );
+    // Writable at build; not at the end (even for root: a file is no directory).
+    std::fs::remove_dir_all(&report_dir).unwrap();
+    std::fs::write(&report_dir, b"in the way").unwrap();
+    let result = tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("x").in_scope(|| {});
+        guard.finish()
+    });
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("report.txt"), "{err}");
+    let lines = seen.0.lock().unwrap().clone();
+    assert!(
+        lines.iter().any(|l| l.contains("to stderr instead")),
+        "{lines:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -81,6 +81,8 @@ pub enum Destination {
 pub(crate) struct Output {
     pub(crate) format: Box<dyn Format>,
     pub(crate) to: Destination,
+    /// Rendered to standard error when writing it fails (the console report: never lost).
+    pub(crate) fallback_to_stderr: bool,
 }
 
 impl Output {
@@ -179,7 +181,20 @@ pub(crate) fn write_all(outputs: &[Output], snapshot: &Snapshot, done: &mut Outp
         match output.write(snapshot) {
             Ok(Some(path)) => done.files.push((output.format.name(), path)),
             Ok(None) => {}
-            Err(e) => errors.push(e),
+            Err(e) => {
+                if output.fallback_to_stderr {
+                    let mut bytes = Vec::new();
+                    let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        output.format.render(snapshot, &mut bytes)
+                    }));
+                    if matches!(rendered, Ok(Ok(())))
+                        && io::stderr().lock().write_all(&bytes).is_ok()
+                    {
+                        tracing::warn!(target: crate::PERF_TARGET, error = %e, "spanprof wrote its {} to stderr instead", output.format.name());
+                    }
+                }
+                errors.push(e);
+            }
         }
     }
     errors
