@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Instructions per span of spanprof and of the registry floor, counted by valgrind's callgrind:
+# a figure that does not move with the machine's load. Each case runs at two span counts and
+# the difference is divided by the difference in spans, so start-up, calibration and the final
+# snapshot cancel out.
+#
+#   scripts/instructions.sh                # every case, 20 000 and 40 000 spans
+#   SPANS_A=50000 SPANS_B=100000 scripts/instructions.sh basic floor
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "valgrind is not installed (Debian: apt install valgrind)" >&2; exit 2; }
+a=${SPANS_A:-20000}
+b=${SPANS_B:-40000}
+cases=("$@")
+[ ${#cases[@]} -gt 0 ] || cases=(floor basic excluded off detailed nested_floor nested)
+cargo bench -q -p spanprof-peers --bench instructions --no-run >/dev/null 2>&1
+bin=$(cargo bench -p spanprof-peers --bench instructions --no-run 2>&1 | grep -o 'target/[^ )]*instructions-[0-9a-f]*' | head -1)
+[ -x "$bin" ] || { echo "could not find the instructions bench binary" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+count() { # case spans -> total instructions
+  CASE=$1 SPANS=$2 valgrind --tool=callgrind --callgrind-out-file="$tmp/out" "$bin" --bench >/dev/null 2>"$tmp/log" \
+    || { cat "$tmp/log" >&2; exit 1; }
+  grep -Eo 'Collected : [0-9]+' "$tmp/log" | grep -Eo '[0-9]+$'
+}
+printf '%-14s %14s\n' case 'instr/span'
+declare -A per
+for c in "${cases[@]}"; do
+  ia=$(count "$c" "$a")
+  ib=$(count "$c" "$b")
+  spans=$((b - a))
+  case $c in nested*) spans=$((3 * spans)) ;; esac
+  per[$c]=$(( (ib - ia) / spans ))
+  printf '%-14s %14d\n' "$c" "${per[$c]}"
+done
+if [ -n "${per[floor]:-}" ] && [ -n "${per[basic]:-}" ]; then
+  echo "spanprof basic adds $(( per[basic] - per[floor] )) instructions per flat span over the floor"
+fi
