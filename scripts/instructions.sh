@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per span of spanprof and of the registry floor, counted by valgrind's callgrind:
-# a figure that does not move with the machine's load. Each case runs at two span counts and
-# the difference is divided by the difference in spans, so start-up, calibration and the final
-# snapshot cancel out.
+# a figure that does not move with the machine's load. Only the spans' loop is counted
+# (`--toggle-collect`: set-up, clock calibration and the final snapshot stay out), at two span
+# counts; the difference divided by the difference in spans cancels first-use costs.
 #
 #   scripts/instructions.sh                # every case, 20 000 and 40 000 spans
 #   SPANS_A=50000 SPANS_B=100000 scripts/instructions.sh basic floor
@@ -19,7 +19,8 @@ bin=$(cargo bench -p spanprof-peers --bench instructions --no-run 2>&1 | grep -o
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 count() { # case spans -> total instructions
-  CASE=$1 SPANS=$2 valgrind --tool=callgrind --callgrind-out-file="$tmp/out" "$bin" --bench >/dev/null 2>"$tmp/log" \
+  CASE=$1 SPANS=$2 valgrind --tool=callgrind --toggle-collect='*measured_spans*' \
+    --callgrind-out-file="$tmp/out" "$bin" --bench >/dev/null 2>"$tmp/log" \
     || { cat "$tmp/log" >&2; exit 1; }
   grep -Eo 'Collected : [0-9]+' "$tmp/log" | grep -Eo '[0-9]+$'
 }

@@ -21,8 +21,7 @@ pub struct ProfileHandle {
     session: Arc<ProfileSession>,
     /// Keeps the sampler thread running. `None` in the guard's own handle: a leaked guard must
     /// not keep it sampling. Only held, for what dropping it means.
-    #[allow(dead_code)]
-    sampler_use: Option<SamplerUse>,
+    _sampler_use: Option<SamplerUse>,
 }
 
 impl fmt::Debug for ProfileHandle {
@@ -35,7 +34,7 @@ impl ProfileHandle {
     pub(crate) fn new(session: ProfileSession) -> Self {
         Self {
             session: Arc::new(session),
-            sampler_use: None,
+            _sampler_use: None,
         }
     }
 
@@ -524,7 +523,7 @@ impl ProfileGuard {
     pub fn handle(&self) -> ProfileHandle {
         ProfileHandle {
             session: self.handle.session.clone(),
-            sampler_use: self.sampler.upgrade(),
+            _sampler_use: self.sampler.upgrade(),
         }
     }
 

@@ -62,12 +62,15 @@ impl ProfileSession {
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
-        #[allow(unused_mut)]
-        let mut snapshot = self.recorder.snapshot();
+        let snapshot = self.recorder.snapshot();
         #[cfg(feature = "chrome")]
-        if let Some(chrome) = &self.chrome {
-            snapshot.dropped.trace_windows_skipped = chrome.skipped_windows();
-        }
+        let snapshot = {
+            let mut snapshot = snapshot;
+            if let Some(chrome) = &self.chrome {
+                snapshot.dropped.trace_windows_skipped = chrome.skipped_windows();
+            }
+            snapshot
+        };
         snapshot
     }
 

@@ -12,6 +12,8 @@
 //! number of inputs (default [`DEFAULT_ITERS`]); `SPANPROF_FUZZ_SEED` another seed. The number
 //! of executions is printed on stderr (`cargo test --test fuzz_profiles -- --nocapture`).
 
+mod support;
+
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use spanprof::alloc::HeapCounters;
 use spanprof::{CountingAlloc, Error, Snapshot};
+use support::v2::{number, zlib};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::system();
@@ -91,28 +94,6 @@ impl Rng {
     fn chance(&mut self, one_in: u64) -> bool {
         self.next() % one_in == 0
     }
-}
-
-/// The V2 format's number: zig-zag, then LEB128 with a whole 9th byte.
-fn number(n: i64) -> Vec<u8> {
-    let mut zz = ((n << 1) ^ (n >> 63)) as u64;
-    let mut out = Vec::new();
-    for _ in 0..8 {
-        if zz < 0x80 {
-            out.push(zz as u8);
-            return out;
-        }
-        out.push(0x80 | (zz & 0x7f) as u8);
-        zz >>= 7;
-    }
-    out.push(zz as u8);
-    out
-}
-
-fn zlib(bytes: &[u8]) -> Vec<u8> {
-    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-    z.write_all(bytes).unwrap();
-    z.finish().unwrap()
 }
 
 /// A crafted histogram string: a V2 header with spanprof's fields or random ones (a payload

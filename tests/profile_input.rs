@@ -1,8 +1,11 @@
 //! Crafted and broken input for `Snapshot::from_json`: every kind of bad file is an
 //! `Error::InvalidProfile` that names where the input came from and what is wrong with it.
 
+mod support;
+
 use spanprof::profile::SCHEMA_VERSION;
 use spanprof::{Error, Snapshot};
+use support::v2::{number, zlib};
 
 /// A valid profile (schema version 1, written by an earlier spanprof).
 const VALID: &str = include_str!("data/profile-v1-basic.json");
@@ -182,13 +185,6 @@ impl V2 {
     }
 }
 
-fn zlib(bytes: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
-    z.write_all(bytes).unwrap();
-    z.finish().unwrap()
-}
-
 /// A compressed HdrHistogram: cookie, length (`None`: the real one), the zlib stream; base64.
 fn compressed(deflated: &[u8], declared: Option<u32>) -> String {
     use base64::Engine;
@@ -197,22 +193,6 @@ fn compressed(deflated: &[u8], declared: Option<u32>) -> String {
     b.extend(declared.unwrap_or(deflated.len() as u32).to_be_bytes());
     b.extend(deflated);
     base64::engine::general_purpose::STANDARD.encode(b)
-}
-
-/// The V2 format's number: zig-zag, then LEB128 with a whole 9th byte.
-fn number(n: i64) -> Vec<u8> {
-    let mut zz = ((n << 1) ^ (n >> 63)) as u64;
-    let mut out = Vec::new();
-    for _ in 0..8 {
-        if zz < 0x80 {
-            out.push(zz as u8);
-            return out;
-        }
-        out.push(0x80 | (zz & 0x7f) as u8);
-        zz >>= 7;
-    }
-    out.push(zz as u8);
-    out
 }
 
 /// The valid base with `histogram` as spans[4].wall's histogram (train_step, 256 samples).

@@ -179,7 +179,6 @@ impl Session {
     }
 
     /// Windows skipped because [`MAX_PENDING_WINDOWS`] earlier ones were still being written.
-    #[cfg_attr(not(test), allow(dead_code))] // for finish's report, wired in the session
     pub(crate) fn skipped_windows(&self) -> u64 {
         self.results.skipped.load(Ordering::Relaxed)
     }
@@ -207,7 +206,6 @@ impl Session {
 
     /// Where resource samples for the counter tracks come from. Set it once, before the first
     /// window opens (windows opened earlier get no counters); later calls are ignored.
-    #[cfg_attr(not(test), allow(dead_code))] // wired to the resource sampler at merge
     pub(crate) fn set_counter_source(&self, source: Arc<dyn CounterSource>) {
         let _ = self.counters.set(source);
     }

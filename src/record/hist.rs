@@ -147,21 +147,17 @@ impl AtomicHist {
 
     /// Adds the buckets to `into` (a histogram made by [`new_histogram`]).
     pub(crate) fn add_to(&self, into: &mut Histogram<u64>) {
-        let Some(counts) = self.counts.get() else {
-            return;
-        };
-        for (index, bucket) in counts.iter().enumerate() {
-            let n = bucket.load(Relaxed);
-            if n != 0 {
-                record_n(into, value_of(index), u64::from(n));
-            }
-        }
+        self.merge_into(into, false);
     }
 
     /// Moves the buckets into `into` and zeroes them. Only the owning thread may call this, and
     /// only while holding the lock that guards `into` (readers hold it too, so a reader never
     /// sees a sample in both places or in neither).
     pub(crate) fn drain_into(&self, into: &mut Histogram<u64>) {
+        self.merge_into(into, true);
+    }
+
+    fn merge_into(&self, into: &mut Histogram<u64>, zero: bool) {
         let Some(counts) = self.counts.get() else {
             return;
         };
@@ -169,7 +165,9 @@ impl AtomicHist {
             let n = bucket.load(Relaxed);
             if n != 0 {
                 record_n(into, value_of(index), u64::from(n));
-                bucket.store(0, Relaxed);
+                if zero {
+                    bucket.store(0, Relaxed);
+                }
             }
         }
     }

@@ -4,6 +4,8 @@
 //! `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod v2;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -9,25 +9,15 @@
 //! `excluded` (spanprof with a span filter that excludes the span), `off` (`SPANPROF=off`),
 //! `detailed` (spanprof with memory, heap and CPU per span), or `nested` (three nested spans
 //! per iteration under spanprof `basic`; `nested_floor` the same under the floor). Instruction
-//! counts do not move with the machine's load: the script runs each case at two span counts
-//! and divides the difference, so start-up and the snapshot at the end cancel out.
+//! counts do not move with the machine's load: the script counts only inside
+//! `measured_spans`, at two span counts, and divides the difference, so first-use costs cancel
+//! out too.
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) it runs one small case and returns.
 
-use tracing::Dispatch;
-use tracing_subscriber::prelude::*;
+mod common;
 
-fn spanprof(builder: spanprof::Builder) -> (Dispatch, spanprof::ProfileGuard) {
-    let (layer, guard) = builder
-        .with_env(false)
-        .with_report(spanprof::ReportTarget::Off)
-        .build()
-        .expect("spanprof builds");
-    (
-        Dispatch::new(tracing_subscriber::registry().with(layer)),
-        guard,
-    )
-}
+use common::spanprof;
 
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
@@ -45,13 +35,8 @@ fn main() {
             .unwrap_or(100_000)
     };
     let builder = spanprof::ProfileLayer::builder;
-    let floor = || {
-        Dispatch::new(
-            tracing_subscriber::registry().with(tracing_subscriber::layer::Identity::new()),
-        )
-    };
     let (dispatch, guard) = match case.as_str() {
-        "floor" | "nested_floor" => (floor(), None),
+        "floor" | "nested_floor" => (common::floor(), None),
         "basic" | "nested" => {
             let (d, g) = spanprof(builder());
             (d, Some(g))
@@ -75,18 +60,7 @@ fn main() {
         other => panic!("unknown CASE {other:?}"),
     };
     let nested = case.starts_with("nested");
-    tracing::dispatcher::with_default(&dispatch, || {
-        for _ in 0..spans {
-            if nested {
-                tracing::info_span!("a").in_scope(|| {
-                    tracing::info_span!("b")
-                        .in_scope(|| tracing::info_span!("c").in_scope(|| std::hint::black_box(())))
-                });
-            } else {
-                tracing::info_span!("bench_span").in_scope(|| std::hint::black_box(()));
-            }
-        }
-    });
+    tracing::dispatcher::with_default(&dispatch, || measured_spans(spans, nested));
     if let Some(guard) = guard {
         let calls: u64 = guard.snapshot().spans.iter().map(|s| s.calls).sum();
         let expected = match case.as_str() {
@@ -95,5 +69,21 @@ fn main() {
             _ => spans,
         };
         assert_eq!(calls, expected, "{case}: spans recorded");
+    }
+}
+
+/// The spans counted: `scripts/instructions.sh` collects instructions only inside this function
+/// (callgrind's `--toggle-collect`), so set-up, clock calibration and the snapshot stay out.
+#[inline(never)]
+fn measured_spans(spans: u64, nested: bool) {
+    for _ in 0..spans {
+        if nested {
+            tracing::info_span!("a").in_scope(|| {
+                tracing::info_span!("b")
+                    .in_scope(|| tracing::info_span!("c").in_scope(|| std::hint::black_box(())))
+            });
+        } else {
+            tracing::info_span!("bench_span").in_scope(|| std::hint::black_box(()));
+        }
     }
 }

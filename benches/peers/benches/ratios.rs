@@ -12,8 +12,9 @@
 
 use std::time::Instant;
 
-use tracing::Dispatch;
-use tracing_subscriber::prelude::*;
+mod common;
+
+use common::spanprof;
 
 fn flat(n: u64) -> f64 {
     let start = Instant::now();
@@ -34,18 +35,6 @@ fn nested(n: u64) -> f64 {
     start.elapsed().as_nanos() as f64 / n as f64 / 3.0
 }
 
-fn spanprof(builder: spanprof::Builder) -> (Dispatch, spanprof::ProfileGuard) {
-    let (layer, guard) = builder
-        .with_env(false)
-        .with_report(spanprof::ReportTarget::Off)
-        .build()
-        .expect("spanprof builds");
-    (
-        Dispatch::new(tracing_subscriber::registry().with(layer)),
-        guard,
-    )
-}
-
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -64,12 +53,7 @@ fn main() {
     let (excluded, _g2) = spanprof(builder().with_filter("nothing=trace").expect("valid"));
     let (off, _g3) = spanprof(builder().with_preset(spanprof::Preset::Off));
     let cases = [
-        (
-            "registry_identity",
-            Dispatch::new(
-                tracing_subscriber::registry().with(tracing_subscriber::layer::Identity::new()),
-            ),
-        ),
+        ("registry_identity", common::floor()),
         ("spanprof_basic", basic),
         ("spanprof_filter_matches", matching),
         ("spanprof_filtered_out", excluded),
