@@ -47,6 +47,26 @@ pub(crate) fn value_of(index: usize) -> u64 {
     (sub_bucket as u64) << bucket
 }
 
+/// The highest value of the bucket holding `value` (values above [`HIGHEST_NS`] are in its
+/// bucket): the nearest bound at or above `value` at which [`Buckets::count_at_or_below`] is
+/// exact. Exporters that need cumulative bucket counts (Prometheus `le`, OTLP explicit bounds)
+/// use bounds of this form, so the counts they export are the histogram's, not estimates.
+///
+/// ```
+/// use spanprof::profile::buckets::bucket_top;
+/// assert_eq!(bucket_top(100), 100); // below 256 ns every value has its own bucket
+/// assert_eq!(bucket_top(1_000_000), 1_003_519); // 1 ms falls in [999 424, 1 003 519]
+/// assert_eq!(bucket_top(bucket_top(1_000_000)), 1_003_519);
+/// ```
+pub fn bucket_top(value: u64) -> u64 {
+    let index = index_of(value.min(HIGHEST_NS));
+    if index + 1 >= COUNTS_LEN {
+        TOP_NS
+    } else {
+        value_of(index + 1) - 1
+    }
+}
+
 /// A histogram of nanosecond values stored as its non-empty buckets: memory in proportion to the
 /// distinct values recorded (16 bytes per non-empty bucket; at most 4608 buckets, i.e. 72 KiB,
 /// however many samples), not to the histogram's range.
@@ -182,10 +202,72 @@ impl Buckets {
             .map_or(0, |i| counts[i].1)
     }
 
+    /// Samples at or below `le`: exact when `le` is a bucket top ([`bucket_top`]); otherwise the
+    /// bucket holding `le` counts as below it.
+    pub fn count_at_or_below(&self, le: u64) -> u64 {
+        let floor = value_of(index_of(le.min(HIGHEST_NS)));
+        self.counts()
+            .iter()
+            .take_while(|&&(v, _)| v <= floor)
+            .map(|&(_, n)| n)
+            .sum()
+    }
+
+    /// Adds `other`'s samples to these: the histogram of both sets of samples, exactly.
+    pub fn add(&mut self, other: &Buckets) {
+        let merged = combine(&self.counts(), &other.counts(), |a, b| a.saturating_add(b));
+        *self = Self(Repr::Counts(merged));
+    }
+
+    /// The samples of `self` that are not in `earlier`, bucket by bucket (`earlier` being an
+    /// earlier state of the same histogram): the histogram of an interval, exactly. A bucket
+    /// holding fewer samples than `earlier`'s (not an earlier state) counts 0.
+    pub fn since(&self, earlier: &Buckets) -> Buckets {
+        let diff = combine(&self.counts(), &earlier.counts(), |a, b| {
+            a.saturating_sub(b)
+        });
+        Self(Repr::Counts(diff))
+    }
+
     /// The non-empty buckets: (lowest value of the bucket, samples), ascending.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.counts().into_owned().into_iter()
     }
+}
+
+/// Merges two ascending bucket lists with `op` on the counts of buckets present in either
+/// (a missing bucket counts 0); buckets whose result is 0 are left out.
+fn combine(a: &[(u64, u64)], b: &[(u64, u64)], op: impl Fn(u64, u64) -> u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::with_capacity(a.len().max(b.len()));
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let (value, x, y) = match (a.get(i), b.get(j)) {
+            (Some(&(va, na)), Some(&(vb, nb))) if va == vb => {
+                i += 1;
+                j += 1;
+                (va, na, nb)
+            }
+            (Some(&(va, na)), Some(&(vb, _))) if va < vb => {
+                i += 1;
+                (va, na, 0)
+            }
+            (Some(&(va, na)), None) => {
+                i += 1;
+                (va, na, 0)
+            }
+            (_, Some(&(vb, nb))) => {
+                j += 1;
+                (vb, 0, nb)
+            }
+            (None, None) => unreachable!("the loop runs while one list has buckets left"),
+        };
+        let n = op(x, y);
+        if n > 0 {
+            out.push((value, n));
+        }
+    }
+    out.shrink_to_fit();
+    out
 }
 
 #[cfg(test)]
@@ -211,5 +293,55 @@ mod tests {
         assert_eq!(b.iter().count(), 8, "1 000 and 1 003 share a bucket");
         assert_eq!(TOP_NS, (1 << 42) - 1);
         assert_eq!(index_of(TOP_NS), COUNTS_LEN - 1);
+    }
+
+    fn hist(values: &[(u64, u64)]) -> Buckets {
+        let mut h = Histogram::<u64>::new_with_bounds(LOWEST_NS, HIGHEST_NS, 2).unwrap();
+        for &(v, n) in values {
+            h.record_n(v, n).unwrap();
+        }
+        Buckets::from_histogram(&h)
+    }
+
+    #[test]
+    fn cumulative_counts_at_bucket_tops_are_exact() {
+        let b = hist(&[
+            (5, 2),
+            (999_424, 3),
+            (1_003_519, 4),
+            (1_003_520, 5),
+            (HIGHEST_NS, 1),
+        ]);
+        assert_eq!(b.count_at_or_below(4), 0);
+        assert_eq!(b.count_at_or_below(5), 2);
+        assert_eq!(bucket_top(1_000_000), 1_003_519);
+        assert_eq!(b.count_at_or_below(bucket_top(1_000_000)), 9);
+        assert_eq!(b.count_at_or_below(bucket_top(1_003_520)), 14);
+        assert_eq!(b.count_at_or_below(u64::MAX), 15);
+        assert_eq!(bucket_top(u64::MAX), bucket_top(HIGHEST_NS));
+        assert!(bucket_top(HIGHEST_NS) <= TOP_NS);
+        for v in [1, 255, 256, 257, 1_000, 65_535, 1 << 30, HIGHEST_NS] {
+            let top = bucket_top(v);
+            assert!(top >= v && bucket_top(top) == top, "{v}");
+            assert_eq!(index_of(top), index_of(v.min(HIGHEST_NS)), "{v}");
+            if top < HIGHEST_NS {
+                assert_ne!(index_of((top + 1).min(HIGHEST_NS)), index_of(top), "{v}");
+            }
+        }
+    }
+
+    #[test]
+    fn adding_and_subtracting_are_exact() {
+        let a = hist(&[(5, 2), (1_000, 3)]);
+        let b = hist(&[(1_001, 4), (70_000, 1)]);
+        let mut sum = a.clone();
+        sum.add(&b);
+        assert_eq!(sum, hist(&[(5, 2), (1_000, 7), (70_000, 1)]));
+        assert_eq!(sum.since(&a), b);
+        assert_eq!(sum.since(&sum), Buckets::default());
+        assert!(
+            a.since(&sum).is_empty(),
+            "not an earlier state: no negative counts"
+        );
     }
 }

@@ -20,6 +20,7 @@
 //! An older profile is read into the current model and its `version` becomes the current one.
 
 pub mod buckets;
+mod combine;
 mod hdr;
 mod json;
 mod resources;
