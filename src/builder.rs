@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::gpu::GpuSource;
 use crate::guard::{ProfileGuard, ProfileHandle};
 use crate::layer::ProfileLayer;
-use crate::output::{Destination, Format, Json, Output, Table};
+use crate::output::{Destination, Folded, Format, Json, Output, Table};
 use crate::record::{Recorder, RunSettings};
 use crate::samplers::{self, Readings, Timeline};
 use crate::session::ProfileSession;
@@ -25,6 +25,7 @@ pub use crate::env::{
 };
 
 pub use crate::record::names::MAX_SPAN_NAMES;
+pub use crate::record::tree::{MAX_TREE_DEPTH, MAX_TREE_NODES};
 
 /// A GPU source handed to the builder (taken by the first `build`).
 #[derive(Clone, Default)]
@@ -101,6 +102,7 @@ pub struct Builder {
     interval: Duration,
     gpu_source: GpuSourceSlot,
     grid_g_per_kwh: Option<f64>,
+    tree: bool,
     /// Outputs added with [`Builder::with_output`].
     outputs: OutputSlot,
 }
@@ -121,6 +123,7 @@ impl Default for Builder {
             interval: Self::DEFAULT_SAMPLE_INTERVAL,
             gpu_source: GpuSourceSlot::default(),
             grid_g_per_kwh: None,
+            tree: true,
             outputs: OutputSlot::default(),
         }
     }
@@ -188,7 +191,10 @@ impl Builder {
     }
 
     /// A directory the guard writes its file outputs into when it drops: the JSON profile
-    /// ([`PROFILE_FILE`](crate::output::PROFILE_FILE)). `SPANPROF_OUT` overrides it.
+    /// ([`PROFILE_FILE`](crate::output::PROFILE_FILE)) and, with the call tree
+    /// ([`Builder::with_tree`]), the folded stacks (`profile.folded`), the flamegraph
+    /// (`flamegraph.svg`, feature `flamegraph`) and the pprof profile (`profile.pb.gz`, feature
+    /// `pprof`). `SPANPROF_OUT` overrides it.
     ///
     /// [`Builder::build`] creates it and checks that a file can be written there (an empty path
     /// or a directory that cannot be written is an error then, not when the guard drops).
@@ -270,6 +276,14 @@ impl Builder {
             grid_g_per_kwh: Some(grams_per_kwh),
             ..self
         }
+    }
+
+    /// Records the call tree (default: on, at every preset that records): statistics per
+    /// call path (see [`CallTree`](crate::profile::CallTree)), the console tree view, and the
+    /// output directory's `profile.folded`, `flamegraph.svg` and `profile.pb.gz`. Off, the hot
+    /// path does none of its work.
+    pub fn with_tree(self, on: bool) -> Self {
+        Self { tree: on, ..self }
     }
 
     /// Builds the layer and its guard.
@@ -355,6 +369,7 @@ impl Builder {
             // Within 1 ms ..= 1 h (checked): the interval the sampler uses.
             interval_ms: b.interval.as_millis() as u64,
             grid_g_per_kwh: b.grid_g_per_kwh,
+            tree: b.tree,
         };
         let recorder = Arc::new(Recorder::new(
             clock, start_raw, records, resources, readings, timeline, settings,
@@ -380,11 +395,21 @@ impl Builder {
                 });
             }
             if let Some(dir) = b.output_dir {
-                outputs.push(Output {
-                    format: Box::new(Json),
-                    to: Destination::Dir(dir),
-                    fallback_to_stderr: false,
-                });
+                let mut formats: Vec<Box<dyn Format>> = vec![Box::new(Json)];
+                if b.tree {
+                    formats.push(Box::new(Folded));
+                    #[cfg(feature = "flamegraph")]
+                    formats.push(Box::new(crate::output::Flamegraph::new()));
+                    #[cfg(feature = "pprof")]
+                    formats.push(Box::new(crate::output::Pprof));
+                }
+                for format in formats {
+                    outputs.push(Output {
+                        format,
+                        to: Destination::Dir(dir.clone()),
+                        fallback_to_stderr: false,
+                    });
+                }
             }
             outputs.append(&mut b.outputs.0.lock().unwrap_or_else(|e| e.into_inner()));
         }

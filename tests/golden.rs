@@ -313,6 +313,49 @@ fn the_saved_profile_renders_the_live_report() {
 }
 
 #[test]
+fn the_golden_tree_holds_every_closed_span_once() {
+    let tree = golden()
+        .snapshot
+        .tree
+        .as_ref()
+        .expect("the tree is on by default");
+    // Per span name, the tree's self times add up to the name's self total exactly.
+    for span in &golden().snapshot.spans {
+        let in_tree: u64 = tree
+            .nodes
+            .iter()
+            .filter(|n| n.name == span.name && n.target == span.target)
+            .map(|n| n.self_time.total_ns)
+            .sum();
+        assert_eq!(in_tree, span.self_time.total_ns, "{}", span.name);
+        let instances: u64 = tree
+            .nodes
+            .iter()
+            .filter(|n| n.name == span.name)
+            .map(|n| n.instances)
+            .sum();
+        assert_eq!(instances, span.instances, "{}", span.name);
+    }
+    let path_of = |name: &str| {
+        let i = tree.nodes.iter().position(|n| n.name == name).unwrap();
+        tree.path(i).join(";")
+    };
+    assert_eq!(path_of("matmul"), "train;train_step;forward;matmul");
+    assert_eq!(path_of("validate_batch"), "train;train_step;validate_batch");
+    // Recursion collapses: five nested `descend`s are one node.
+    let descend: Vec<_> = tree.nodes.iter().filter(|n| n.name == "descend").collect();
+    assert_eq!(descend.len(), 1);
+    assert_eq!(descend[0].instances, 5);
+    // matmul: 8 steps of 60 + step µs.
+    let matmul = tree.nodes.iter().find(|n| n.name == "matmul").unwrap();
+    assert_eq!(
+        matmul.self_time.total_ns,
+        (0..8).map(|s| (60 + s) * 1_000).sum::<u64>()
+    );
+    assert_eq!(matmul.calls, 8);
+}
+
+#[test]
 fn profiles_of_earlier_versions_are_read() {
     let v1 = Snapshot::from_json(&read_data("profile-v1-basic.json"), "v1").unwrap();
     assert_eq!(v1.version, SCHEMA_VERSION);
@@ -330,8 +373,16 @@ fn profiles_of_earlier_versions_are_read() {
         report.contains("resources: sampled every 100 ms"),
         "{report}"
     );
+    // Version 3 (the golden run before the call tree): no tree, the same per-name statistics
+    // as the golden run records now.
+    let v3 = Snapshot::from_json(&read_data("profile-v3-golden.json"), "v3").unwrap();
+    assert_eq!(v3.version, SCHEMA_VERSION);
+    assert!(v3.tree.is_none());
+    assert_eq!(v3.spans, golden().snapshot.spans);
+    let report = Table::new().to_string(&v3);
+    assert!(!report.contains("Call tree"), "{report}");
     // Read into the current model: written again, they read back the same.
-    for snap in [v1, v2] {
+    for snap in [v1, v2, v3] {
         assert_eq!(
             Snapshot::from_json(&snap.to_json(), "rewritten").unwrap(),
             snap

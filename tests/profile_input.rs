@@ -469,3 +469,25 @@ fn an_hour_long_sample_is_written_within_the_profiles_bounds() {
     assert_eq!(back.high(), HIGHEST_NS);
     assert_eq!(Snapshot::from_json(&json, "round trip").unwrap(), snap);
 }
+
+#[test]
+fn a_call_tree_with_a_bad_parent_or_statistic() {
+    let golden: serde_json::Value =
+        serde_json::from_str(include_str!("data/golden-profile.json")).unwrap();
+    assert!(Snapshot::from_json(&golden.to_string(), "golden").unwrap().tree.is_some());
+    let mut v = golden.clone();
+    // A parent must come before its child: no cycles, no dangling index.
+    v["tree"]["nodes"][0]["parent"] = 5.into();
+    rejected(
+        &v.to_string(),
+        "cycle.json",
+        "tree.nodes[0].parent: 5 is not the index of an earlier node",
+    );
+    let mut v = golden;
+    v["tree"]["nodes"][2]["self"]["count"] = 12345.into();
+    rejected(
+        &v.to_string(),
+        "tree-count.json",
+        "tree.nodes[2].self.count: 12345 samples",
+    );
+}

@@ -10,6 +10,10 @@
 //! |---|---|---|
 //! | [`Table`] | `report.txt` | the console report: one row per span name, sorted by self time |
 //! | [`Json`] | [`PROFILE_FILE`] | the JSON profile, full histograms (schema in the README) |
+//! | [`TreeView`] | [`TREE_FILE`] | the call tree as indented text (the report shows it too) |
+//! | [`Folded`] | [`FOLDED_FILE`] | the call tree as folded stacks (`a;b;c <self ns>`) |
+//! | `Flamegraph` | `FLAMEGRAPH_FILE` | the call tree as an SVG flamegraph (feature `flamegraph`) |
+//! | `Pprof` | `PPROF_FILE` | the call tree as a gzipped pprof profile (feature `pprof`) |
 //!
 //! ```
 //! use spanprof::output::{Format, Table};
@@ -24,16 +28,28 @@
 //! To add a format, implement [`Format`] and pass it to
 //! [`Builder::with_output`](crate::Builder::with_output).
 
+#[cfg(feature = "flamegraph")]
+mod flamegraph;
+mod folded;
 mod json;
+#[cfg(feature = "pprof")]
+mod pprof;
 mod table;
+mod tree;
 pub(crate) mod units;
 
 use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "flamegraph")]
+pub use flamegraph::{Flamegraph, FLAMEGRAPH_FILE};
+pub use folded::{Folded, FOLDED_FILE};
 pub use json::{Json, PROFILE_FILE};
+#[cfg(feature = "pprof")]
+pub use pprof::{Pprof, PPROF_FILE};
 pub use table::{Table, REPORT_FILE};
+pub use tree::{TreeView, TREE_FILE};
 
 use crate::error::{Error, Result};
 use crate::profile::Snapshot;

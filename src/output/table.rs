@@ -1,7 +1,8 @@
 //! The console report: one row per span name, sorted by self time, like `torch.profiler`'s
 //! `key_averages().table()`, then sections for span instances (latency per instance of spans
 //! entered more than once), throughput, errors (of every span name), resources and leak
-//! suspicions, and notes. Fits a 100-column terminal; a run without spans says why.
+//! suspicions, and notes, then the call tree ([`TreeView`]) when the profile has one. Fits a
+//! 100-column terminal; a run without spans says why.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
@@ -9,7 +10,7 @@ use std::io::{self, Write};
 use std::ops::Deref;
 
 use super::units::{format_bytes, format_count, format_duration, format_si};
-use super::Format;
+use super::{Format, TreeView};
 use crate::analysis::{leaks, Leak, LeakSource};
 use crate::profile::{ResourceInfo, Snapshot, SpanResources, SpanStats};
 
@@ -41,6 +42,7 @@ const REPORT_WIDTH: usize = 100;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Table {
     top: usize,
+    tree: Option<TreeView>,
 }
 
 impl Default for Table {
@@ -52,12 +54,24 @@ impl Default for Table {
 impl Table {
     /// A report of every span name.
     pub fn new() -> Self {
-        Self { top: usize::MAX }
+        Self {
+            top: usize::MAX,
+            tree: Some(TreeView::new()),
+        }
     }
 
     /// Shows only the `n` span names with the most self time (at least one).
     pub fn with_top(self, n: usize) -> Self {
-        Self { top: n.max(1) }
+        Self {
+            top: n.max(1),
+            ..self
+        }
+    }
+
+    /// The call tree shown after the table of span names (default: [`TreeView::new`]), or
+    /// none. A profile without a tree shows none either way.
+    pub fn with_tree(self, tree: Option<TreeView>) -> Self {
+        Self { tree, ..self }
     }
 
     /// The report as text.
@@ -65,6 +79,13 @@ impl Table {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = View::new(snapshot, self.top).write(&mut out);
+        if let Some(tree) = &self.tree {
+            let text = tree.to_string(snapshot);
+            if !text.is_empty() {
+                out.push('\n');
+                out.push_str(&text);
+            }
+        }
         out
     }
 }
@@ -775,7 +796,7 @@ fn twin_label(name: &str, target: &str, twins: &[&str]) -> String {
 }
 
 /// `text` cut to `width` characters, the last one `…` where it was cut.
-fn truncate(text: &str, width: usize) -> String {
+pub(super) fn truncate(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         text.to_string()
     } else {

@@ -159,6 +159,18 @@ fn check_stats(snapshot: &Snapshot) -> Result<(), String> {
                 .map_err(|(field, what)| format!("spans[{i}].{name}.{field}: {what}"))?;
         }
     }
+    let nodes = snapshot.tree.as_ref().map_or(&[][..], |t| &t.nodes[..]);
+    for (i, node) in nodes.iter().enumerate() {
+        if let Some(parent) = node.parent.filter(|&p| p as usize >= i) {
+            return Err(format!(
+                "tree.nodes[{i}].parent: {parent} is not the index of an earlier node"
+            ));
+        }
+        for (name, stat) in [("busy", &node.busy), ("self", &node.self_time)] {
+            check_stat(stat)
+                .map_err(|(field, what)| format!("tree.nodes[{i}].{name}.{field}: {what}"))?;
+        }
+    }
     Ok(())
 }
 

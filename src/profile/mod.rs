@@ -10,12 +10,13 @@
 //!
 //! # Versions
 //!
-//! This crate writes schema version [`SCHEMA_VERSION`] (3) and reads versions 1 to 3:
+//! This crate writes schema version [`SCHEMA_VERSION`] (4) and reads versions 1 to 4:
 //! - **1**: timing only.
 //! - **2**: adds `resources` to the profile and to each span.
 //! - **3**: drops the per-span `resources.leak` (leak suspicion is now an analysis of the
 //!   profile, [`crate::analysis::leaks`]) and adds `resources.rss_bytes_at_end` and
 //!   `resources.heap_bytes_at_end`, which that analysis reads.
+//! - **4**: adds the optional `tree` ([`CallTree`]): statistics per call path.
 //!
 //! An older profile is read into the current model and its `version` becomes the current one.
 
@@ -24,6 +25,7 @@ mod combine;
 mod hdr;
 mod json;
 mod resources;
+mod tree;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -32,11 +34,12 @@ pub use buckets::Buckets;
 pub use resources::{
     CpuUse, GpuDevice, GpuSample, GpuUse, HeapUse, MemoryUse, ResourceInfo, Sample, SpanResources,
 };
+pub use tree::{CallTree, TreeNode};
 
 /// The `schema` field of every profile.
 pub const SCHEMA: &str = "spanprof.profile";
 /// The version of the profile schema this crate writes; it reads this one and every earlier one.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Significant decimal digits kept by every histogram: values are exact to within 1 part in 128
 /// (better than 0.8 %).
@@ -67,6 +70,9 @@ pub struct Snapshot {
     /// Resource samplers (absent at the `basic` preset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceInfo>,
+    /// Statistics per call path (absent when the tree was not recorded; schema version 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<CallTree>,
 }
 
 /// Metadata of the profiled run.

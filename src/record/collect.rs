@@ -137,6 +137,7 @@ impl Recorder {
                 trace_windows_skipped: 0,
             },
             resources: self.resource_info(),
+            tree: self.tree.as_ref().map(|t| t.snapshot(&all_shards, &names)),
         }
     }
 

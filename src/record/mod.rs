@@ -19,6 +19,7 @@ pub(crate) mod names;
 pub(crate) mod resources;
 mod shards;
 mod spans;
+pub(crate) mod tree;
 
 use std::fmt;
 use std::sync::atomic::{
@@ -60,6 +61,8 @@ pub(crate) struct RunSettings {
     pub(crate) interval_ms: u64,
     /// Grid carbon intensity, g/kWh.
     pub(crate) grid_g_per_kwh: Option<f64>,
+    /// Whether the call tree is recorded.
+    pub(crate) tree: bool,
 }
 
 /// The recording state of one profiler.
@@ -83,6 +86,8 @@ pub(crate) struct Recorder {
     readings: Arc<Readings>,
     timeline: Arc<Timeline>,
     settings: RunSettings,
+    /// The call tree, when it is recorded.
+    tree: Option<tree::Tree>,
 }
 
 impl fmt::Debug for Recorder {
@@ -130,6 +135,7 @@ impl Recorder {
             dropped_too_many_names: AtomicU64::new(0),
             readings,
             timeline,
+            tree: settings.tree.then(tree::Tree::new),
             settings,
         }
     }
@@ -228,6 +234,7 @@ impl Recorder {
         let now = self.clock.raw();
         let resources = self.switches.get().resources();
         let marked = resources.instances();
+        let node = self.tree_node(name, attrs);
         let inserted = self.table.insert(id, |s| {
             // MAX_SPAN_NAMES fits u16 (asserted in `names`).
             s.name.store(name as u16, Relaxed);
@@ -239,6 +246,7 @@ impl Recorder {
             s.shared_busy.store(0, Relaxed);
             s.shared_self.store(0, Relaxed);
             s.flags.store(if marked { FLAG_MARKED } else { 0 }, Relaxed);
+            s.node.store(node, Relaxed);
             if marked {
                 s.put_mark(InstanceMark::read(
                     &self.readings,
@@ -308,6 +316,7 @@ impl Recorder {
                 start: now,
                 child_ns: 0,
                 reentries: 0,
+                node: slot.node.load(Relaxed),
                 marked,
             });
         });
@@ -356,6 +365,7 @@ impl Recorder {
                     local.stats(frame.name).res().add_entry(&figures, busy);
                 }
             }
+            self.tree_call(local, frame.node);
             self.complete_entry(local, slot, frame.name, busy, self_ns);
         });
     }
@@ -424,6 +434,7 @@ impl Recorder {
     fn close_slot(&self, slot: SlotIn<'_, InstanceMark>) {
         let now = self.clock.raw();
         let name = u32::from(slot.name.load(Relaxed));
+        let node = slot.node.load(Relaxed);
         let wall = self.clock.delta_ns(slot.created.load(Relaxed), now);
         let busy = slot.busy.load(Relaxed) + slot.shared_busy.load(Relaxed);
         let self_ns = slot.self_ns.load(Relaxed) + slot.shared_self.load(Relaxed);
@@ -451,6 +462,7 @@ impl Recorder {
             }
             bump(&stats.closed, 1);
         });
+        self.tree_close(node, busy, self_ns, wall);
     }
 
     /// An error-level event: counted for its explicit parent if recorded, else (`contextual`)
@@ -585,6 +597,7 @@ mod tests {
                 sampled: Resources::NONE,
                 interval_ms: 100,
                 grid_g_per_kwh: None,
+                tree: true,
             },
         ))
     }

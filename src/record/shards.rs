@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 use super::hist::AtomicHist;
 use super::names::{Kind, KINDS};
 use super::resources::{EntryMark, ResourceSlot, ResourceStats};
+use super::tree::{LocalNodes, NodeStats, ShardNodes};
 
 /// What one thread recorded for one span name. Aligned so that two threads' stats never share
 /// a cache line.
@@ -87,6 +88,8 @@ pub(crate) struct Shard {
     /// The owning thread's stack of entered spans as others can read it: for the time inside
     /// entries still in progress at a snapshot.
     live: LiveStack,
+    /// The call tree's stats of the nodes this shard recorded.
+    pub(crate) nodes: ShardNodes,
 }
 
 impl Shard {
@@ -154,6 +157,8 @@ pub(crate) struct Frame {
     pub(crate) start: u64,
     pub(crate) child_ns: u64,
     pub(crate) reentries: u32,
+    /// The span's call-tree node.
+    pub(crate) node: u16,
     /// Resource readings were taken at its enter: its [`EntryMark`] is on the thread's mark
     /// stack.
     pub(crate) marked: bool,
@@ -173,17 +178,28 @@ impl Shards {
     #[cold]
     pub(crate) fn with_orphan<R>(&self, name: u32, f: impl FnOnce(&NameStats) -> R) -> R {
         let mut orphan = self.orphan.lock().unwrap_or_else(|e| e.into_inner());
-        let shard = orphan.get_or_insert_with(|| {
+        let stats = crate::alloc::untracked(|| self.orphan_shard(&mut orphan).stats(name));
+        // The lock is held while `f` writes: one writer at a time, as for any shard.
+        f(&stats)
+    }
+
+    /// Runs `f` with the orphan shard's stats of call-tree node `node`, under the same lock.
+    #[cold]
+    pub(crate) fn with_orphan_node(&self, node: u16, f: impl FnOnce(&NodeStats)) {
+        let mut orphan = self.orphan.lock().unwrap_or_else(|e| e.into_inner());
+        let stats = crate::alloc::untracked(|| self.orphan_shard(&mut orphan).nodes.orphan(node));
+        f(&stats);
+    }
+
+    fn orphan_shard<'a>(&self, orphan: &'a mut Option<Arc<Shard>>) -> &'a Arc<Shard> {
+        orphan.get_or_insert_with(|| {
             let shard = Arc::new(Shard::default());
             self.list
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(shard.clone());
             shard
-        });
-        let stats = crate::alloc::untracked(|| shard.stats(name));
-        // The lock is held while `f` writes: one writer at a time, as for any shard.
-        f(&stats)
+        })
     }
 
     fn acquire(&self) -> Arc<Shard> {
@@ -214,6 +230,8 @@ pub(crate) struct Local {
     shard: Arc<Shard>,
     /// This thread's view of `shard`'s stats, indexed by name: no lock, no atomic.
     stats: Vec<Option<Arc<NameStats>>>,
+    /// This thread's view of `shard`'s call-tree node stats.
+    nodes: LocalNodes,
     pub(crate) stack: Vec<Frame>,
     /// Resource readings at the enter of each marked frame, in stack order.
     pub(crate) marks: Vec<EntryMark>,
@@ -285,6 +303,12 @@ impl Local {
             .get(index)
             .and_then(Option::as_deref)
             .unwrap_or(&UNUSED)
+    }
+
+    /// The call-tree stats of a node, created on first use.
+    #[inline(always)]
+    pub(crate) fn node_stats(&mut self, node: u16) -> &NodeStats {
+        self.nodes.get(node, &self.shard.nodes)
     }
 
     #[cold]
@@ -395,6 +419,7 @@ fn slow_local<'a>(
         let local = Local {
             instance,
             stats: shard.names(),
+            nodes: LocalNodes::of(&shard.nodes),
             shard,
             stack: Vec::with_capacity(32),
             marks: Vec::new(),

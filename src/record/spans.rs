@@ -58,6 +58,8 @@ pub(crate) struct Slot {
     pub(crate) shared_self: AtomicU64,
     /// [`FLAG_MARKED`], [`FLAG_ERRORED`].
     pub(crate) flags: AtomicU8,
+    /// The span's node in the call tree (`tree::ROOT` when the tree is off).
+    pub(crate) node: AtomicU16,
     /// The segment the slot is in and its index there (set once, when the segment is made).
     segment: u8,
     index: u32,
@@ -82,6 +84,7 @@ impl Slot {
             shared_busy: AtomicU64::new(0),
             shared_self: AtomicU64::new(0),
             flags: AtomicU8::new(0),
+            node: AtomicU16::new(0),
             segment,
             index,
         }

@@ -8,7 +8,8 @@
 //! `CASE`: `floor` (`registry().with(Identity)`), `basic` (spanprof at its default preset),
 //! `excluded` (spanprof with a span filter that excludes the span), `off` (`SPANPROF=off`),
 //! `detailed` (spanprof with memory, heap and CPU per span), or `nested` (three nested spans
-//! per iteration under spanprof `basic`; `nested_floor` the same under the floor). Instruction
+//! per iteration under spanprof `basic`; `nested_floor` the same under the floor); `notree` and
+//! `nested_notree` are `basic` and `nested` with the call tree off. Instruction
 //! counts do not move with the machine's load: the script counts only inside
 //! `measured_spans`, at two span counts, and divides the difference, so first-use costs cancel
 //! out too.
@@ -39,6 +40,10 @@ fn main() {
         "floor" | "nested_floor" => (common::floor(), None),
         "basic" | "nested" => {
             let (d, g) = spanprof(builder());
+            (d, Some(g))
+        }
+        "notree" | "nested_notree" => {
+            let (d, g) = spanprof(builder().with_tree(false));
             (d, Some(g))
         }
         "excluded" => {

@@ -49,12 +49,14 @@ fn main() {
     let n = if quick { 1_000 } else { env("SPANS", 300_000) };
     let builder = spanprof::ProfileLayer::builder;
     let (basic, basic_guard) = spanprof(builder());
+    let (no_tree, _g0) = spanprof(builder().with_tree(false));
     let (matching, _g1) = spanprof(builder().with_filter("ratios=trace").expect("valid"));
     let (excluded, _g2) = spanprof(builder().with_filter("nothing=trace").expect("valid"));
     let (off, _g3) = spanprof(builder().with_preset(spanprof::Preset::Off));
     let cases = [
         ("registry_identity", common::floor()),
         ("spanprof_basic", basic),
+        ("spanprof_basic_no_tree", no_tree),
         ("spanprof_filter_matches", matching),
         ("spanprof_filtered_out", excluded),
         ("spanprof_off", off),

@@ -1,0 +1,165 @@
+//! The console tree view: the call tree indented, one line per call path, with its share of
+//! all self time, calls, self, busy and p99 busy time. Children are sorted by the self time
+//! under them (their flamegraph width); depth- and top-limited, the paths left out counted.
+
+use std::fmt::{self, Write as _};
+use std::io::{self, Write};
+
+use super::table::truncate;
+use super::units::{format_count, format_duration};
+use super::Format;
+use crate::profile::{CallTree, Snapshot};
+
+/// Name of the tree view in an output directory.
+pub const TREE_FILE: &str = "tree.txt";
+
+const PATH_WIDTH: usize = 44;
+
+/// The call tree of a [`Snapshot`] as indented text (nothing for a profile without a tree).
+/// [`Table`](super::Table) shows it after the flat table.
+///
+/// ```
+/// use spanprof::output::TreeView;
+/// # let snapshot = spanprof::profile::Snapshot::from_json(
+/// #     include_str!("../../tests/data/golden-profile.json"), "doc")?;
+/// let text = TreeView::new().with_depth(3).with_top(5).to_string(&snapshot);
+/// assert!(text.starts_with("Call tree"));
+/// # Ok::<(), spanprof::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeView {
+    depth: usize,
+    top: usize,
+}
+
+impl Default for TreeView {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TreeView {
+    /// Paths up to 6 spans deep, the 8 largest children of each node.
+    pub fn new() -> Self {
+        Self { depth: 6, top: 8 }
+    }
+
+    /// Shows paths up to `depth` spans deep (at least 1).
+    pub fn with_depth(self, depth: usize) -> Self {
+        Self {
+            depth: depth.max(1),
+            ..self
+        }
+    }
+
+    /// Shows the `n` children with the most self time under them, per node (at least 1).
+    pub fn with_top(self, n: usize) -> Self {
+        Self {
+            top: n.max(1),
+            ..self
+        }
+    }
+
+    /// The view as text (empty for a profile without a tree or with an empty one).
+    pub fn to_string(&self, snapshot: &Snapshot) -> String {
+        let mut out = String::new();
+        if let Some(tree) = snapshot.tree.as_ref().filter(|t| !t.nodes.is_empty()) {
+            // Writing to a String cannot fail.
+            let _ = self.write(tree, &mut out);
+        }
+        out
+    }
+
+    fn write(&self, tree: &CallTree, f: &mut String) -> fmt::Result {
+        let total = tree.total_ns();
+        let (children, roots) = tree.children();
+        let all: u64 = roots.iter().map(|&r| total[r]).sum();
+        writeln!(
+            f,
+            "Call tree ({} paths; % of all self time {}, under each path)",
+            tree.nodes.len(),
+            format_duration(all)
+        )?;
+        writeln!(
+            f,
+            "{:<PATH_WIDTH$} {:>6} {:>9} {:>9} {:>9} {:>9}",
+            "path", "%", "calls", "self", "busy", "p99 busy"
+        )?;
+        // Lines to write, last first: a node, or how many siblings were left out.
+        enum Line {
+            Node(usize),
+            More(usize, u64),
+        }
+        let mut stack: Vec<(Line, usize)> = Vec::new();
+        let push_level = |stack: &mut Vec<(Line, usize)>, list: &[usize], depth: usize| {
+            let mut list = list.to_vec();
+            list.sort_by(|&a, &b| total[b].cmp(&total[a]).then(a.cmp(&b)));
+            let shown = list.len().min(self.top);
+            if list.len() > shown {
+                let rest = list[shown..].iter().map(|&i| total[i]).sum();
+                stack.push((Line::More(list.len() - shown, rest), depth));
+            }
+            for &i in list[..shown].iter().rev() {
+                stack.push((Line::Node(i), depth));
+            }
+        };
+        let pct = |ns: u64| {
+            if all == 0 {
+                0.0
+            } else {
+                ns as f64 * 100.0 / all as f64
+            }
+        };
+        push_level(&mut stack, &roots, 0);
+        while let Some((line, depth)) = stack.pop() {
+            let indent = "  ".repeat(depth);
+            let i = match line {
+                Line::Node(i) => i,
+                Line::More(n, ns) => {
+                    let label = truncate(&format!("{indent}… {n} more"), PATH_WIDTH);
+                    writeln!(f, "{label:<PATH_WIDTH$} {:>5.1}%", pct(ns))?;
+                    continue;
+                }
+            };
+            let node = &tree.nodes[i];
+            let label = truncate(&format!("{indent}{}", node.name), PATH_WIDTH);
+            writeln!(
+                f,
+                "{label:<PATH_WIDTH$} {:>5.1}% {:>9} {:>9} {:>9} {:>9}",
+                pct(total[i]),
+                format_count(node.calls),
+                format_duration(node.self_time.total_ns),
+                format_duration(node.busy.total_ns),
+                format_duration(node.busy.p99_ns),
+            )?;
+            if depth + 1 < self.depth {
+                push_level(&mut stack, &children[i], depth + 1);
+            } else if !children[i].is_empty() {
+                let label = truncate(
+                    &format!("{indent}  … {} paths deeper", children[i].len()),
+                    PATH_WIDTH,
+                );
+                writeln!(f, "{label}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Format for TreeView {
+    fn name(&self) -> &'static str {
+        "tree"
+    }
+
+    fn file_name(&self) -> &'static str {
+        TREE_FILE
+    }
+
+    fn action(&self) -> &'static str {
+        "writing call tree"
+    }
+
+    fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(self.to_string(snapshot).as_bytes())
+    }
+}

@@ -1,0 +1,198 @@
+//! The call tree: statistics per call path (a span name under the chain of its parents'
+//! names), a second view beside the per-name statistics.
+//!
+//! Each span is counted in exactly one node, so the nodes' self times add up to the per-name
+//! self totals exactly. Recursion collapses (a name already on the path does not deepen it) and
+//! the tree is bounded (see [`CallTree::max_nodes`]): spans past the bounds are counted in an
+//! *other* node of their parent.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::Stat;
+use crate::record::hist::{new_histogram, record_n};
+
+/// The call tree of a profile (schema version 4; absent when it was not recorded).
+///
+/// ```
+/// # let snapshot = spanprof::profile::Snapshot::from_json(
+/// #     include_str!("../../tests/data/golden-profile.json"), "doc")?;
+/// let tree = snapshot.tree.as_ref().expect("recorded with the tree");
+/// for (i, node) in tree.nodes.iter().enumerate() {
+///     println!("{} {} ns", tree.path(i).join(";"), node.self_time.total_ns);
+/// }
+/// # Ok::<(), spanprof::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CallTree {
+    /// Most nodes of span names the recorder made; beyond, spans went to other nodes.
+    pub max_nodes: u32,
+    /// Deepest path the recorder made; deeper spans went to other nodes.
+    pub max_depth: u32,
+    /// Every node, parents before children.
+    pub nodes: Vec<TreeNode>,
+}
+
+/// One call path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TreeNode {
+    /// Span name ([`TreeNode::OTHER`] for an other node).
+    pub name: String,
+    /// Span target (empty for an other node).
+    pub target: String,
+    /// An other node: spans past the tree's bounds under this node's parent, and their
+    /// descendants.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub other: bool,
+    /// Index of the parent node in [`CallTree::nodes`]; `None` for a root (a span with no
+    /// recorded parent).
+    pub parent: Option<u32>,
+    /// Completed entries (enter→exit intervals).
+    pub calls: u64,
+    /// Instances closed.
+    pub instances: u64,
+    /// Busy time of each closed instance.
+    pub busy: Stat,
+    /// Self time of each closed instance.
+    #[serde(rename = "self")]
+    pub self_time: Stat,
+    /// Total wall time of the closed instances (creation to close), ns.
+    pub wall_ns: u64,
+}
+
+impl TreeNode {
+    /// The name of an other node.
+    pub const OTHER: &'static str = "[other]";
+}
+
+impl CallTree {
+    pub(crate) fn new(nodes: Vec<TreeNode>, max_nodes: u32, max_depth: u32) -> Self {
+        Self {
+            max_nodes,
+            max_depth,
+            nodes,
+        }
+    }
+
+    /// The names on the path of node `index`, root first.
+    pub fn path(&self, index: usize) -> Vec<&str> {
+        let mut path = Vec::new();
+        let mut at = Some(index);
+        while let Some(i) = at {
+            let Some(node) = self.nodes.get(i) else { break };
+            path.push(node.name.as_str());
+            // Parents come first: a parent index not below its child's is malformed.
+            at = node.parent.map(|p| p as usize).filter(|&p| p < i);
+        }
+        path.reverse();
+        path
+    }
+
+    /// The children of each node (indices, in node order), and the roots last.
+    pub fn children(&self) -> (Vec<Vec<usize>>, Vec<usize>) {
+        let mut children = vec![Vec::new(); self.nodes.len()];
+        let mut roots = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            match node.parent.map(|p| p as usize).filter(|&p| p < i) {
+                Some(p) => children[p].push(i),
+                None => roots.push(i),
+            }
+        }
+        (children, roots)
+    }
+
+    /// Self time of each node and its descendants, ns (the width of its frame in a
+    /// flamegraph).
+    pub fn total_ns(&self) -> Vec<u64> {
+        let mut total: Vec<u64> = self.nodes.iter().map(|n| n.self_time.total_ns).collect();
+        for i in (0..self.nodes.len()).rev() {
+            if let Some(p) = self.nodes[i].parent.map(|p| p as usize).filter(|&p| p < i) {
+                total[p] = total[p].saturating_add(total[i]);
+            }
+        }
+        total
+    }
+
+    /// Self time of every node, ns: the per-name self totals' sum.
+    pub fn self_ns(&self) -> u64 {
+        self.nodes.iter().map(|n| n.self_time.total_ns).sum()
+    }
+
+    /// Adds another tree's nodes to this one's, path by path: counts and totals add,
+    /// histograms merge bucket by bucket (exactly); paths only in `other` are appended.
+    ///
+    /// ```
+    /// # let snapshot = spanprof::profile::Snapshot::from_json(
+    /// #     include_str!("../../tests/data/golden-profile.json"), "doc")?;
+    /// let mut tree = snapshot.tree.clone().unwrap();
+    /// tree.merge(snapshot.tree.as_ref().unwrap());
+    /// assert_eq!(tree.self_ns(), 2 * snapshot.tree.as_ref().unwrap().self_ns());
+    /// # Ok::<(), spanprof::Error>(())
+    /// ```
+    pub fn merge(&mut self, other: &CallTree) {
+        let key = |n: &TreeNode, parent: Option<usize>| {
+            (parent, n.name.clone(), n.target.clone(), n.other)
+        };
+        let mut index: HashMap<_, usize> = HashMap::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            index.insert(key(node, node.parent.map(|p| p as usize)), i);
+        }
+        // Where each of `other`'s nodes went in this tree.
+        let mut at = Vec::with_capacity(other.nodes.len());
+        for (j, node) in other.nodes.iter().enumerate() {
+            let parent = node
+                .parent
+                .map(|p| p as usize)
+                .filter(|&p| p < j)
+                .map(|p| at[p]);
+            let k = key(node, parent);
+            let i = match index.get(&k) {
+                Some(&i) => {
+                    let mine = &mut self.nodes[i];
+                    mine.calls += node.calls;
+                    mine.instances += node.instances;
+                    mine.wall_ns = mine.wall_ns.saturating_add(node.wall_ns);
+                    mine.busy = merge_stats(&mine.busy, &node.busy);
+                    mine.self_time = merge_stats(&mine.self_time, &node.self_time);
+                    i
+                }
+                None => {
+                    let i = self.nodes.len();
+                    let mut copy = node.clone();
+                    copy.parent = parent.map(|p| p as u32);
+                    self.nodes.push(copy);
+                    index.insert(k, i);
+                    i
+                }
+            };
+            at.push(i);
+        }
+        self.max_nodes = self.max_nodes.max(other.max_nodes);
+        self.max_depth = self.max_depth.max(other.max_depth);
+    }
+}
+
+/// The statistics of the union of two sets of samples: exact sums, extremes and buckets.
+fn merge_stats(a: &Stat, b: &Stat) -> Stat {
+    let mut h = new_histogram();
+    for stat in [a, b] {
+        for (value, count) in stat.histogram.iter() {
+            record_n(&mut h, value, count);
+        }
+    }
+    let min = match (a.count, b.count) {
+        (0, _) => b.min_ns,
+        (_, 0) => a.min_ns,
+        _ => a.min_ns.min(b.min_ns),
+    };
+    Stat::new(
+        h,
+        a.total_ns.saturating_add(b.total_ns),
+        min,
+        a.max_ns.max(b.max_ns),
+        a.clamped + b.clamped,
+    )
+}

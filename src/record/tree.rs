@@ -1,0 +1,490 @@
+//! The call tree on the hot path: each span's call path (its name under the chain of its
+//! parents' names) as a node index, and per-thread statistics per node.
+//!
+//! A span's node is decided when it opens, from its parent: the explicit parent
+//! (`Attributes::parent`) or, for a contextual span, the span this thread is in. So an async
+//! span keeps its path on whatever thread polls it. The node of (parent node, name) is found
+//! in a lock-free open-addressing table; the first span of a new path makes its node under the
+//! tree's lock (once per path, like the first span of a callsite).
+//!
+//! Paths stay finite and bounded:
+//! - **Recursion collapses**: a name already on the parent's path maps to that ancestor's node.
+//! - **Bounds**: at most [`MAX_TREE_NODES`] nodes of span names and depth [`MAX_TREE_DEPTH`];
+//!   a span beyond them is counted in the **other** node of its parent (one per parent, made
+//!   when first needed, so at most `2 × MAX_TREE_NODES + 1` nodes in all); an other node's
+//!   descendants are counted in it. Nothing is lost.
+//!
+//! Per node and per thread that records it ([`NodeStats`]): calls (entries), instances
+//! (closes), wall total, and single-writer HDR histograms of busy and self time with their
+//! exact sums (the same [`AtomicHist`] as the per-name statistics). About 200 bytes per node
+//! and thread, plus about 9 KiB per histogram once it holds a sample.
+
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::{Arc, Mutex};
+
+use tracing_core::span::Attributes;
+
+use hdrhistogram::Histogram;
+
+use super::hist::{new_histogram, AtomicHist, Exact};
+use super::names::NameInfo;
+use super::shards::{bump, Local, Shard};
+use super::Recorder;
+use crate::profile::{CallTree, Stat, TreeNode};
+
+/// Most nodes of span names in the call tree; beyond, spans are counted in their parent's
+/// other node.
+pub const MAX_TREE_NODES: usize = 1024;
+/// Deepest call path (in spans); deeper spans are counted in their parent's other node.
+pub const MAX_TREE_DEPTH: usize = 32;
+
+/// The node of spans with no recorded parent's node (the tree's root; not reported).
+pub(crate) const ROOT: u16 = 0;
+/// The name of an other node.
+const OTHER: u32 = u16::MAX as u32;
+
+/// Lookup table length: (parent, name) pairs cached, at most half full.
+const TABLE_LEN: usize = 8 * MAX_TREE_NODES;
+const TABLE_BITS: u32 = TABLE_LEN.trailing_zeros();
+const MAX_ENTRIES: usize = TABLE_LEN / 2;
+const _: () = assert!(TABLE_LEN.is_power_of_two());
+const _: () = assert!(2 * MAX_TREE_NODES + 1 < u16::MAX as usize);
+const _: () = assert!(super::names::MAX_SPAN_NAMES < u16::MAX as usize);
+
+/// Histograms kept per node.
+const BUSY: usize = 0;
+const SELF: usize = 1;
+
+#[derive(Debug, Clone, Copy)]
+struct NodeInfo {
+    parent: u16,
+    /// Name index, [`OTHER`] for an other node.
+    name: u32,
+    depth: u16,
+    /// The node's other child, 0 until made.
+    other: u16,
+}
+
+#[derive(Debug)]
+struct State {
+    nodes: Vec<NodeInfo>,
+    /// Nodes of span names (not other nodes), the root excluded.
+    named: usize,
+    entries: usize,
+}
+
+/// The call tree of one recorder.
+pub(crate) struct Tree {
+    /// (parent, name) → node, packed as `1 << 63 | parent << 32 | name << 16 | node`; 0 is an
+    /// empty entry. Entries are only ever added.
+    table: Box<[AtomicU64]>,
+    state: Mutex<State>,
+    /// Histogram counts drained from the threads' node histograms (rare), per node.
+    spill: Mutex<Vec<[Option<Histogram<u64>>; 2]>>,
+}
+
+impl std::fmt::Debug for Tree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tree").finish_non_exhaustive()
+    }
+}
+
+#[inline(always)]
+fn key(parent: u16, name: u32) -> u64 {
+    1 << 47 | u64::from(parent) << 16 | u64::from(name & 0xFFFF)
+}
+
+#[inline(always)]
+fn home(key: u64) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TABLE_BITS)) as usize
+}
+
+impl Tree {
+    pub(crate) fn new() -> Self {
+        crate::alloc::untracked(|| Self {
+            table: (0..TABLE_LEN).map(|_| AtomicU64::new(0)).collect(),
+            state: Mutex::new(State {
+                nodes: vec![NodeInfo {
+                    parent: ROOT,
+                    name: OTHER,
+                    depth: 0,
+                    other: 0,
+                }],
+                named: 0,
+                entries: 0,
+            }),
+            spill: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The node of a span named `name` (index) whose parent is in node `parent`.
+    #[inline(always)]
+    pub(crate) fn child(&self, parent: u16, name: u32) -> u16 {
+        let key = key(parent, name);
+        let mut i = home(key);
+        for _ in 0..TABLE_LEN {
+            let entry = self.table[i].load(Acquire);
+            if entry == 0 {
+                break;
+            }
+            if entry >> 16 == key {
+                return entry as u16;
+            }
+            i = (i + 1) & (TABLE_LEN - 1);
+        }
+        self.insert(parent, name)
+    }
+
+    /// Finds or makes the node of a new (parent, name) pair, and caches it.
+    #[cold]
+    #[inline(never)]
+    fn insert(&self, parent: u16, name: u32) -> u16 {
+        crate::alloc::untracked(|| {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let node = state.node_of(parent, name);
+            if state.entries < MAX_ENTRIES {
+                let key = key(parent, name);
+                let mut i = home(key);
+                loop {
+                    let entry = self.table[i].load(Relaxed);
+                    if entry == 0 {
+                        self.table[i].store(key << 16 | u64::from(node), Release);
+                        state.entries += 1;
+                        break;
+                    }
+                    if entry >> 16 == key {
+                        break;
+                    }
+                    i = (i + 1) & (TABLE_LEN - 1);
+                }
+            }
+            node
+        })
+    }
+
+    /// Adds a thread's full node histogram to the node's spill (rare).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn drain(&self, node: u16, stats: &NodeStats, which: usize) {
+        crate::alloc::untracked(|| {
+            let mut spill = self.spill.lock().unwrap_or_else(|e| e.into_inner());
+            let index = usize::from(node);
+            if spill.len() <= index {
+                spill.resize_with(index + 1, Default::default);
+            }
+            stats.hists[which].drain_into(spill[index][which].get_or_insert_with(new_histogram));
+        });
+    }
+
+    /// Records a closed span in its node's stats.
+    #[inline(always)]
+    pub(crate) fn close(&self, node: u16, stats: &NodeStats, busy: u64, self_ns: u64, wall: u64) {
+        bump(&stats.instances, 1);
+        bump(&stats.wall, wall);
+        if stats.hists[BUSY].record(busy) {
+            self.drain(node, stats, BUSY);
+        }
+        if stats.hists[SELF].record(self_ns) {
+            self.drain(node, stats, SELF);
+        }
+    }
+
+    /// The tree as the profile model: every node of a span name or an other node, parents
+    /// before children, merged over every shard.
+    pub(crate) fn snapshot(&self, shards: &[Arc<Shard>], names: &[Arc<NameInfo>]) -> CallTree {
+        let infos = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .nodes
+            .clone();
+        let per_shard: Vec<_> = shards.iter().map(|s| s.nodes.all()).collect();
+        let spill = self.spill.lock().unwrap_or_else(|e| e.into_inner());
+        let mut nodes = Vec::with_capacity(infos.len().saturating_sub(1));
+        for (index, info) in infos.iter().enumerate().skip(1) {
+            let mut hists: [Histogram<u64>; 2] = std::array::from_fn(|k| {
+                spill
+                    .get(index)
+                    .and_then(|s| s[k].clone())
+                    .unwrap_or_else(new_histogram)
+            });
+            let mut exact = [Exact::default(); 2];
+            let (mut calls, mut instances, mut wall) = (0u64, 0u64, 0u64);
+            for shard in &per_shard {
+                let Some(Some(stats)) = shard.get(index) else {
+                    continue;
+                };
+                calls += stats.calls.load(Relaxed);
+                instances += stats.instances.load(Relaxed);
+                wall = wall.saturating_add(stats.wall.load(Relaxed));
+                for k in 0..2 {
+                    stats.hists[k].add_to(&mut hists[k]);
+                    exact[k].merge(&stats.hists[k].exact());
+                }
+            }
+            let [busy_h, self_h] = hists;
+            let stat = |h: Histogram<u64>, e: &Exact| {
+                Stat::new(h, e.sum, e.min_or_zero(), e.max, e.clamped)
+            };
+            let (name, target) = match names.get(info.name as usize) {
+                Some(n) if info.name != OTHER => (n.name.to_string(), n.target.to_string()),
+                _ => (TreeNode::OTHER.to_string(), String::new()),
+            };
+            nodes.push(TreeNode {
+                name,
+                target,
+                other: info.name == OTHER,
+                // Node 0 is the root, not reported: indices shift by one.
+                parent: (info.parent != ROOT).then(|| u32::from(info.parent) - 1),
+                calls,
+                instances,
+                busy: stat(busy_h, &exact[BUSY]),
+                self_time: stat(self_h, &exact[SELF]),
+                wall_ns: wall,
+            });
+        }
+        CallTree::new(nodes, MAX_TREE_NODES as u32, MAX_TREE_DEPTH as u32)
+    }
+}
+
+impl State {
+    /// The node of (parent, name): an ancestor of that name (recursion), the parent's other
+    /// node past the bounds (or when the parent is one), else a new node.
+    fn node_of(&mut self, parent: u16, name: u32) -> u16 {
+        let Some(&p) = self.nodes.get(usize::from(parent)) else {
+            return ROOT;
+        };
+        if parent != ROOT && p.name == OTHER {
+            return parent;
+        }
+        let mut at = parent;
+        while at != ROOT {
+            let info = self.nodes[usize::from(at)];
+            if info.name == name {
+                return at;
+            }
+            at = info.parent;
+        }
+        if usize::from(p.depth) >= MAX_TREE_DEPTH || self.named >= MAX_TREE_NODES {
+            if p.other != 0 {
+                return p.other;
+            }
+            let other = self.push(parent, OTHER, p.depth + 1);
+            self.nodes[usize::from(parent)].other = other;
+            return other;
+        }
+        self.named += 1;
+        self.push(parent, name, p.depth + 1)
+    }
+
+    fn push(&mut self, parent: u16, name: u32, depth: u16) -> u16 {
+        let node = self.nodes.len() as u16;
+        self.nodes.push(NodeInfo {
+            parent,
+            name,
+            depth,
+            other: 0,
+        });
+        node
+    }
+}
+
+/// What one thread recorded for one node. Written only by that thread.
+#[derive(Debug)]
+pub(crate) struct NodeStats {
+    /// Entries completed.
+    pub(crate) calls: AtomicU64,
+    /// Instances closed.
+    instances: AtomicU64,
+    /// Wall time of closed instances, ns.
+    wall: AtomicU64,
+    /// Busy and self time of closed instances.
+    hists: [AtomicHist; 2],
+}
+
+impl NodeStats {
+    const fn new() -> Self {
+        Self {
+            calls: AtomicU64::new(0),
+            instances: AtomicU64::new(0),
+            wall: AtomicU64::new(0),
+            hists: [const { AtomicHist::new() }; 2],
+        }
+    }
+}
+
+/// Never recorded into in practice (see [`LocalNodes::get`]).
+static UNUSED: NodeStats = NodeStats::new();
+
+/// A shard's node stats, by node: for snapshots.
+#[derive(Debug, Default)]
+pub(crate) struct ShardNodes(Mutex<Vec<Option<Arc<NodeStats>>>>);
+
+impl ShardNodes {
+    pub(crate) fn all(&self) -> Vec<Option<Arc<NodeStats>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The stats of `node` in this shard, made if new (locks the shard's list).
+    fn get_or_make(&self, node: u16) -> Arc<NodeStats> {
+        crate::alloc::untracked(|| {
+            let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let index = usize::from(node);
+            if list.len() <= index {
+                list.resize(index + 1, None);
+            }
+            list[index]
+                .get_or_insert_with(|| Arc::new(NodeStats::new()))
+                .clone()
+        })
+    }
+
+    /// The stats of `node`, for the one writer that holds the shard alone (the orphan shard
+    /// under its lock).
+    pub(crate) fn orphan(&self, node: u16) -> Arc<NodeStats> {
+        self.get_or_make(node)
+    }
+}
+
+/// A thread's view of its shard's node stats: no lock, no atomic.
+#[derive(Debug, Default)]
+pub(crate) struct LocalNodes(Vec<Option<Arc<NodeStats>>>);
+
+impl LocalNodes {
+    /// The adopted shard's stats.
+    pub(crate) fn of(shard: &ShardNodes) -> Self {
+        Self(shard.all())
+    }
+
+    /// The stats of `node`, made on first use.
+    #[inline(always)]
+    pub(crate) fn get(&mut self, node: u16, shard: &ShardNodes) -> &NodeStats {
+        let index = usize::from(node);
+        if !matches!(self.0.get(index), Some(Some(_))) {
+            self.make(index, shard);
+        }
+        self.0
+            .get(index)
+            .and_then(Option::as_deref)
+            .unwrap_or(&UNUSED)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn make(&mut self, index: usize, shard: &ShardNodes) {
+        let stats = shard.get_or_make(index as u16);
+        crate::alloc::untracked(|| {
+            if self.0.len() <= index {
+                self.0.resize(index + 1, None);
+            }
+        });
+        self.0[index] = Some(stats);
+    }
+}
+
+/// The recorder's hooks: each does nothing when the tree is off.
+impl Recorder {
+    /// The node of a span named `name` opening with `attrs`: under its explicit parent's node,
+    /// or (contextual) under the node of the span this thread is in.
+    #[inline(always)]
+    pub(super) fn tree_node(&self, name: u32, attrs: &Attributes<'_>) -> u16 {
+        let Some(tree) = &self.tree else {
+            return ROOT;
+        };
+        let parent = match attrs.parent() {
+            Some(id) => self
+                .table
+                .with(id.into_u64(), |slot| slot.node.load(Relaxed))
+                .unwrap_or(ROOT),
+            None if attrs.is_contextual() => self
+                .local(|local| local.stack.last().map_or(ROOT, |frame| frame.node))
+                .unwrap_or(ROOT),
+            None => ROOT,
+        };
+        tree.child(parent, name)
+    }
+
+    /// An entry of a span in `node` completed on this thread.
+    #[inline(always)]
+    pub(super) fn tree_call(&self, local: &mut Local, node: u16) {
+        if self.tree.is_some() {
+            bump(&local.node_stats(node).calls, 1);
+        }
+    }
+
+    /// A span in `node` closed on this thread.
+    #[inline(always)]
+    pub(super) fn tree_close(&self, node: u16, busy: u64, self_ns: u64, wall: u64) {
+        let Some(tree) = &self.tree else {
+            return;
+        };
+        let mut wall = Some(wall);
+        let done = self.local(|local| {
+            if let Some(wall) = wall.take() {
+                tree.close(node, local.node_stats(node), busy, self_ns, wall);
+            }
+        });
+        if done.is_none() {
+            if let Some(wall) = wall.take() {
+                self.shards
+                    .with_orphan_node(node, |stats| tree.close(node, stats, busy, self_ns, wall));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_gets_one_node_and_recursion_collapses() {
+        let tree = Tree::new();
+        let a = tree.child(ROOT, 1);
+        let b = tree.child(a, 2);
+        assert_ne!(a, b);
+        assert_eq!(tree.child(ROOT, 1), a);
+        assert_eq!(tree.child(a, 2), b);
+        // b under a, then a again: a's node, not a deeper one.
+        assert_eq!(tree.child(b, 1), a);
+        // Same name under another parent: another node.
+        let c = tree.child(ROOT, 3);
+        assert_ne!(tree.child(c, 2), b);
+    }
+
+    #[test]
+    fn past_the_node_bound_spans_go_to_their_parents_other_node() {
+        let tree = Tree::new();
+        let root_child = tree.child(ROOT, 0);
+        for name in 1..MAX_TREE_NODES as u32 {
+            tree.child(root_child, name);
+        }
+        let state = tree.state.lock().unwrap().named;
+        assert_eq!(state, MAX_TREE_NODES);
+        let other = tree.child(root_child, 5000 % 4000 + 1024);
+        let again = tree.child(root_child, 1025);
+        assert_eq!(other, again, "one other node per parent");
+        // Its descendants are counted in it.
+        assert_eq!(tree.child(other, 7), other);
+        let nodes = tree.state.lock().unwrap().nodes.clone();
+        assert_eq!(nodes[usize::from(other)].name, OTHER);
+        assert_eq!(nodes[usize::from(other)].parent, root_child);
+        // Known paths keep their nodes.
+        assert_eq!(tree.child(ROOT, 0), root_child);
+    }
+
+    #[test]
+    fn past_the_depth_bound_spans_go_to_their_parents_other_node() {
+        let tree = Tree::new();
+        let mut node = ROOT;
+        for name in 0..MAX_TREE_DEPTH as u32 {
+            node = tree.child(node, name);
+        }
+        let deepest = node;
+        let other = tree.child(deepest, 100);
+        let nodes = tree.state.lock().unwrap().nodes.clone();
+        assert_eq!(nodes[usize::from(deepest)].depth as usize, MAX_TREE_DEPTH);
+        assert_eq!(nodes[usize::from(other)].name, OTHER);
+        assert_eq!(tree.child(deepest, 101), other);
+    }
+}

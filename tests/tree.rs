@@ -1,0 +1,393 @@
+//! The call tree: paths across threads and async tasks, bounds, the exact agreement of the
+//! tree with the per-name statistics, and its outputs checked by independent readers (inferno's
+//! own folded-stack parser, headless Chromium for the SVG, `go tool pprof` for pprof).
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use spanprof::builder::MAX_TREE_DEPTH;
+use spanprof::profile::{CallTree, TreeNode};
+use spanprof::{ProfileLayer, Snapshot};
+use tracing::info_span;
+
+/// Every closed span is in exactly one node: per name, the nodes' self totals and instances
+/// are the name's.
+fn assert_tree_matches_names(snap: &Snapshot) {
+    let tree = snap.tree.as_ref().expect("tree recorded");
+    for span in &snap.spans {
+        let nodes = tree
+            .nodes
+            .iter()
+            .filter(|n| n.name == span.name && n.target == span.target);
+        let (self_ns, instances) = nodes.fold((0, 0), |(s, i), n| {
+            (s + n.self_time.total_ns, i + n.instances)
+        });
+        assert_eq!(self_ns, span.self_time.total_ns, "self of {}", span.name);
+        assert_eq!(instances, span.instances, "instances of {}", span.name);
+    }
+    let names_self: u64 = snap.spans.iter().map(|s| s.self_time.total_ns).sum();
+    assert_eq!(tree.self_ns(), names_self);
+}
+
+fn node<'a>(tree: &'a CallTree, path: &str) -> &'a TreeNode {
+    let i = (0..tree.nodes.len())
+        .find(|&i| tree.path(i).join(";") == path)
+        .unwrap_or_else(|| {
+            let all: Vec<_> = (0..tree.nodes.len())
+                .map(|i| tree.path(i).join(";"))
+                .collect();
+            panic!("no node {path} in {all:?}")
+        });
+    &tree.nodes[i]
+}
+
+fn nested_work() {
+    info_span!("outer").in_scope(|| {
+        for _ in 0..10 {
+            info_span!("mid").in_scope(|| {
+                info_span!("leaf").in_scope(|| std::hint::black_box(0));
+            });
+            info_span!("leaf").in_scope(|| std::hint::black_box(0));
+        }
+    });
+}
+
+#[test]
+fn threads_paths_and_totals_agree_with_the_per_name_statistics() {
+    let (dispatch, guard) = support::install(ProfileLayer::builder());
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let dispatch = dispatch.clone();
+            s.spawn(move || tracing::dispatcher::with_default(&dispatch, nested_work));
+        }
+    });
+    let snap = guard.snapshot();
+    assert_tree_matches_names(&snap);
+    let tree = snap.tree.as_ref().unwrap();
+    assert_eq!(node(tree, "outer").instances, 4);
+    assert_eq!(node(tree, "outer;mid").calls, 40);
+    assert_eq!(node(tree, "outer;mid;leaf").instances, 40);
+    assert_eq!(node(tree, "outer;leaf").instances, 40);
+    assert_eq!(tree.nodes.len(), 4);
+}
+
+#[test]
+fn async_spans_keep_their_path_on_every_thread_that_polls_them() {
+    let (dispatch, guard) = support::install(ProfileLayer::builder());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_time()
+        .build()
+        .unwrap();
+    let _d = tracing::dispatcher::set_default(&dispatch);
+    runtime.block_on(async {
+        use tracing::instrument::WithSubscriber;
+        use tracing::Instrument;
+        let server = info_span!("server");
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            // Created inside `server` (contextual parent), polled by any worker.
+            let request = server.in_scope(|| info_span!("request"));
+            let dispatch = dispatch.clone();
+            tasks.push(tokio::spawn(
+                async move {
+                    for _ in 0..3 {
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                        info_span!("db").in_scope(|| std::hint::black_box(1));
+                    }
+                }
+                .instrument(request)
+                .with_subscriber(dispatch),
+            ));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        // An explicit parent wins over the span this thread is in.
+        let other = info_span!("other_root");
+        server.in_scope(|| info_span!(parent: &other, "adopted").in_scope(|| {}));
+    });
+    drop(runtime);
+    let snap = guard.snapshot();
+    assert_tree_matches_names(&snap);
+    let tree = snap.tree.as_ref().unwrap();
+    let request = node(tree, "server;request");
+    assert_eq!(request.instances, 16);
+    assert!(
+        request.calls >= 16 * 4,
+        "entered at every poll: {}",
+        request.calls
+    );
+    assert_eq!(node(tree, "server;request;db").instances, 48);
+    assert_eq!(node(tree, "other_root;adopted").instances, 1);
+}
+
+/// Nests one span per name given, the innermost doing `$leaf`.
+macro_rules! nest {
+    ($leaf:expr;) => { $leaf };
+    ($leaf:expr; $first:ident $($rest:ident)*) => {
+        info_span!(stringify!($first)).in_scope(|| nest!($leaf; $($rest)*))
+    };
+}
+
+#[test]
+fn past_the_depth_bound_spans_are_counted_in_an_other_node_never_lost() {
+    let (dispatch, guard, clock) = support::mock();
+    let tick = || clock.advance(std::time::Duration::from_micros(1));
+    tracing::dispatcher::with_default(&dispatch, || {
+        // 40 levels: 32 get nodes, the 8 below are counted in the 32nd's other node.
+        nest!(tick(); d01 d02 d03 d04 d05 d06 d07 d08 d09 d10 d11 d12 d13 d14 d15 d16 d17 d18
+            d19 d20 d21 d22 d23 d24 d25 d26 d27 d28 d29 d30 d31 d32 d33 d34 d35 d36 d37 d38 d39
+            d40);
+    });
+    let snap = guard.snapshot();
+    let tree = snap.tree.as_ref().unwrap();
+    assert_eq!(MAX_TREE_DEPTH, 32);
+    assert_eq!(tree.nodes.len(), 33);
+    let other = tree.nodes.iter().position(|n| n.other).unwrap();
+    assert_eq!(tree.path(other).len(), 33);
+    assert_eq!(tree.path(other)[31], "d32");
+    assert_eq!(tree.nodes[other].name, TreeNode::OTHER);
+    // d33..d40: 8 instances, the innermost's 1 µs of self time.
+    assert_eq!(tree.nodes[other].instances, 8);
+    assert_eq!(tree.nodes[other].self_time.total_ns, 1_000);
+    assert_eq!(tree.self_ns(), 1_000);
+    assert_eq!(
+        snap.spans.iter().map(|s| s.self_time.total_ns).sum::<u64>(),
+        1_000
+    );
+}
+
+#[test]
+fn merging_trees_is_exact() {
+    let run = || {
+        let (dispatch, guard) = support::install(ProfileLayer::builder());
+        tracing::dispatcher::with_default(&dispatch, nested_work);
+        guard.snapshot().tree.unwrap()
+    };
+    let (a, b) = (run(), run());
+    let mut merged = a.clone();
+    merged.merge(&b);
+    assert_eq!(merged.nodes.len(), a.nodes.len());
+    for (i, m) in merged.nodes.iter().enumerate() {
+        let path = merged.path(i).join(";");
+        let (x, y) = (node(&a, &path), node(&b, &path));
+        assert_eq!(m.calls, x.calls + y.calls, "{path}");
+        assert_eq!(m.instances, x.instances + y.instances);
+        assert_eq!(m.wall_ns, x.wall_ns + y.wall_ns);
+        assert_eq!(
+            m.self_time.total_ns,
+            x.self_time.total_ns + y.self_time.total_ns
+        );
+        assert_eq!(m.busy.count, x.busy.count + y.busy.count);
+        assert_eq!(m.busy.min_ns, x.busy.min_ns.min(y.busy.min_ns));
+        assert_eq!(m.busy.max_ns, x.busy.max_ns.max(y.busy.max_ns));
+        // Bucket by bucket.
+        for (value, count) in x.busy.histogram.iter().chain(y.busy.histogram.iter()) {
+            assert!(m.busy.histogram.count_at(value) >= count);
+        }
+        assert_eq!(
+            m.busy.histogram.len(),
+            x.busy.histogram.len() + y.busy.histogram.len()
+        );
+    }
+    // A path only one side has is appended under its parent.
+    let (dispatch, guard) = support::install(ProfileLayer::builder());
+    tracing::dispatcher::with_default(&dispatch, || {
+        info_span!("outer").in_scope(|| info_span!("new_child").in_scope(|| {}));
+    });
+    let c = guard.snapshot().tree.unwrap();
+    let mut merged = a.clone();
+    merged.merge(&c);
+    assert_eq!(merged.nodes.len(), a.nodes.len() + 1);
+    assert_eq!(node(&merged, "outer;new_child").instances, 1);
+    assert_eq!(node(&merged, "outer").instances, 2);
+}
+
+#[test]
+fn the_tree_off_records_none_and_writes_no_tree_files() {
+    let dir = support::temp_dir("tree-off");
+    let (dispatch, guard) = support::install(
+        ProfileLayer::builder()
+            .with_tree(false)
+            .with_output_dir(&dir),
+    );
+    tracing::dispatcher::with_default(&dispatch, nested_work);
+    assert!(guard.snapshot().tree.is_none());
+    guard.finish().unwrap();
+    assert!(dir.join("profile.json").exists());
+    for file in ["profile.folded", "flamegraph.svg", "profile.pb.gz"] {
+        assert!(!dir.join(file).exists(), "{file}");
+    }
+}
+
+/// A run with a tree, its files in a fresh directory.
+fn written_run(name: &str) -> (std::path::PathBuf, Snapshot) {
+    let dir = support::temp_dir(name);
+    let (dispatch, guard, clock) =
+        support::mock_with(ProfileLayer::builder().with_output_dir(&dir));
+    let tick = |us| clock.advance(std::time::Duration::from_micros(us));
+    tracing::dispatcher::with_default(&dispatch, || {
+        info_span!("train").in_scope(|| {
+            for step in 0..5 {
+                info_span!("step").in_scope(|| {
+                    tick(1);
+                    info_span!("forward").in_scope(|| tick(10 + step));
+                    info_span!("backward").in_scope(|| tick(20 + step));
+                });
+            }
+        });
+        info_span!("eval").in_scope(|| tick(7));
+    });
+    let handle = guard.handle();
+    guard.finish().unwrap();
+    (dir, handle.snapshot())
+}
+
+#[test]
+fn folded_stacks_sum_to_the_self_totals_and_inferno_reads_them() {
+    let (dir, snap) = written_run("tree-folded");
+    let text = std::fs::read_to_string(dir.join("profile.folded")).unwrap();
+    let mut sum = 0;
+    for line in text.lines() {
+        let (stack, ns) = line.rsplit_once(' ').unwrap();
+        let ns: u64 = ns.parse().unwrap();
+        sum += ns;
+        let leaf = stack.rsplit(';').next().unwrap();
+        let expected: u64 = snap
+            .tree
+            .as_ref()
+            .unwrap()
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| snap.tree.as_ref().unwrap().path(*i).join(";") == stack)
+            .map(|(_, n)| n.self_time.total_ns)
+            .sum();
+        assert_eq!(ns, expected, "{leaf}");
+    }
+    let names: u64 = snap.spans.iter().map(|s| s.self_time.total_ns).sum();
+    assert_eq!(sum, names);
+    assert!(text.contains("train;step;forward 60000\n"), "{text}");
+    assert!(text.contains("train;step;backward 110000\n"), "{text}");
+    assert!(text.contains("eval 7000\n"), "{text}");
+}
+
+#[cfg(feature = "flamegraph")]
+#[test]
+fn the_flamegraph_renders_in_a_browser_with_every_frame() {
+    let (dir, snap) = written_run("tree-svg");
+    let svg = dir.join("flamegraph.svg");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("<svg"), "{text}");
+    let chromium = Path::new("/usr/bin/chromium");
+    if !chromium.exists() {
+        eprintln!("SKIPPED: no /usr/bin/chromium: the flamegraph was not opened in a browser");
+        return;
+    }
+    let profile = support::temp_dir("tree-chromium");
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", svg.display()))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&profile);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    // The document parsed as SVG and its script ran (it fills in the details line).
+    assert!(dom.contains("<svg"), "{dom}");
+    // Every span is a frame, its title the self time under it and its share of the profile's
+    // 182 µs: train's steps 5 × 1, forward 60, backward 110; eval 7.
+    let total: u64 = snap.spans.iter().map(|s| s.self_time.total_ns).sum();
+    assert_eq!(total, 5_000 + 60_000 + 110_000 + 7_000);
+    for title in [
+        "train (175,000 ns, 96.15%)",
+        "step (175,000 ns, 96.15%)",
+        "forward (60,000 ns, 32.97%)",
+        "backward (110,000 ns, 60.44%)",
+        "eval (7,000 ns, 3.85%)",
+    ] {
+        assert!(dom.contains(title), "{title} missing from\n{dom}");
+    }
+}
+
+#[cfg(feature = "pprof")]
+#[test]
+fn go_tool_pprof_reads_the_profile_with_matching_totals() {
+    let (dir, snap) = written_run("tree-pprof");
+    let pb = dir.join("profile.pb.gz");
+    let go = Path::new("/usr/bin/go");
+    if !go.exists() {
+        eprintln!("SKIPPED: no /usr/bin/go: profile.pb.gz was not read by go tool pprof");
+        return;
+    }
+    let cache = support::temp_dir("tree-gocache");
+    let out = Command::new(go)
+        .args(["tool", "pprof", "-raw", "-symbolize=none"])
+        .arg(&pb)
+        .env("GOCACHE", &cache)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOPROXY", "off")
+        .env("HOME", &cache)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&cache);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Samples: "calls self busy: loc loc ..." lines between "Samples:" and "Locations".
+    let samples = text
+        .split("Samples:")
+        .nth(1)
+        .and_then(|s| s.split("Locations").next())
+        .unwrap_or_else(|| panic!("{text}"));
+    let mut sums = [0u64; 3];
+    let mut stacks = 0;
+    for line in samples.lines() {
+        let Some((values, _locations)) = line.split_once(':') else {
+            continue;
+        };
+        let values: Vec<u64> = match values.split_whitespace().map(str::parse).collect() {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        if values.len() == 3 {
+            stacks += 1;
+            for (s, v) in sums.iter_mut().zip(values) {
+                *s += v;
+            }
+        }
+    }
+    assert!(
+        samples.contains("calls/count self_ns/nanoseconds[dflt] busy_ns/nanoseconds"),
+        "{text}"
+    );
+    let tree = snap.tree.as_ref().unwrap();
+    assert_eq!(stacks, tree.nodes.len());
+    let names_self: u64 = snap.spans.iter().map(|s| s.self_time.total_ns).sum();
+    assert_eq!(sums[1], names_self, "{text}");
+    assert_eq!(sums[0], tree.nodes.iter().map(|n| n.calls).sum::<u64>());
+    assert_eq!(
+        sums[2],
+        tree.nodes.iter().map(|n| n.busy.total_ns).sum::<u64>()
+    );
+    // One location per call-path frame, named by its span.
+    for name in ["train", "step", "forward", "backward", "eval"] {
+        assert!(text.contains(&format!(" {name} ")), "{name} in\n{text}");
+    }
+}
