@@ -16,6 +16,7 @@
 mod collect;
 pub(crate) mod hist;
 pub(crate) mod names;
+pub(crate) mod overhead;
 pub(crate) mod resources;
 mod shards;
 mod spans;
@@ -38,6 +39,7 @@ use crate::switches::{Resources, Switches};
 use names::{
     throughput_fields, Decision, Kind, NameInfo, Names, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS,
 };
+use overhead::Costs;
 use resources::{entry_figures, instance_figures, EntryMark, InstanceMark};
 use shards::{bump, with_local, Frame, Local, NameStats, Shards};
 use spans::{Slot, SlotIn};
@@ -83,6 +85,11 @@ pub(crate) struct Recorder {
     readings: Arc<Readings>,
     timeline: Arc<Timeline>,
     settings: RunSettings,
+    /// spanprof's own costs (`record/overhead.rs`).
+    costs: Costs,
+    /// Called inside the brackets of the resource readings: tests make them take time.
+    #[cfg(test)]
+    reading_hook: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl fmt::Debug for Recorder {
@@ -109,6 +116,29 @@ impl Recorder {
         timeline: Arc<Timeline>,
         settings: RunSettings,
     ) -> Self {
+        // A mock clock measures nothing: no costs (and no overhead figures) then.
+        let costs = if recording && !clock.is_mock() {
+            Costs::calibrated()
+        } else {
+            Costs::default()
+        };
+        Self::build(
+            clock, start_raw, recording, resources, readings, timeline, settings, costs,
+        )
+    }
+
+    /// [`Recorder::new`] with the given costs (calibration builds one with none).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn build(
+        clock: Clock,
+        start_raw: u64,
+        recording: bool,
+        resources: Resources,
+        readings: Arc<Readings>,
+        timeline: Arc<Timeline>,
+        settings: RunSettings,
+        costs: Costs,
+    ) -> Self {
         let mut available = resources;
         if !crate::alloc::installed() {
             available = available.without(Resources::HEAP);
@@ -131,6 +161,18 @@ impl Recorder {
             readings,
             timeline,
             settings,
+            costs,
+            #[cfg(test)]
+            reading_hook: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Resource readings just taken (tests: make them take time).
+    #[inline(always)]
+    fn readings_taken(&self) {
+        #[cfg(test)]
+        if let Some(hook) = self.reading_hook.get() {
+            hook();
         }
     }
 
@@ -296,21 +338,46 @@ impl Recorder {
                 return;
             }
             let resources = self.switches.get().resources();
-            let marked = resources.entries();
-            if marked {
-                // Read before the clock, so the system call is not inside the span.
-                local.marks.push(EntryMark::read(resources));
-            }
-            let now = self.clock.raw();
+            let name = u32::from(slot.name.load(Relaxed));
+            let (start, marked) = if resources.entries() {
+                self.enter_marks(local, name, resources)
+            } else {
+                (self.clock.raw(), false)
+            };
             local.push(Frame {
                 id,
-                name: u32::from(slot.name.load(Relaxed)),
-                start: now,
+                name,
+                start,
                 child_ns: 0,
+                own_ns: 0,
                 reentries: 0,
                 marked,
             });
         });
+    }
+
+    /// Takes the resource readings of an enter (the CPU clock only when the name's entries are
+    /// long or this one is sampled: `overhead`), bracketed by the cheap clock: their time is
+    /// spanprof's, kept out of the enclosing frame. Returns the entry's start and whether it
+    /// is marked.
+    #[inline(always)]
+    fn enter_marks(&self, local: &mut Local, name: u32, resources: Resources) -> (u64, bool) {
+        let before = self.clock.raw();
+        let cpu = resources.contains(Resources::CPU)
+            && local.stats(name).cost.read_cpu(self.costs.long_ns);
+        let heap = resources.contains(Resources::HEAP);
+        let marked = cpu || heap;
+        if marked {
+            local.marks.push(EntryMark::read_some(cpu, heap));
+        }
+        self.readings_taken();
+        let now = self.clock.raw();
+        let spent = self.clock.delta_ns(before, now);
+        local.stats(name).cost.spent(spent);
+        if let Some(parent) = local.stack.last_mut() {
+            parent.own_ns += spent;
+        }
+        (now, marked)
     }
 
     /// Span `id` was exited on this thread. Returns whether the span is recorded.
@@ -335,29 +402,52 @@ impl Recorder {
             let Some(frame) = local.remove(top) else {
                 return;
             };
-            let busy = self.clock.delta_ns(frame.start, now);
+            // spanprof's own time inside the frame (its children's readings) is not the span's.
+            let busy = self
+                .clock
+                .delta_ns(frame.start, now)
+                .saturating_sub(frame.own_ns);
             let self_ns = busy.saturating_sub(frame.child_ns);
+            let mut own_ns = frame.own_ns;
+            if frame.marked {
+                own_ns += self.exit_marks(local, top, &frame, busy, now);
+            }
+            if self.resources().contains(Resources::CPU) {
+                local.stats(frame.name).cost.completed(busy);
+            }
             if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
                 parent.child_ns += busy;
-            }
-            if frame.marked {
-                // This frame's mark: one per marked frame below it, in stack order.
-                let index = local.stack[..top].iter().filter(|f| f.marked).count();
-                if index < local.marks.len() {
-                    let at_enter = local.marks.remove(index);
-                    let at_exit = at_enter.read_again();
-                    let figures = entry_figures(&at_enter, &at_exit);
-                    if let (Some(parent), Some(heap)) = (
-                        index.checked_sub(1).and_then(|p| local.marks.get_mut(p)),
-                        figures.heap,
-                    ) {
-                        parent.child_net += heap.net_bytes();
-                    }
-                    local.stats(frame.name).res().add_entry(&figures, busy);
-                }
+                parent.own_ns += own_ns;
             }
             self.complete_entry(local, slot, frame.name, busy, self_ns);
         });
+    }
+
+    /// Takes the resource readings of a marked frame's exit and adds its figures; returns the
+    /// time that took (spanprof's, measured from `now`, the exit's clock reading).
+    fn exit_marks(&self, local: &mut Local, top: usize, frame: &Frame, busy: u64, now: u64) -> u64 {
+        // This frame's mark: one per marked frame below it, in stack order.
+        let index = local.stack[..top].iter().filter(|f| f.marked).count();
+        if index < local.marks.len() {
+            let at_enter = local.marks.remove(index);
+            let at_exit = at_enter.read_again();
+            let mut figures = entry_figures(&at_enter, &at_exit);
+            // The CPU clock ran through the children's readings and half of each of this
+            // entry's own two reads: not the span's.
+            let own_cpu = frame.own_ns + self.costs.cpu_read_ns as u64;
+            figures.cpu = figures.cpu.map(|cpu| cpu.saturating_sub(own_cpu));
+            if let (Some(parent), Some(heap)) = (
+                index.checked_sub(1).and_then(|p| local.marks.get_mut(p)),
+                figures.heap,
+            ) {
+                parent.child_net += heap.net_bytes();
+            }
+            local.stats(frame.name).res().add_entry(&figures, busy);
+        }
+        self.readings_taken();
+        let spent = self.clock.delta_ns(now, self.clock.raw());
+        local.stats(frame.name).cost.spent(spent);
+        spent
     }
 
     /// Adds a completed entry to its span. The first entry is only added to the span's sums: if
@@ -607,6 +697,67 @@ mod tests {
             }
         });
         assert_eq!(rec.snapshot().dropped.spans_too_many_names, 15);
+    }
+
+    #[test]
+    fn spanprofs_readings_land_in_no_span() {
+        let (clock, mock) = Clock::mock();
+        let start = clock.raw();
+        let rec = Arc::new(Recorder::build(
+            clock,
+            start,
+            true,
+            Resources::CPU,
+            Arc::new(Readings::new()),
+            Arc::new(Timeline::default()),
+            RunSettings {
+                preset: "detailed",
+                filter: None,
+                sampled: Resources::NONE,
+                interval_ms: 100,
+                grid_g_per_kwh: None,
+            },
+            Costs::from_reads(50.0, 0.0),
+        ));
+        assert!(
+            rec.resources().contains(Resources::CPU),
+            "CPU clock on Linux"
+        );
+        // Every reading of the CPU clock takes 1 ms (a preempted system call).
+        let hook_clock = mock.clone();
+        let _ = rec.reading_hook.set(Box::new(move || {
+            hook_clock.advance(std::time::Duration::from_millis(1))
+        }));
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        let us = |n| mock.advance(std::time::Duration::from_micros(n));
+        tracing::dispatcher::with_default(&dispatch, || {
+            tracing::info_span!("parent").in_scope(|| {
+                us(10);
+                tracing::info_span!("child").in_scope(|| us(5));
+                us(10);
+            });
+        });
+        let snap = rec.snapshot();
+        let span = |name| snap.span(name).unwrap();
+        // Exactly what the test spent in each: none of the four 1 ms readings.
+        assert_eq!(span("child").busy.total_ns, 5_000);
+        assert_eq!(span("parent").busy.total_ns, 25_000);
+        assert_eq!(span("parent").self_time.total_ns, 20_000);
+        assert_eq!(span("parent").entry_self.total_ns, 20_000);
+        // They are spanprof's overhead instead: two per span, plus 50 ns per span.
+        let overhead = snap.overhead.as_ref().unwrap();
+        assert_eq!(overhead.readings_ns, 4_000_000);
+        assert_eq!(overhead.estimated_ns, 4_000_100);
+        assert_eq!(span("child").overhead_ns, Some(2_000_050));
+        let cpu = span("child")
+            .resources
+            .as_ref()
+            .unwrap()
+            .cpu
+            .clone()
+            .unwrap();
+        assert_eq!((cpu.entries, cpu.skipped_entries), (1, 0));
     }
 
     struct Site;
