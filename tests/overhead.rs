@@ -130,3 +130,53 @@ fn the_estimate_is_in_the_profile_and_the_report() {
         .and_then(|r| r.cpu.as_ref());
     assert!(old_cpu.is_none_or(|c| !c.sampled()));
 }
+
+#[test]
+fn the_back_off_threshold_is_checked_and_can_be_off() {
+    let (_, guard) = install(ProfileLayer::builder().with_max_overhead(None));
+    drop(guard);
+    for bad in [0.0, -1.0, 100.5, f64::NAN] {
+        let err = support::quiet(ProfileLayer::builder().with_max_overhead(Some(bad)))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("with_max_overhead"), "{err}");
+        assert!(err.contains("a percentage over 0, up to 100"), "{err}");
+    }
+}
+
+/// A limit no real program can stay under (a hundredth of a percent): the readings go at the
+/// first tick, and the report and profile say so.
+#[test]
+fn over_the_limit_the_readings_are_stepped_down_and_reported() {
+    if spanprof::__private::cpu::process_cpu_ns().is_none() {
+        eprintln!("SKIPPED: no process CPU time on this platform");
+        return;
+    }
+    let (dispatch, guard) = install(
+        ProfileLayer::builder()
+            .with_preset(Preset::Detailed)
+            .with_max_overhead(Some(0.01)),
+    );
+    let handle = guard.handle();
+    tracing::dispatcher::with_default(&dispatch, || {
+        // Until the back-off steps down (its first tick is after 1 s, the second decides), or
+        // 30 s on a machine too loaded for it: counts, not timing, decide the test.
+        let start = std::time::Instant::now();
+        while !handle.resources().is_empty() && start.elapsed() < Duration::from_secs(30) {
+            for _ in 0..1000 {
+                tracing::info_span!("busy").in_scope(|| {});
+            }
+        }
+    });
+    let snap = finish_snapshot(guard);
+    let step = snap.backoff.first().expect("a step down");
+    assert!(!step.on);
+    assert!(step.resources.iter().any(|r| r == "cpu"), "{step:?}");
+    assert!(step.overhead_pct > 0.01, "{step:?}");
+    let report = Table::new().to_string(&snap);
+    assert!(
+        report.contains("note: spanprof backed off (per-span readings, every span name):"),
+        "{report}"
+    );
+}

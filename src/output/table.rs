@@ -539,6 +539,28 @@ impl<'a> View<'a> {
             )?;
         }
         self.costly(f)?;
+        let steps: Vec<String> = self
+            .snap
+            .backoff
+            .iter()
+            .map(|s| {
+                format!(
+                    "at {} {} {} ({}{:.1}%)",
+                    format_duration(s.at_ns),
+                    s.resources.join(", "),
+                    if s.on { "back on" } else { "off" },
+                    if s.on { "predicted " } else { "cost " },
+                    s.overhead_pct
+                )
+            })
+            .collect();
+        if !steps.is_empty() {
+            wrap(
+                f,
+                "note: spanprof backed off (per-span readings, every span name):",
+                &steps,
+            )?;
+        }
         let d = &self.snap.dropped;
         if d.spans_table_full > 0 || d.spans_too_many_names > 0 {
             writeln!(

@@ -72,6 +72,42 @@ pub struct Snapshot {
     /// calibrated: a mock clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead: Option<Overhead>,
+    /// Steps the automatic back-off took, in order (schema 4; empty when it took none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backoff: Vec<BackoffStep>,
+}
+
+/// One step of the automatic back-off
+/// ([`Builder::with_max_overhead`](crate::Builder::with_max_overhead)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct BackoffStep {
+    /// When, ns since the profile started.
+    pub at_ns: u64,
+    /// `true`: the readings were switched back on; `false`: off.
+    pub on: bool,
+    /// The per-span readings switched (`cpu`, `heap`, `memory`, `gpu`, `energy`), for every
+    /// span name.
+    pub resources: Vec<String>,
+    /// spanprof's estimated cost over the second before, % of the process's CPU time (with
+    /// the readings, predicted, for a step back on).
+    pub overhead_pct: f64,
+}
+
+impl BackoffStep {
+    pub(crate) fn new(
+        at_ns: u64,
+        on: bool,
+        resources: crate::switches::Resources,
+        overhead_pct: f64,
+    ) -> Self {
+        Self {
+            at_ns,
+            on,
+            resources: resources.names().into_iter().map(str::to_string).collect(),
+            overhead_pct,
+        }
+    }
 }
 
 /// spanprof's own cost: calibrated per-span costs times what was recorded, plus the measured

@@ -151,6 +151,7 @@ impl Recorder {
             },
             resources: self.resource_info(),
             overhead,
+            backoff: Vec::new(),
         }
     }
 

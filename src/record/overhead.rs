@@ -205,6 +205,42 @@ impl EntryCost {
     }
 }
 
+/// What spanprof has spent so far, over every thread (for the back-off, once a second).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct OwnTotals {
+    /// Entries completed.
+    pub(crate) entries: u64,
+    /// spanprof's measured time in its readings, ns.
+    pub(crate) readings_ns: u64,
+    /// Estimated total: entries × the calibrated cost of a span + `readings_ns`.
+    pub(crate) estimated_ns: u64,
+}
+
+impl Recorder {
+    /// What spanprof has spent so far (reads every thread's counters; no snapshot).
+    pub(crate) fn own_totals(&self) -> OwnTotals {
+        let mut t = OwnTotals::default();
+        for shard in self.shards.all() {
+            for stats in shard.names().into_iter().flatten() {
+                t.entries += stats.entries.load(Relaxed);
+                t.readings_ns += stats.cost.totals().1;
+            }
+        }
+        t.estimated_ns = (t.entries as f64 * self.costs.span_ns) as u64 + t.readings_ns;
+        t
+    }
+
+    /// Nanoseconds since the profile started.
+    pub(crate) fn elapsed_ns(&self) -> u64 {
+        self.clock.delta_ns(self.start_raw, self.clock.raw())
+    }
+
+    /// The resources that can be switched on.
+    pub(crate) fn available(&self) -> Resources {
+        self.available
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
