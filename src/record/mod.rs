@@ -40,7 +40,7 @@ use names::{
     throughput_fields, Decision, Kind, NameInfo, Names, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS,
 };
 use overhead::Costs;
-use resources::{entry_figures, instance_figures, EntryMark, InstanceMark};
+use resources::{entry_figures, instance_figures, EntryFigures, EntryMark, InstanceMark};
 use shards::{bump, with_local, Frame, Local, NameStats, Shards};
 use spans::{Slot, SlotIn};
 use spans::{
@@ -372,10 +372,12 @@ impl Recorder {
         }
         self.readings_taken();
         let now = self.clock.raw();
-        let spent = self.clock.delta_ns(before, now);
-        local.stats(name).cost.spent(spent);
+        // A wait beyond spanprof's own time stays with the parent, as it would without the
+        // readings: see `overhead`.
+        let (own, _wait) = self.costs.split(self.clock.delta_ns(before, now), cpu);
+        local.stats(name).cost.spent(own);
         if let Some(parent) = local.stack.last_mut() {
-            parent.own_ns += spent;
+            parent.own_ns += own;
         }
         (now, marked)
     }
@@ -402,52 +404,70 @@ impl Recorder {
             let Some(frame) = local.remove(top) else {
                 return;
             };
-            // spanprof's own time inside the frame (its children's readings) is not the span's.
+            let (figures, own, wait) = if frame.marked {
+                self.exit_marks(local, top, &frame, now)
+            } else {
+                (None, 0, 0)
+            };
+            // spanprof's own time inside the frame (its children's readings) is not the span's;
+            // a wait inside the readings of its exit (a preemption) is, as at its enter for the
+            // parent: see `overhead`.
             let busy = self
                 .clock
                 .delta_ns(frame.start, now)
-                .saturating_sub(frame.own_ns);
+                .saturating_sub(frame.own_ns)
+                + wait;
             let self_ns = busy.saturating_sub(frame.child_ns);
-            let mut own_ns = frame.own_ns;
-            if frame.marked {
-                own_ns += self.exit_marks(local, top, &frame, busy, now);
+            if let Some(figures) = figures {
+                local.stats(frame.name).res().add_entry(&figures, busy);
             }
             if self.resources().contains(Resources::CPU) {
                 local.stats(frame.name).cost.completed(busy);
             }
             if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
                 parent.child_ns += busy;
-                parent.own_ns += own_ns;
+                parent.own_ns += frame.own_ns + own;
             }
             self.complete_entry(local, slot, frame.name, busy, self_ns);
         });
     }
 
-    /// Takes the resource readings of a marked frame's exit and adds its figures; returns the
-    /// time that took (spanprof's, measured from `now`, the exit's clock reading).
-    fn exit_marks(&self, local: &mut Local, top: usize, frame: &Frame, busy: u64, now: u64) -> u64 {
+    /// Takes the resource readings of a marked frame's exit: returns its figures, spanprof's
+    /// time in them and the wait beyond that (measured from `now`, the exit's clock reading).
+    fn exit_marks(
+        &self,
+        local: &mut Local,
+        top: usize,
+        frame: &Frame,
+        now: u64,
+    ) -> (Option<EntryFigures>, u64, u64) {
         // This frame's mark: one per marked frame below it, in stack order.
         let index = local.stack[..top].iter().filter(|f| f.marked).count();
+        let mut figures = None;
+        let mut cpu = false;
         if index < local.marks.len() {
             let at_enter = local.marks.remove(index);
             let at_exit = at_enter.read_again();
-            let mut figures = entry_figures(&at_enter, &at_exit);
+            let mut f = entry_figures(&at_enter, &at_exit);
+            cpu = f.cpu.is_some();
             // The CPU clock ran through the children's readings and half of each of this
             // entry's own two reads: not the span's.
             let own_cpu = frame.own_ns + self.costs.cpu_read_ns as u64;
-            figures.cpu = figures.cpu.map(|cpu| cpu.saturating_sub(own_cpu));
+            f.cpu = f.cpu.map(|c| c.saturating_sub(own_cpu));
             if let (Some(parent), Some(heap)) = (
                 index.checked_sub(1).and_then(|p| local.marks.get_mut(p)),
-                figures.heap,
+                f.heap,
             ) {
                 parent.child_net += heap.net_bytes();
             }
-            local.stats(frame.name).res().add_entry(&figures, busy);
+            figures = Some(f);
         }
         self.readings_taken();
-        let spent = self.clock.delta_ns(now, self.clock.raw());
-        local.stats(frame.name).cost.spent(spent);
-        spent
+        let (own, wait) = self
+            .costs
+            .split(self.clock.delta_ns(now, self.clock.raw()), cpu);
+        local.stats(frame.name).cost.spent(own);
+        (figures, own, wait)
     }
 
     /// Adds a completed entry to its span. The first entry is only added to the span's sums: if
@@ -699,8 +719,9 @@ mod tests {
         assert_eq!(rec.snapshot().dropped.spans_too_many_names, 15);
     }
 
-    #[test]
-    fn spanprofs_readings_land_in_no_span() {
+    /// A parent span (10 µs, a child of 5 µs, 10 µs) recorded with CPU time, each bracket of
+    /// readings taking `reading_ns`; readings calibrated at 1 µs a CPU clock read.
+    fn parent_and_child(reading_ns: u64) -> crate::profile::Snapshot {
         let (clock, mock) = Clock::mock();
         let start = clock.raw();
         let rec = Arc::new(Recorder::build(
@@ -717,16 +738,15 @@ mod tests {
                 interval_ms: 100,
                 grid_g_per_kwh: None,
             },
-            Costs::from_reads(50.0, 0.0),
+            Costs::from_reads(50.0, 1000.0),
         ));
         assert!(
             rec.resources().contains(Resources::CPU),
             "CPU clock on Linux"
         );
-        // Every reading of the CPU clock takes 1 ms (a preempted system call).
         let hook_clock = mock.clone();
         let _ = rec.reading_hook.set(Box::new(move || {
-            hook_clock.advance(std::time::Duration::from_millis(1))
+            hook_clock.advance(std::time::Duration::from_nanos(reading_ns))
         }));
         let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
@@ -738,18 +758,24 @@ mod tests {
                 us(10);
             });
         });
-        let snap = rec.snapshot();
+        rec.snapshot()
+    }
+
+    #[test]
+    fn spanprofs_readings_land_in_no_span() {
+        // 2 µs per bracket: under the 2.25 µs two 1 µs reads may take, all spanprof's.
+        let snap = parent_and_child(2_000);
         let span = |name| snap.span(name).unwrap();
-        // Exactly what the test spent in each: none of the four 1 ms readings.
+        // Exactly what the test spent in each: none of the four readings.
         assert_eq!(span("child").busy.total_ns, 5_000);
         assert_eq!(span("parent").busy.total_ns, 25_000);
         assert_eq!(span("parent").self_time.total_ns, 20_000);
         assert_eq!(span("parent").entry_self.total_ns, 20_000);
         // They are spanprof's overhead instead: two per span, plus 50 ns per span.
         let overhead = snap.overhead.as_ref().unwrap();
-        assert_eq!(overhead.readings_ns, 4_000_000);
-        assert_eq!(overhead.estimated_ns, 4_000_100);
-        assert_eq!(span("child").overhead_ns, Some(2_000_050));
+        assert_eq!(overhead.readings_ns, 8_000);
+        assert_eq!(overhead.estimated_ns, 8_100);
+        assert_eq!(span("child").overhead_ns, Some(4_050));
         let cpu = span("child")
             .resources
             .as_ref()
@@ -758,6 +784,20 @@ mod tests {
             .clone()
             .unwrap();
         assert_eq!((cpu.entries, cpu.skipped_entries), (1, 0));
+    }
+
+    #[test]
+    fn a_preemption_in_the_readings_stays_with_the_span_that_was_running() {
+        // 1 ms per bracket: 2.25 µs of it spanprof's, the rest a wait (a preemption).
+        let snap = parent_and_child(1_000_000);
+        let span = |name| snap.span(name).unwrap();
+        let wait = 1_000_000 - 2_250;
+        // The child's exit: its own wait. The child's enter: the parent's (it was running).
+        assert_eq!(span("child").busy.total_ns, 5_000 + wait);
+        assert_eq!(span("parent").self_time.total_ns, 20_000 + 2 * wait);
+        assert_eq!(span("parent").busy.total_ns, 25_000 + 3 * wait);
+        // Only spanprof's own time is its overhead.
+        assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
     }
 
     struct Site;
