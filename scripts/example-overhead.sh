@@ -3,6 +3,9 @@
 # (same registry and EnvFilter either way), comparing the "training took" times.
 #
 #   scripts/example-overhead.sh [RUNS] [PRESET]      (defaults: 10 runs, SPANPROF=basic)
+#
+# RUST_LOG and SPANPROF_MAX_OVERHEAD pass through (RUST_LOG=debug: the per-layer spans too).
+# Prints spanprof's own estimate of its cost beside the measured one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-10}
@@ -25,4 +28,11 @@ def show(name, xs): print(f"{name:>12}: min {min(xs):.3f} s  median {statistics.
 show("no spanprof", base); show(f"SPANPROF={preset}", prof)
 print(f"overhead: min {100*(min(prof)/min(base)-1):+.2f} %  median {100*(statistics.median(prof)/statistics.median(base)-1):+.2f} %")
 print(f"per run: {created} spans created, {entries} entries")
+o = json.load(open(profile)).get("overhead")
+if o:
+    est = 100 * o["estimated_ns"] / 1e9 / statistics.median(base)
+    print(f"spanprof's own estimate (last run): {o['percent']:.2f} % of its CPU time, "
+          f"{o['estimated_ns'] / 1e6:.1f} ms = {est:.2f} % of the median run without it")
+steps = json.load(open(profile)).get("backoff", [])
+print(f"back-off steps (last run): {len(steps)}")
 PY

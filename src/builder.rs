@@ -21,7 +21,8 @@ use crate::session::ProfileSession;
 use crate::switches::{Preset, Resources};
 
 pub use crate::env::{
-    ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_OUT, ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_TOP,
+    ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_MAX_OVERHEAD, ENV_OUT, ENV_PRESET, ENV_REPORT,
+    ENV_SAMPLERS, ENV_TOP,
 };
 
 pub use crate::record::names::MAX_SPAN_NAMES;
@@ -80,6 +81,7 @@ pub enum ReportTarget {
 /// | `SPANPROF_SAMPLERS` | `memory,heap,cpu,gpu,energy`, `none`, `all` | [`Builder::with_resources`] |
 /// | `SPANPROF_INTERVAL_MS` | milliseconds, 1 to 3600000 (1 ms to 1 h) | [`Builder::with_sample_interval`] |
 /// | `SPANPROF_GRID_G_PER_KWH` | a non-negative number | [`Builder::with_grid_intensity`] |
+/// | `SPANPROF_MAX_OVERHEAD` | a percentage over 0, up to 100 (`5`, `2.5%`), or `off` | [`Builder::with_max_overhead`] |
 ///
 /// One rule per option, whichever source gives the value: [`Builder::build`] checks the
 /// builder's values with the same rule the variable's value is checked with, and an invalid
@@ -103,6 +105,8 @@ pub struct Builder {
     gpu_source: GpuSourceSlot,
     grid_g_per_kwh: Option<f64>,
     tree: bool,
+    /// The back-off's threshold, %.
+    max_overhead_pct: Option<f64>,
     /// Outputs added with [`Builder::with_output`].
     outputs: OutputSlot,
 }
@@ -124,6 +128,7 @@ impl Default for Builder {
             gpu_source: GpuSourceSlot::default(),
             grid_g_per_kwh: None,
             tree: true,
+            max_overhead_pct: Some(Self::DEFAULT_MAX_OVERHEAD_PCT),
             outputs: OutputSlot::default(),
         }
     }
@@ -148,6 +153,10 @@ impl Builder {
     pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
     /// The longest sample interval accepted: 1 h (the sampler thread's own upper bound).
     pub const MAX_SAMPLE_INTERVAL: Duration = Duration::from_secs(3600);
+
+    /// The back-off's default threshold: spanprof's estimated cost as 5% of the process's CPU
+    /// time.
+    pub const DEFAULT_MAX_OVERHEAD_PCT: f64 = crate::backoff::DEFAULT_MAX_OVERHEAD_PCT;
 
     /// Sets the preset (default [`Preset::Basic`]). `SPANPROF` overrides it.
     ///
@@ -284,6 +293,25 @@ impl Builder {
     /// path does none of its work.
     pub fn with_tree(self, on: bool) -> Self {
         Self { tree: on, ..self }
+    /// The back-off's threshold (default [`Builder::DEFAULT_MAX_OVERHEAD_PCT`], `None`: off):
+    /// when spanprof's estimated cost goes over this share of the process's CPU time, %, its
+    /// per-span resource readings (CPU time, heap, memory, GPU and energy marks) are switched
+    /// off until the span rate falls; span timing stays on. It says so once at
+    /// `spanprof::perf`, and the report and the profile list every step
+    /// ([`Snapshot::backoff`](crate::profile::Snapshot::backoff)). Over 0 and up to 100, or
+    /// [`Builder::build`] fails. `SPANPROF_MAX_OVERHEAD` overrides it (`off` turns it off).
+    ///
+    /// ```
+    /// let builder = spanprof::ProfileLayer::builder()
+    ///     .with_preset(spanprof::Preset::Detailed)
+    ///     .with_max_overhead(Some(2.0));
+    /// # let _ = builder;
+    /// ```
+    pub fn with_max_overhead(self, percent: Option<f64>) -> Self {
+        Self {
+            max_overhead_pct: percent,
+            ..self
+        }
     }
 
     /// Builds the layer and its guard.
@@ -418,8 +446,13 @@ impl Builder {
         let sampler_use = sampler
             .as_mut()
             .and_then(crate::samplers::Sampler::take_use);
+        let backoff = match b.max_overhead_pct {
+            Some(pct) if records => crate::backoff::Backoff::start(recorder.clone(), pct),
+            _ => None,
+        };
         let session = ProfileSession::new(
             recorder.clone(),
+            backoff,
             sampler,
             #[cfg(feature = "chrome")]
             chrome,
@@ -440,6 +473,12 @@ impl Builder {
         self.interval = rules::interval(self.interval, Origin::Builder("with_sample_interval"))?;
         if let Some(g) = self.grid_g_per_kwh {
             self.grid_g_per_kwh = Some(rules::grid(g, Origin::Builder("with_grid_intensity"))?);
+        }
+        if let Some(p) = self.max_overhead_pct {
+            self.max_overhead_pct = Some(rules::max_overhead(
+                p,
+                Origin::Builder("with_max_overhead"),
+            )?);
         }
         if let Some(dir) = self.output_dir {
             self.output_dir = Some(rules::output_dir(dir, Origin::Builder("with_output_dir"))?);
@@ -500,6 +539,23 @@ impl Builder {
             let g = rules::number(&v, ENV_GRID, rules::GRID)?;
             self.grid_g_per_kwh = Some(rules::grid(g, Origin::Env(ENV_GRID, &v))?);
         }
+        if let Some(v) = read(ENV_MAX_OVERHEAD, rules::MAX_OVERHEAD)? {
+            self.max_overhead_pct = if v.eq_ignore_ascii_case("off") {
+                None
+            } else {
+                let pct = rules::number(
+                    v.trim_end_matches('%').trim_end(),
+                    ENV_MAX_OVERHEAD,
+                    rules::MAX_OVERHEAD,
+                )
+                .map_err(|_| Error::InvalidEnv {
+                    var: ENV_MAX_OVERHEAD,
+                    value: v.clone(),
+                    expected: rules::MAX_OVERHEAD,
+                })?;
+                Some(rules::max_overhead(pct, Origin::Env(ENV_MAX_OVERHEAD, &v))?)
+            };
+        }
         if let Some(v) = read(ENV_OUT, rules::OUT)? {
             self.output_dir = Some(rules::output_dir(
                 PathBuf::from(&v),
@@ -547,6 +603,7 @@ mod rules {
         "from 1 ms to 1 h (SPANPROF_INTERVAL_MS: whole milliseconds, 1 to 3600000)";
     pub(super) const GRID: &str = "a finite number, 0 or more (grams CO2e per kWh)";
     pub(super) const OUT: &str = "a directory path (not empty)";
+    pub(super) const MAX_OVERHEAD: &str = "a percentage over 0, up to 100 (5, 2.5%), or off";
 
     /// A number in an environment variable.
     pub(super) fn number<T: std::str::FromStr>(
@@ -582,6 +639,14 @@ mod rules {
             Ok(g)
         } else {
             Err(from.invalid(&g, GRID))
+        }
+    }
+
+    pub(super) fn max_overhead(pct: f64, from: Origin<'_>) -> Result<f64> {
+        if pct.is_finite() && pct > 0.0 && pct <= 100.0 {
+            Ok(pct)
+        } else {
+            Err(from.invalid(&pct, MAX_OVERHEAD))
         }
     }
 

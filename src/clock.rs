@@ -12,6 +12,8 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct Clock {
     inner: quanta::Clock,
+    /// A [`Clock::mock`]: spanprof does not calibrate its own costs against it.
+    mocked: bool,
 }
 
 /// The control side of a [`Clock::mock`] clock.
@@ -31,6 +33,7 @@ impl Clock {
     pub fn new() -> Self {
         Self {
             inner: quanta::Clock::new(),
+            mocked: false,
         }
     }
 
@@ -39,7 +42,18 @@ impl Clock {
         let (inner, mock) = quanta::Clock::mock();
         // Readings of 0 mean "not set" inside spanprof: start the mock at 1 ns.
         mock.increment(1);
-        (Self { inner }, MockClock { mock })
+        (
+            Self {
+                inner,
+                mocked: true,
+            },
+            MockClock { mock },
+        )
+    }
+
+    /// Whether this is a [`Clock::mock`].
+    pub(crate) fn is_mock(&self) -> bool {
+        self.mocked
     }
 
     #[inline(always)]

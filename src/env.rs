@@ -26,3 +26,7 @@ pub const ENV_INTERVAL_MS: &str = "SPANPROF_INTERVAL_MS";
 
 /// Environment variable: grid carbon intensity, grams CO2e per kWh (enables CO2e figures).
 pub const ENV_GRID: &str = "SPANPROF_GRID_G_PER_KWH";
+
+/// Environment variable: the back-off's threshold, spanprof's estimated cost as a share of the
+/// process's CPU time, % (`5`, `2.5%`), or `off`.
+pub const ENV_MAX_OVERHEAD: &str = "SPANPROF_MAX_OVERHEAD";

@@ -114,6 +114,7 @@
 pub mod alloc;
 pub mod analysis;
 mod atomic_file;
+mod backoff;
 pub mod builder;
 #[cfg(feature = "chrome")]
 pub mod chrome;

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::output::{self, Output, Outputs, Table};
 use crate::profile::Snapshot;
@@ -19,6 +20,8 @@ const SAMPLER_STOP_WAIT: Duration = Duration::from_secs(1);
 pub(crate) struct ProfileSession {
     recorder: Arc<Recorder>,
     sampler: Mutex<Option<Sampler>>,
+    /// The back-off thread, if running.
+    backoff: Mutex<Option<Backoff>>,
     #[cfg(feature = "chrome")]
     chrome: Option<Arc<crate::chrome::Session>>,
     /// What the session writes when it ends, in order.
@@ -43,6 +46,7 @@ impl fmt::Debug for ProfileSession {
 impl ProfileSession {
     pub(crate) fn new(
         recorder: Arc<Recorder>,
+        backoff: Option<Backoff>,
         sampler: Option<Sampler>,
         #[cfg(feature = "chrome")] chrome: Option<Arc<crate::chrome::Session>>,
         outputs: Vec<Output>,
@@ -52,6 +56,7 @@ impl ProfileSession {
         Self {
             recorder,
             sampler: Mutex::new(sampler),
+            backoff: Mutex::new(backoff),
             #[cfg(feature = "chrome")]
             chrome,
             outputs,
@@ -62,7 +67,10 @@ impl ProfileSession {
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
-        let snapshot = self.recorder.snapshot();
+        let mut snapshot = self.recorder.snapshot();
+        if let Some(backoff) = &*self.backoff.lock().unwrap_or_else(|e| e.into_inner()) {
+            snapshot.backoff = backoff.steps();
+        }
         #[cfg(feature = "chrome")]
         let snapshot = {
             let mut snapshot = snapshot;
@@ -100,6 +108,14 @@ impl ProfileSession {
             return Ok(outputs.clone());
         }
         self.recorder.stop();
+        if let Some(backoff) = self
+            .backoff
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            backoff.stop();
+        }
         self.stop_sampler();
         let mut outputs = Outputs::default();
         let mut errors = Vec::new();

@@ -135,13 +135,17 @@ fn resources_step_down_while_the_program_runs() {
             .resources
             .as_ref()
             .and_then(|r| r.cpu.as_ref())
-            .map(|c| c.entries)
+            .map(|c| (c.entries, c.skipped_entries))
     };
     if expected == Resources::CPU {
-        assert_eq!(cpu_entries("before"), Some(10));
-        assert_eq!(cpu_entries("across"), Some(1));
+        // Short entries: the CPU clock is read for the first of every 32 (all of them where the
+        // clock is not calibrated).
+        let before = cpu_entries("before").unwrap();
+        assert_eq!(before.0 + before.1, 10);
+        assert!(before == (1, 9) || before == (10, 0), "{before:?}");
+        assert_eq!(cpu_entries("across"), Some((1, 0)));
         assert_eq!(cpu_entries("after"), None);
-        assert_eq!(cpu_entries("again"), Some(1));
+        assert_eq!(cpu_entries("again"), Some((1, 0)));
     }
     assert_eq!(support::span(&snap, "after").calls, 10);
 }

@@ -12,7 +12,7 @@ use std::ops::Deref;
 use super::units::{format_bytes, format_count, format_duration, format_si};
 use super::{Format, TreeView};
 use crate::analysis::{leaks, Leak, LeakSource};
-use crate::profile::{ResourceInfo, Snapshot, SpanResources, SpanStats};
+use crate::profile::{Overhead, ResourceInfo, Snapshot, SpanResources, SpanStats};
 
 /// Name of the report file in an output directory.
 pub const REPORT_FILE: &str = "report.txt";
@@ -20,6 +20,11 @@ pub const REPORT_FILE: &str = "report.txt";
 const NAME_WIDTH: usize = 22;
 /// Columns of the report: every line fits a 100-column terminal.
 const REPORT_WIDTH: usize = 100;
+/// Span names whose instrumentation (spanprof's estimated cost in them) is more than this share
+/// of their own busy time are named in the report, %.
+const COSTLY_PCT: f64 = 5.0;
+/// The most such names listed.
+const COSTLY_SHOWN: usize = 10;
 
 /// The console report of a [`Snapshot`].
 ///
@@ -258,6 +263,9 @@ impl<'a> View<'a> {
             format_duration(self.snap.run.duration_ns),
             self.snap.run.preset
         )?;
+        if let Some(o) = &self.snap.overhead {
+            own_cost(f, o)?;
+        }
         writeln!(
             f,
             "calls = completed entries (enter→exit); per-call times; self % = share of time in spans"
@@ -471,7 +479,8 @@ impl<'a> View<'a> {
             (rows, hidden)
         };
         let (rows, hidden) = with(|r| r.cpu.is_some() || r.heap.is_some() || r.memory.is_some());
-        memory_and_cpu(f, &rows, hidden)?;
+        let sample_every = self.snap.overhead.as_ref().map(|o| o.cpu_sample_every);
+        memory_and_cpu(f, &rows, hidden, sample_every)?;
         let (rows, hidden) = with(|r| !r.gpus.is_empty() || r.energy_j.is_some());
         gpu_and_energy(f, &rows, hidden, info.grid_g_per_kwh.is_some())?;
         // Suspicions of every span name, shown or not.
@@ -497,6 +506,43 @@ impl<'a> View<'a> {
         Ok(())
     }
 
+    /// Span names whose instrumentation costs more than [`COSTLY_PCT`] of their own duration.
+    fn costly(&self, f: &mut String) -> fmt::Result {
+        let mut costly: Vec<(f64, &Row<'a>)> = self
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let pct = 100.0 * r.overhead_ns? as f64 / r.entry_busy.total_ns.max(1) as f64;
+                (pct > COSTLY_PCT).then_some((pct, r))
+            })
+            .collect();
+        if costly.is_empty() {
+            return Ok(());
+        }
+        costly.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let more = costly.len().saturating_sub(COSTLY_SHOWN);
+        let mut items: Vec<String> = costly
+            .iter()
+            .take(COSTLY_SHOWN)
+            .map(|(pct, r)| {
+                format!(
+                    "{} {:.0}% (mean {})",
+                    r.label,
+                    pct,
+                    format_duration(r.entry_busy.mean_ns.round() as u64)
+                )
+            })
+            .collect();
+        if more > 0 {
+            items.push(format!("… {more} more"));
+        }
+        wrap(
+            f,
+            &format!("note: spanprof costs over {COSTLY_PCT:.0}% of these spans' own time:"),
+            &items,
+        )
+    }
+
     /// Clamped samples and spans not profiled.
     fn notes(&self, f: &mut String) -> fmt::Result {
         let clamped = self
@@ -511,6 +557,29 @@ impl<'a> View<'a> {
                 f,
                 "note: {clamped} spans over {highest}: percentiles count them as {highest} \
                  (totals, max exact)",
+            )?;
+        }
+        self.costly(f)?;
+        let steps: Vec<String> = self
+            .snap
+            .backoff
+            .iter()
+            .map(|s| {
+                format!(
+                    "at {} {} {} ({}{:.1}%)",
+                    format_duration(s.at_ns),
+                    s.resources.join(", "),
+                    if s.on { "back on" } else { "off" },
+                    if s.on { "predicted " } else { "cost " },
+                    s.overhead_pct
+                )
+            })
+            .collect();
+        if !steps.is_empty() {
+            wrap(
+                f,
+                "note: spanprof backed off (per-span readings, every span name):",
+                &steps,
             )?;
         }
         let d = &self.snap.dropped;
@@ -594,6 +663,7 @@ fn memory_and_cpu(
     f: &mut String,
     rows: &[(&Row<'_>, &SpanResources)],
     hidden: usize,
+    sample_every: Option<u64>,
 ) -> fmt::Result {
     if rows.is_empty() {
         return hidden_rows(f, hidden, "with memory and CPU figures");
@@ -637,7 +707,11 @@ fn memory_and_cpu(
             f,
             "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
             s.label,
-            cpu.map_or_else(dash, |c| format!("{:.0}%", c.utilization_pct)),
+            cpu.map_or_else(dash, |c| format!(
+                "{}{:.0}%",
+                if c.sampled() { "~" } else { "" },
+                c.utilization_pct
+            )),
             memory.map_or_else(dash, |m| per(m.rss_delta_bytes as f64, m.instances)),
             memory.map_or_else(dash, |m| format_bytes(m.peak_rss_bytes as f64)),
             memory
@@ -652,7 +726,36 @@ fn memory_and_cpu(
             nw = NAME_WIDTH
         )?;
     }
+    if rows
+        .iter()
+        .any(|(_, r)| r.cpu.as_ref().is_some_and(|c| c.sampled()))
+    {
+        let which =
+            sample_every.map_or_else(|| "some entries".to_string(), |n| format!("1 entry in {n}"));
+        writeln!(
+            f,
+            "~ sampled: CPU time read for {which} of names with short entries (cpu% of the sample)"
+        )?;
+    }
     hidden_rows(f, hidden, "with memory and CPU figures")
+}
+
+/// The report header's line on spanprof's own cost.
+fn own_cost(f: &mut String, o: &Overhead) -> fmt::Result {
+    let of = if o.process_cpu_ns.is_some() {
+        "the process's CPU time"
+    } else {
+        "the run"
+    };
+    writeln!(
+        f,
+        "spanprof's own cost: ~{:.2}% of {of} ({} est.: {:.0} ns per span + {} of readings, kept \
+         out of the spans' times)",
+        o.percent,
+        format_duration(o.estimated_ns),
+        o.span_cost_ns,
+        format_duration(o.readings_ns),
+    )
 }
 
 /// GPU per device and energy per span name, over instances.

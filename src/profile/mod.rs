@@ -16,7 +16,9 @@
 //! - **3**: drops the per-span `resources.leak` (leak suspicion is now an analysis of the
 //!   profile, [`crate::analysis::leaks`]) and adds `resources.rss_bytes_at_end` and
 //!   `resources.heap_bytes_at_end`, which that analysis reads.
-//! - **4**: adds the optional `tree` ([`CallTree`]): statistics per call path.
+//! - **4**: adds optional fields only: the `tree` ([`CallTree`], statistics per call path),
+//!   spanprof's own cost (`overhead`, and `overhead_ns` per
+//!   span) and the entries whose CPU time was sampled out (`resources.cpu.skipped_entries`).
 //!
 //! An older profile is read into the current model and its `version` becomes the current one.
 
@@ -73,6 +75,77 @@ pub struct Snapshot {
     /// Statistics per call path (absent when the tree was not recorded; schema version 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree: Option<CallTree>,
+    /// spanprof's own cost in this run (schema 4; absent in older profiles and where it was not
+    /// calibrated: a mock clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<Overhead>,
+    /// Steps the automatic back-off took, in order (schema 4; empty when it took none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backoff: Vec<BackoffStep>,
+}
+
+/// One step of the automatic back-off
+/// ([`Builder::with_max_overhead`](crate::Builder::with_max_overhead)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct BackoffStep {
+    /// When, ns since the profile started.
+    pub at_ns: u64,
+    /// `true`: the readings were switched back on; `false`: off.
+    pub on: bool,
+    /// The per-span readings switched (`cpu`, `heap`, `memory`, `gpu`, `energy`), for every
+    /// span name.
+    pub resources: Vec<String>,
+    /// spanprof's estimated cost over the second before, % of the process's CPU time (with
+    /// the readings, predicted, for a step back on).
+    pub overhead_pct: f64,
+}
+
+impl BackoffStep {
+    pub(crate) fn new(
+        at_ns: u64,
+        on: bool,
+        resources: crate::switches::Resources,
+        overhead_pct: f64,
+    ) -> Self {
+        Self {
+            at_ns,
+            on,
+            resources: resources.names().into_iter().map(str::to_string).collect(),
+            overhead_pct,
+        }
+    }
+}
+
+/// spanprof's own cost: calibrated per-span costs times what was recorded, plus the measured
+/// time of its readings on the span path.
+///
+/// The estimate leaves out the sampler thread (well under 0.1% of a core at 100 ms), the
+/// tracing registry's own cost (there with or without spanprof) and start-up and output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Overhead {
+    /// Cost of one span at `basic` (open, enter, exit, close), calibrated at start-up, ns.
+    pub span_cost_ns: f64,
+    /// Cost of one read of the thread CPU clock, calibrated at start-up, ns (0 where there is
+    /// none).
+    pub cpu_read_ns: f64,
+    /// Names whose mean entry is shorter than this get their CPU time read for 1 entry in
+    /// [`Overhead::cpu_sample_every`] (so the clock costs under 1% of the entries it reads), ns.
+    pub cpu_every_entry_from_ns: u64,
+    /// See [`Overhead::cpu_every_entry_from_ns`].
+    pub cpu_sample_every: u64,
+    /// spanprof's measured time reading resources at enters and exits (CPU clock, heap
+    /// counters), preemption inside included, ns: kept out of every span's busy and self time.
+    pub readings_ns: u64,
+    /// Estimated total: spans × `span_cost_ns` + `readings_ns`, ns.
+    pub estimated_ns: u64,
+    /// The process's CPU time (every thread) at the snapshot, ns, where readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_cpu_ns: Option<u64>,
+    /// `estimated_ns` as a share of the process's CPU time (of the run's wall time where that
+    /// is not readable), %: for a program that keeps its threads busy, its slowdown.
+    pub percent: f64,
 }
 
 /// Metadata of the profiled run.
@@ -186,6 +259,12 @@ pub struct SpanStats {
     /// Resources used by spans of this name (`detailed` and `full` presets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<SpanResources>,
+    /// spanprof's estimated cost in spans of this name (their count × the calibrated cost of a
+    /// span, plus the measured time of their readings), ns; absent where not calibrated
+    /// (schema 4). Compare with `entry_busy.total_ns`: a span of 80 ns instrumented at 40 ns is
+    /// mostly spanprof.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead_ns: Option<u64>,
 }
 
 impl SpanStats {

@@ -42,6 +42,25 @@ pub struct CpuUse {
     pub busy_ns: u64,
     /// CPU time ÷ busy time, %: low for spans that sleep or wait.
     pub utilization_pct: f64,
+    /// Entries whose CPU time was not read (schema 4; 0 when every entry was measured):
+    /// names with short entries get it read for 1 entry in
+    /// [`Overhead::cpu_sample_every`](crate::profile::Overhead::cpu_sample_every).
+    /// `cpu_ns` and `busy_ns` are then those of the sampled entries, and the utilisation is the
+    /// estimate for all of them (a ratio estimate from a systematic sample: its error is the
+    /// spread of the sampled entries' utilisation over √`entries`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_entries: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl CpuUse {
+    /// Whether some entries' CPU time was not read: the figures are a sample.
+    pub fn sampled(&self) -> bool {
+        self.skipped_entries > 0
+    }
 }
 
 /// Heap use of a span name's entries (counting allocator).

@@ -9,12 +9,13 @@ use hdrhistogram::Histogram;
 
 use super::hist::{new_histogram, record_n, Exact};
 use super::names::{Kind, KINDS};
+use super::overhead::CPU_SAMPLE_EVERY;
 use super::resources::ResourceTotals;
 use super::shards::{NameStats, Shard};
 use super::spans::ENTRIES_ONE;
 use super::Recorder;
 use crate::profile::{
-    Dropped, HistogramSpec, ResourceInfo, RunInfo, Snapshot, SpanStats, Stat, HIGHEST_NS,
+    Dropped, HistogramSpec, Overhead, ResourceInfo, RunInfo, Snapshot, SpanStats, Stat, HIGHEST_NS,
     LOWEST_NS, SCHEMA, SCHEMA_VERSION, SIGNIFICANT_DIGITS,
 };
 use crate::samplers::{Readings, SourceStatus};
@@ -33,8 +34,9 @@ impl Recorder {
         let n_gpus = self.readings.gpus().len();
 
         let mut spans = Vec::with_capacity(names.len());
-        // The name index of each span pushed.
+        // The name index of each span pushed, and spanprof's measured time in its readings.
         let mut indices = Vec::with_capacity(names.len());
+        let mut readings = Vec::with_capacity(names.len());
         for (index, info) in names.iter().enumerate() {
             let spill = info.spill.lock().unwrap_or_else(|e| e.into_inner());
             let mut hists: [Histogram<u64>; KINDS] =
@@ -45,6 +47,7 @@ impl Recorder {
             let (mut closed, mut entries, mut errored) = (0u64, 0u64, 0u64);
             let mut any = false;
             let mut res = ResourceTotals::default();
+            let (mut skipped, mut own_ns) = (0u64, 0u64);
             for shard in &shards {
                 let Some(Some(stats)) = shard.get(index) else {
                     continue;
@@ -69,6 +72,9 @@ impl Recorder {
                 if let Some(r) = stats.res.get() {
                     res.add(r);
                 }
+                let (s, o) = stats.cost.totals();
+                skipped += s;
+                own_ns += o;
             }
             drop(spill);
             if !any {
@@ -87,6 +93,11 @@ impl Recorder {
             let self_time = h.sum(&[Kind::SelfTime, Kind::SingleSelf]);
             let wall = h.sum(&[Kind::Wall]);
             indices.push(index);
+            readings.push(own_ns);
+            let mut resources = res.finish(recorded, n_gpus, self.settings.grid_g_per_kwh);
+            if let Some(cpu) = resources.as_mut().and_then(|r| r.cpu.as_mut()) {
+                cpu.skipped_entries = skipped;
+            }
             spans.push(SpanStats {
                 name: info.name.to_string(),
                 target: info.target.to_string(),
@@ -105,7 +116,8 @@ impl Recorder {
                 flops,
                 errors,
                 errored_instances: errored,
-                resources: res.finish(recorded, n_gpus, self.settings.grid_g_per_kwh),
+                resources,
+                overhead_ns: None,
             });
         }
 
@@ -118,6 +130,7 @@ impl Recorder {
             span.created = opened[index].max(span.instances);
             span.open = span.created - span.instances;
         }
+        let overhead = self.overhead(&mut spans, &readings);
 
         Snapshot {
             schema: SCHEMA.to_string(),
@@ -138,7 +151,41 @@ impl Recorder {
             },
             resources: self.resource_info(),
             tree: self.tree.as_ref().map(|t| t.snapshot(&all_shards, &names)),
+            overhead,
+            backoff: Vec::new(),
         }
+    }
+
+    /// spanprof's own cost: each span's, and the run's (none without calibrated costs).
+    fn overhead(&self, spans: &mut [SpanStats], readings: &[u64]) -> Option<Overhead> {
+        let costs = self.costs;
+        if costs.span_ns <= 0.0 {
+            return None;
+        }
+        let mut estimated = 0u64;
+        for (span, &own) in spans.iter_mut().zip(readings) {
+            let ns = (span.created.max(span.calls) as f64 * costs.span_ns) as u64 + own;
+            span.overhead_ns = Some(ns);
+            estimated += ns;
+        }
+        let process_cpu_ns = crate::samplers::cpu::process_cpu_ns().map(|(u, s)| u + s);
+        let base = process_cpu_ns
+            .filter(|&ns| ns > 0)
+            .unwrap_or_else(|| self.clock.delta_ns(self.start_raw, self.clock.raw()));
+        Some(Overhead {
+            span_cost_ns: costs.span_ns,
+            cpu_read_ns: costs.cpu_read_ns,
+            cpu_every_entry_from_ns: costs.long_ns,
+            cpu_sample_every: CPU_SAMPLE_EVERY,
+            readings_ns: readings.iter().sum(),
+            estimated_ns: estimated,
+            process_cpu_ns,
+            percent: if base == 0 {
+                0.0
+            } else {
+                100.0 * estimated as f64 / base as f64
+            },
+        })
     }
 
     /// (busy, self) of the one completed entry of each open span entered exactly once so far,

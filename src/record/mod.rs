@@ -16,6 +16,7 @@
 mod collect;
 pub(crate) mod hist;
 pub(crate) mod names;
+pub(crate) mod overhead;
 pub(crate) mod resources;
 mod shards;
 mod spans;
@@ -39,7 +40,8 @@ use crate::switches::{Resources, Switches};
 use names::{
     throughput_fields, Decision, Kind, NameInfo, Names, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS,
 };
-use resources::{entry_figures, instance_figures, EntryMark, InstanceMark};
+use overhead::Costs;
+use resources::{entry_figures, instance_figures, EntryFigures, EntryMark, InstanceMark};
 use shards::{bump, with_local, Frame, Local, NameStats, Shards};
 use spans::{Slot, SlotIn};
 use spans::{
@@ -88,6 +90,11 @@ pub(crate) struct Recorder {
     settings: RunSettings,
     /// The call tree, when it is recorded.
     tree: Option<tree::Tree>,
+    /// spanprof's own costs (`record/overhead.rs`).
+    costs: Costs,
+    /// Called inside the brackets of the resource readings: tests make them take time.
+    #[cfg(test)]
+    reading_hook: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl fmt::Debug for Recorder {
@@ -114,6 +121,29 @@ impl Recorder {
         timeline: Arc<Timeline>,
         settings: RunSettings,
     ) -> Self {
+        // A mock clock measures nothing: no costs (and no overhead figures) then.
+        let costs = if recording && !clock.is_mock() {
+            Costs::calibrated()
+        } else {
+            Costs::default()
+        };
+        Self::build(
+            clock, start_raw, recording, resources, readings, timeline, settings, costs,
+        )
+    }
+
+    /// [`Recorder::new`] with the given costs (calibration builds one with none).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn build(
+        clock: Clock,
+        start_raw: u64,
+        recording: bool,
+        resources: Resources,
+        readings: Arc<Readings>,
+        timeline: Arc<Timeline>,
+        settings: RunSettings,
+        costs: Costs,
+    ) -> Self {
         let mut available = resources;
         if !crate::alloc::installed() {
             available = available.without(Resources::HEAP);
@@ -137,6 +167,18 @@ impl Recorder {
             timeline,
             tree: settings.tree.then(tree::Tree::new),
             settings,
+            costs,
+            #[cfg(test)]
+            reading_hook: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Resource readings just taken (tests: make them take time).
+    #[inline(always)]
+    fn readings_taken(&self) {
+        #[cfg(test)]
+        if let Some(hook) = self.reading_hook.get() {
+            hook();
         }
     }
 
@@ -304,22 +346,49 @@ impl Recorder {
                 return;
             }
             let resources = self.switches.get().resources();
-            let marked = resources.entries();
-            if marked {
-                // Read before the clock, so the system call is not inside the span.
-                local.marks.push(EntryMark::read(resources));
-            }
-            let now = self.clock.raw();
+            let name = u32::from(slot.name.load(Relaxed));
+            let (start, marked) = if resources.entries() {
+                self.enter_marks(local, name, resources)
+            } else {
+                (self.clock.raw(), false)
+            };
             local.push(Frame {
                 id,
-                name: u32::from(slot.name.load(Relaxed)),
-                start: now,
+                name,
+                start,
                 child_ns: 0,
+                own_ns: 0,
                 reentries: 0,
                 node: slot.node.load(Relaxed),
                 marked,
             });
         });
+    }
+
+    /// Takes the resource readings of an enter (the CPU clock only when the name's entries are
+    /// long or this one is sampled: `overhead`), bracketed by the cheap clock: their time is
+    /// spanprof's, kept out of the enclosing frame. Returns the entry's start and whether it
+    /// is marked.
+    #[inline(always)]
+    fn enter_marks(&self, local: &mut Local, name: u32, resources: Resources) -> (u64, bool) {
+        let before = self.clock.raw();
+        let cpu = resources.contains(Resources::CPU)
+            && local.stats(name).cost.read_cpu(self.costs.long_ns);
+        let heap = resources.contains(Resources::HEAP);
+        let marked = cpu || heap;
+        if marked {
+            local.marks.push(EntryMark::read_some(cpu, heap));
+        }
+        self.readings_taken();
+        let now = self.clock.raw();
+        // A wait beyond spanprof's own time stays with the parent, as it would without the
+        // readings: see `overhead`.
+        let (own, _wait) = self.costs.split(self.clock.delta_ns(before, now), cpu);
+        local.stats(name).cost.spent(own);
+        if let Some(parent) = local.stack.last_mut() {
+            parent.own_ns += own;
+        }
+        (now, marked)
     }
 
     /// Span `id` was exited on this thread. Returns whether the span is recorded.
@@ -344,30 +413,71 @@ impl Recorder {
             let Some(frame) = local.remove(top) else {
                 return;
             };
-            let busy = self.clock.delta_ns(frame.start, now);
+            let (figures, own, wait) = if frame.marked {
+                self.exit_marks(local, top, &frame, now)
+            } else {
+                (None, 0, 0)
+            };
+            // spanprof's own time inside the frame (its children's readings) is not the span's;
+            // a wait inside the readings of its exit (a preemption) is, as at its enter for the
+            // parent: see `overhead`.
+            let busy = self
+                .clock
+                .delta_ns(frame.start, now)
+                .saturating_sub(frame.own_ns)
+                + wait;
             let self_ns = busy.saturating_sub(frame.child_ns);
+            if let Some(figures) = figures {
+                local.stats(frame.name).res().add_entry(&figures, busy);
+            }
+            if self.resources().contains(Resources::CPU) {
+                local.stats(frame.name).cost.completed(busy);
+            }
             if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
                 parent.child_ns += busy;
-            }
-            if frame.marked {
-                // This frame's mark: one per marked frame below it, in stack order.
-                let index = local.stack[..top].iter().filter(|f| f.marked).count();
-                if index < local.marks.len() {
-                    let at_enter = local.marks.remove(index);
-                    let at_exit = at_enter.read_again();
-                    let figures = entry_figures(&at_enter, &at_exit);
-                    if let (Some(parent), Some(heap)) = (
-                        index.checked_sub(1).and_then(|p| local.marks.get_mut(p)),
-                        figures.heap,
-                    ) {
-                        parent.child_net += heap.net_bytes();
-                    }
-                    local.stats(frame.name).res().add_entry(&figures, busy);
-                }
+                parent.own_ns += frame.own_ns + own;
             }
             self.tree_call(local, frame.node);
             self.complete_entry(local, slot, frame.name, busy, self_ns);
         });
+    }
+
+    /// Takes the resource readings of a marked frame's exit: returns its figures, spanprof's
+    /// time in them and the wait beyond that (measured from `now`, the exit's clock reading).
+    fn exit_marks(
+        &self,
+        local: &mut Local,
+        top: usize,
+        frame: &Frame,
+        now: u64,
+    ) -> (Option<EntryFigures>, u64, u64) {
+        // This frame's mark: one per marked frame below it, in stack order.
+        let index = local.stack[..top].iter().filter(|f| f.marked).count();
+        let mut figures = None;
+        let mut cpu = false;
+        if index < local.marks.len() {
+            let at_enter = local.marks.remove(index);
+            let at_exit = at_enter.read_again();
+            let mut f = entry_figures(&at_enter, &at_exit);
+            cpu = f.cpu.is_some();
+            // The CPU clock ran through the children's readings and half of each of this
+            // entry's own two reads: not the span's.
+            let own_cpu = frame.own_ns + self.costs.cpu_read_ns as u64;
+            f.cpu = f.cpu.map(|c| c.saturating_sub(own_cpu));
+            if let (Some(parent), Some(heap)) = (
+                index.checked_sub(1).and_then(|p| local.marks.get_mut(p)),
+                f.heap,
+            ) {
+                parent.child_net += heap.net_bytes();
+            }
+            figures = Some(f);
+        }
+        self.readings_taken();
+        let (own, wait) = self
+            .costs
+            .split(self.clock.delta_ns(now, self.clock.raw()), cpu);
+        local.stats(frame.name).cost.spent(own);
+        (figures, own, wait)
     }
 
     /// Adds a completed entry to its span. The first entry is only added to the span's sums: if
@@ -620,6 +730,87 @@ mod tests {
             }
         });
         assert_eq!(rec.snapshot().dropped.spans_too_many_names, 15);
+    }
+
+    /// A parent span (10 µs, a child of 5 µs, 10 µs) recorded with CPU time, each bracket of
+    /// readings taking `reading_ns`; readings calibrated at 1 µs a CPU clock read.
+    fn parent_and_child(reading_ns: u64) -> crate::profile::Snapshot {
+        let (clock, mock) = Clock::mock();
+        let start = clock.raw();
+        let rec = Arc::new(Recorder::build(
+            clock,
+            start,
+            true,
+            Resources::CPU,
+            Arc::new(Readings::new()),
+            Arc::new(Timeline::default()),
+            RunSettings {
+                preset: "detailed",
+                filter: None,
+                sampled: Resources::NONE,
+                interval_ms: 100,
+                grid_g_per_kwh: None,
+            },
+            Costs::from_reads(50.0, 1000.0),
+        ));
+        assert!(
+            rec.resources().contains(Resources::CPU),
+            "CPU clock on Linux"
+        );
+        let hook_clock = mock.clone();
+        let _ = rec.reading_hook.set(Box::new(move || {
+            hook_clock.advance(std::time::Duration::from_nanos(reading_ns))
+        }));
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        let us = |n| mock.advance(std::time::Duration::from_micros(n));
+        tracing::dispatcher::with_default(&dispatch, || {
+            tracing::info_span!("parent").in_scope(|| {
+                us(10);
+                tracing::info_span!("child").in_scope(|| us(5));
+                us(10);
+            });
+        });
+        rec.snapshot()
+    }
+
+    #[test]
+    fn spanprofs_readings_land_in_no_span() {
+        // 2 µs per bracket: under the 2.25 µs two 1 µs reads may take, all spanprof's.
+        let snap = parent_and_child(2_000);
+        let span = |name| snap.span(name).unwrap();
+        // Exactly what the test spent in each: none of the four readings.
+        assert_eq!(span("child").busy.total_ns, 5_000);
+        assert_eq!(span("parent").busy.total_ns, 25_000);
+        assert_eq!(span("parent").self_time.total_ns, 20_000);
+        assert_eq!(span("parent").entry_self.total_ns, 20_000);
+        // They are spanprof's overhead instead: two per span, plus 50 ns per span.
+        let overhead = snap.overhead.as_ref().unwrap();
+        assert_eq!(overhead.readings_ns, 8_000);
+        assert_eq!(overhead.estimated_ns, 8_100);
+        assert_eq!(span("child").overhead_ns, Some(4_050));
+        let cpu = span("child")
+            .resources
+            .as_ref()
+            .unwrap()
+            .cpu
+            .clone()
+            .unwrap();
+        assert_eq!((cpu.entries, cpu.skipped_entries), (1, 0));
+    }
+
+    #[test]
+    fn a_preemption_in_the_readings_stays_with_the_span_that_was_running() {
+        // 1 ms per bracket: 2.25 µs of it spanprof's, the rest a wait (a preemption).
+        let snap = parent_and_child(1_000_000);
+        let span = |name| snap.span(name).unwrap();
+        let wait = 1_000_000 - 2_250;
+        // The child's exit: its own wait. The child's enter: the parent's (it was running).
+        assert_eq!(span("child").busy.total_ns, 5_000 + wait);
+        assert_eq!(span("parent").self_time.total_ns, 20_000 + 2 * wait);
+        assert_eq!(span("parent").busy.total_ns, 25_000 + 3 * wait);
+        // Only spanprof's own time is its overhead.
+        assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
     }
 
     struct Site;

@@ -204,23 +204,15 @@ pub(crate) struct EntryMark {
 }
 
 impl EntryMark {
-    /// Reads the thread's CPU time (a system call) and heap counters, as switched on.
-    #[inline]
-    pub(crate) fn read(resources: Resources) -> Self {
-        Self::read_some(
-            resources.contains(Resources::CPU),
-            resources.contains(Resources::HEAP),
-        )
-    }
-
     /// The same readings as this mark, now (a span's exit, for its enter mark).
     #[inline]
     pub(crate) fn read_again(&self) -> Self {
         Self::read_some(self.cpu.is_some(), self.heap.is_some())
     }
 
+    /// Reads the thread's CPU time (`cpu`, a system call) and heap counters (`heap`).
     #[inline]
-    fn read_some(cpu: bool, heap: bool) -> Self {
+    pub(crate) fn read_some(cpu: bool, heap: bool) -> Self {
         EntryMark {
             cpu: cpu.then(crate::samplers::cpu::thread_cpu_ns),
             heap: if heap { HeapCounters::thread() } else { None },
@@ -442,6 +434,7 @@ impl ResourceTotals {
             } else {
                 100.0 * self.cpu[1] as f64 / self.cpu[2] as f64
             },
+            skipped_entries: 0,
         });
         let heap = (recorded.contains(Resources::HEAP) && self.heap[0] > 0).then(|| HeapUse {
             entries: self.heap[0],

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::hist::AtomicHist;
 use super::names::{Kind, KINDS};
+use super::overhead::EntryCost;
 use super::resources::{EntryMark, ResourceSlot, ResourceStats};
 use super::tree::{LocalNodes, NodeStats, ShardNodes};
 
@@ -38,6 +39,8 @@ pub(crate) struct NameStats {
     pub(crate) errored_instances: AtomicU64,
     /// Resource sums, made on first use (`detailed` and `full`).
     pub(crate) res: ResourceSlot,
+    /// What spanprof spends in this name's entries, and whether their CPU time is read.
+    pub(crate) cost: EntryCost,
 }
 
 /// Never recorded into in practice (see [`Local::stats`]).
@@ -56,6 +59,7 @@ impl NameStats {
             entries: AtomicU64::new(0),
             errored_instances: AtomicU64::new(0),
             res: ResourceSlot::new(),
+            cost: EntryCost::new(),
         }
     }
 
@@ -156,6 +160,9 @@ pub(crate) struct Frame {
     pub(crate) name: u32,
     pub(crate) start: u64,
     pub(crate) child_ns: u64,
+    /// spanprof's own time inside this entry (its children's resource readings), ns: not the
+    /// span's (see `overhead`).
+    pub(crate) own_ns: u64,
     pub(crate) reentries: u32,
     /// The span's call-tree node.
     pub(crate) node: u16,

@@ -58,6 +58,7 @@ fn main() {
             let (d, g) = spanprof(
                 builder()
                     .with_resources(spanprof::Resources::DETAILED)
+                    .with_max_overhead(None)
                     .with_sample_interval(std::time::Duration::from_secs(3600)),
             );
             (d, Some(g))

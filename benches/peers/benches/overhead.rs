@@ -366,6 +366,8 @@ fn spanprof_with_resources(preset: spanprof::Preset) -> (Dispatch, spanprof::Pro
         .with_env(false)
         .with_report(spanprof::ReportTarget::Off)
         .with_preset(preset)
+        // The cost of the readings is what is measured: no back-off.
+        .with_max_overhead(None)
         .with_gpu_source(
             spanprof::gpu::ScriptedSource::new(vec![device]).with_samples(0, vec![sample]),
         )

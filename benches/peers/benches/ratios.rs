@@ -53,6 +53,13 @@ fn main() {
     let (matching, _g1) = spanprof(builder().with_filter("ratios=trace").expect("valid"));
     let (excluded, _g2) = spanprof(builder().with_filter("nothing=trace").expect("valid"));
     let (off, _g3) = spanprof(builder().with_preset(spanprof::Preset::Off));
+    // Resources per entry, the back-off off: the cost of `detailed` itself.
+    let (detailed, _g4) = spanprof(
+        builder()
+            .with_resources(spanprof::Resources::DETAILED)
+            .with_sample_interval(std::time::Duration::from_secs(3600))
+            .with_max_overhead(None),
+    );
     let cases = [
         ("registry_identity", common::floor()),
         ("spanprof_basic", basic),
@@ -60,6 +67,7 @@ fn main() {
         ("spanprof_filter_matches", matching),
         ("spanprof_filtered_out", excluded),
         ("spanprof_off", off),
+        ("spanprof_detailed", detailed),
     ];
     let mut best = vec![(f64::MAX, f64::MAX); cases.len()];
     for _ in 0..rounds {

@@ -1,0 +1,313 @@
+//! spanprof's own cost: what it spends inside the program's spans, kept out of their figures
+//! and reported as its overhead; and which entries get the expensive readings.
+//!
+//! - **Kept out of user spans.** The expensive per-entry work (the thread CPU clock, a system
+//!   call, and the heap counters) is bracketed with the cheap clock. That time, up to what the
+//!   readings cost ([`Costs::split`]), is subtracted from the enclosing frames' busy time (as
+//!   child time is from self time) and counted as spanprof's. A longer bracket is a preemption
+//!   the kernel took at the system call: the thread would have waited anyway, and the wait
+//!   belongs to the code that ran before it (the system call is where the switch happens, not
+//!   what caused it). It stays with the frame that was running: the parent at an enter, the
+//!   span itself at its exit. So asking for more detail moves no other figure, on a shared CPU
+//!   too.
+//! - **Read where it is cheap.** Per name and thread, a running mean of the entries' busy time
+//!   says whether the CPU clock costs less than 1% of an entry ([`Costs::long_ns`]); shorter
+//!   names get their CPU time read for 1 entry in [`CPU_SAMPLE_EVERY`] (the figure is then marked
+//!   as sampled).
+//! - **Known.** The cost of one span at `basic` and of one CPU clock read are calibrated once
+//!   per process (well under a millisecond, [`Costs::calibrate`]); with the time measured in
+//!   the brackets they give the estimated overhead of a snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+
+use tracing_core::callsite::{Callsite, Identifier};
+use tracing_core::field::FieldSet;
+use tracing_core::span::Attributes;
+use tracing_core::{Interest, Level, Metadata};
+
+use super::shards::bump;
+use super::{Recorder, RunSettings};
+use crate::clock::Clock;
+use crate::samplers::{Readings, Timeline};
+use crate::switches::Resources;
+
+/// Entries of a short span name between two whose thread CPU time is read.
+pub(crate) const CPU_SAMPLE_EVERY: u64 = 32;
+
+/// The CPU clock is read on every entry of names whose mean entry lasts at least this many
+/// times the cost of its two reads (so that it costs under 1% of them).
+const LONG_FACTOR: f64 = 100.0;
+
+/// What a bracket of readings may take beyond its calibrated cost and still be spanprof's own
+/// time (two clock reads, the heap counters, a cache miss or two), ns.
+pub(crate) const READING_SLACK_NS: u64 = 250;
+
+/// Weight of a new entry in a name's running mean: 1/8.
+const MEAN_SHIFT: u32 = 3;
+
+/// Calibrated costs of spanprof's work, ns.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Costs {
+    /// One span at `basic` (open, enter, exit, close) inside the recorder.
+    pub(crate) span_ns: f64,
+    /// One read of the thread CPU clock.
+    pub(crate) cpu_read_ns: f64,
+    /// Entries whose name's mean busy time is at least this get their CPU time read every time.
+    pub(crate) long_ns: u64,
+}
+
+impl Costs {
+    /// This process's costs, calibrated on first use (a few thousand spans into a recorder of
+    /// its own and 64 CPU clock reads: well under a millisecond on the development machine).
+    pub(crate) fn calibrated() -> Costs {
+        static COSTS: OnceLock<Costs> = OnceLock::new();
+        *COSTS.get_or_init(Costs::calibrate)
+    }
+
+    fn calibrate() -> Costs {
+        let clock = Clock::new();
+        let cpu_read_ns = if crate::samplers::cpu::SUPPORTED {
+            best_of(3, &clock, 64, || {
+                std::hint::black_box(crate::samplers::cpu::thread_cpu_ns());
+            })
+        } else {
+            0.0
+        };
+        let recorder = Recorder::build(
+            clock.clone(),
+            clock.raw(),
+            true,
+            Resources::NONE,
+            Arc::new(Readings::new()),
+            Arc::new(Timeline::default()),
+            RunSettings {
+                preset: "calibration",
+                filter: None,
+                sampled: Resources::NONE,
+                interval_ms: 0,
+                grid_g_per_kwh: None,
+            },
+            Costs::default(),
+        );
+        let decision = recorder.decide(&CALIBRATION_META, false);
+        let values = CALIBRATION_META.fields().value_set(&[]);
+        let attrs = Attributes::new(&CALIBRATION_META, &values);
+        let mut id = 0u64;
+        let span_ns = best_of(3, &clock, 500, || {
+            id += 1;
+            recorder.open(id, decision, &attrs);
+            recorder.enter(id);
+            recorder.exit(id);
+            recorder.close(id);
+        });
+        Costs::from_reads(span_ns, cpu_read_ns)
+    }
+
+    /// Splits the time of one bracket of readings into spanprof's own (at most twice what the
+    /// readings were calibrated at, plus [`READING_SLACK_NS`]) and a wait beyond it.
+    #[inline(always)]
+    pub(crate) fn split(&self, spent_ns: u64, cpu: bool) -> (u64, u64) {
+        let cap = if cpu {
+            (2.0 * self.cpu_read_ns) as u64 + READING_SLACK_NS
+        } else {
+            READING_SLACK_NS
+        };
+        let own = spent_ns.min(cap);
+        (own, spent_ns - own)
+    }
+
+    /// The costs for these measured figures.
+    pub(crate) fn from_reads(span_ns: f64, cpu_read_ns: f64) -> Costs {
+        Costs {
+            span_ns,
+            cpu_read_ns,
+            long_ns: (2.0 * cpu_read_ns * LONG_FACTOR) as u64,
+        }
+    }
+}
+
+/// The fastest of `rounds` rounds of `n` calls of `f`, ns per call.
+fn best_of(rounds: usize, clock: &Clock, n: u32, mut f: impl FnMut()) -> f64 {
+    (0..rounds)
+        .map(|_| {
+            let start = clock.raw();
+            for _ in 0..n {
+                f();
+            }
+            clock.delta_ns(start, clock.raw()) as f64 / f64::from(n)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+struct CalibrationSite;
+
+impl Callsite for CalibrationSite {
+    fn set_interest(&self, _: Interest) {}
+    fn metadata(&self) -> &Metadata<'_> {
+        &CALIBRATION_META
+    }
+}
+
+static CALIBRATION_SITE: CalibrationSite = CalibrationSite;
+static CALIBRATION_META: Metadata<'static> = Metadata::new(
+    "calibration",
+    "spanprof",
+    Level::TRACE,
+    None,
+    None,
+    None,
+    FieldSet::new(&[], Identifier(&CALIBRATION_SITE)),
+    tracing_core::metadata::Kind::SPAN,
+);
+
+/// Per name and thread (single writer): the running mean that decides whether the CPU clock is
+/// read, and what spanprof spent inside this name's entries.
+#[derive(Debug, Default)]
+pub(crate) struct EntryCost {
+    /// Running mean of the entries' busy time, ns.
+    mean_ns: AtomicU64,
+    /// Short entries left before the next one whose CPU time is read.
+    countdown: AtomicU64,
+    /// Entries whose CPU time was not read (CPU time switched on).
+    skipped: AtomicU64,
+    /// spanprof's measured time at this name's enters and exits (the expensive readings), ns.
+    own_ns: AtomicU64,
+}
+
+impl EntryCost {
+    pub(crate) const fn new() -> Self {
+        Self {
+            mean_ns: AtomicU64::new(0),
+            countdown: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            own_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether this entry's CPU time is read: always for long names, 1 in
+    /// [`CPU_SAMPLE_EVERY`] for short ones (the first entry of a name included).
+    #[inline(always)]
+    pub(crate) fn read_cpu(&self, long_ns: u64) -> bool {
+        if self.mean_ns.load(Relaxed) >= long_ns {
+            return true;
+        }
+        let left = self.countdown.load(Relaxed);
+        if left == 0 {
+            self.countdown.store(CPU_SAMPLE_EVERY - 1, Relaxed);
+            true
+        } else {
+            self.countdown.store(left - 1, Relaxed);
+            bump(&self.skipped, 1);
+            false
+        }
+    }
+
+    /// An entry of this name completed after `busy_ns`.
+    #[inline(always)]
+    pub(crate) fn completed(&self, busy_ns: u64) {
+        let mean = self.mean_ns.load(Relaxed);
+        let next = if busy_ns >= mean {
+            mean + ((busy_ns - mean) >> MEAN_SHIFT)
+        } else {
+            mean - ((mean - busy_ns) >> MEAN_SHIFT)
+        };
+        self.mean_ns.store(next, Relaxed);
+    }
+
+    /// spanprof spent `ns` reading resources at an enter or exit of this name.
+    #[inline(always)]
+    pub(crate) fn spent(&self, ns: u64) {
+        bump(&self.own_ns, ns);
+    }
+
+    /// (entries whose CPU time was not read, spanprof's measured time), for a snapshot.
+    pub(crate) fn totals(&self) -> (u64, u64) {
+        (self.skipped.load(Relaxed), self.own_ns.load(Relaxed))
+    }
+}
+
+/// What spanprof has spent so far, over every thread (for the back-off, once a second).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct OwnTotals {
+    /// Entries completed.
+    pub(crate) entries: u64,
+    /// spanprof's measured time in its readings, ns.
+    pub(crate) readings_ns: u64,
+    /// Estimated total: entries × the calibrated cost of a span + `readings_ns`.
+    pub(crate) estimated_ns: u64,
+}
+
+impl Recorder {
+    /// What spanprof has spent so far (reads every thread's counters; no snapshot).
+    pub(crate) fn own_totals(&self) -> OwnTotals {
+        let mut t = OwnTotals::default();
+        for shard in self.shards.all() {
+            for stats in shard.names().into_iter().flatten() {
+                t.entries += stats.entries.load(Relaxed);
+                t.readings_ns += stats.cost.totals().1;
+            }
+        }
+        t.estimated_ns = (t.entries as f64 * self.costs.span_ns) as u64 + t.readings_ns;
+        t
+    }
+
+    /// Nanoseconds since the profile started.
+    pub(crate) fn elapsed_ns(&self) -> u64 {
+        self.clock.delta_ns(self.start_raw, self.clock.raw())
+    }
+
+    /// The resources that can be switched on.
+    pub(crate) fn available(&self) -> Resources {
+        self.available
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_are_read_one_entry_in_n_and_long_ones_always() {
+        let cost = EntryCost::new();
+        let long = 10_000;
+        let reads = (0..10 * CPU_SAMPLE_EVERY)
+            .filter(|_| {
+                let read = cost.read_cpu(long);
+                cost.completed(100);
+                read
+            })
+            .count() as u64;
+        assert_eq!(reads, 10);
+        assert_eq!(cost.totals().0, 10 * CPU_SAMPLE_EVERY - 10);
+        // The mean follows the entries: once they are long, every one is read.
+        for _ in 0..64 {
+            cost.completed(50_000);
+        }
+        assert!((0..100).all(|_| cost.read_cpu(long)));
+        // And back.
+        for _ in 0..64 {
+            cost.completed(100);
+        }
+        let reads = (0..CPU_SAMPLE_EVERY)
+            .filter(|_| cost.read_cpu(long))
+            .count();
+        assert_eq!(reads, 1);
+    }
+
+    #[test]
+    fn calibration_is_quick_and_plausible() {
+        let start = std::time::Instant::now();
+        let costs = Costs::calibrate();
+        // Reported, not asserted (no timing assertions): `--nocapture` shows it.
+        eprintln!("calibration took {:?}: {costs:?}", start.elapsed());
+        assert!(
+            costs.span_ns > 0.0 && costs.span_ns < 100_000.0,
+            "{costs:?}"
+        );
+        if crate::samplers::cpu::SUPPORTED {
+            assert!(costs.cpu_read_ns > 0.0, "{costs:?}");
+            assert_eq!(costs.long_ns, (200.0 * costs.cpu_read_ns) as u64);
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! spanprof's own cost, end to end: the estimate in the profile and the report, the names it
+//! costs most in, and the CPU clock read for 1 entry in N of short names (marked as sampled).
+
+mod support;
+
+use std::time::Duration;
+
+use spanprof::output::Table;
+use spanprof::{Preset, ProfileLayer, Snapshot};
+use support::{finish_snapshot, install, span};
+
+const SHORT: u64 = 1000;
+const LONG: u64 = 5;
+
+fn detailed_run() -> Snapshot {
+    let (dispatch, guard) = install(ProfileLayer::builder().with_preset(Preset::Detailed));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..SHORT {
+            tracing::info_span!("tiny").in_scope(|| {});
+        }
+        for _ in 0..LONG {
+            tracing::info_span!("nap").in_scope(|| std::thread::sleep(Duration::from_millis(20)));
+        }
+    });
+    finish_snapshot(guard)
+}
+
+#[test]
+fn short_names_get_their_cpu_time_sampled_long_ones_every_entry() {
+    if !spanprof::__private::cpu::SUPPORTED {
+        eprintln!("SKIPPED: no thread CPU clock on this platform");
+        return;
+    }
+    let snap = detailed_run();
+    let overhead = snap.overhead.as_ref().expect("a real clock is calibrated");
+    let every = overhead.cpu_sample_every;
+    assert_eq!(every, 32);
+    // Test threads run beside each other: a 20 ms sleep is long for any CPU clock cost below
+    // 12 µs per read (100× two reads under the first entry's share of the mean).
+    assert!(overhead.cpu_every_entry_from_ns < 2_500_000, "{overhead:?}");
+    let cpu = |name: &str| {
+        span(&snap, name)
+            .resources
+            .as_ref()
+            .and_then(|r| r.cpu.clone())
+            .unwrap()
+    };
+    let tiny = cpu("tiny");
+    assert_eq!(span(&snap, "tiny").calls, SHORT);
+    assert_eq!(tiny.entries, SHORT.div_ceil(every), "{tiny:?}");
+    assert_eq!(tiny.entries + tiny.skipped_entries, SHORT);
+    assert!(tiny.sampled());
+    let nap = cpu("nap");
+    assert_eq!((nap.entries, nap.skipped_entries), (LONG, 0));
+    assert!(!nap.sampled());
+}
+
+#[test]
+fn the_estimate_is_in_the_profile_and_the_report() {
+    let snap = detailed_run();
+    let overhead = snap.overhead.clone().expect("a real clock is calibrated");
+    assert!(overhead.span_cost_ns > 0.0, "{overhead:?}");
+    // The run's estimate is the sum of its names'.
+    let per_name: u64 = snap.spans.iter().map(|s| s.overhead_ns.unwrap()).sum();
+    assert_eq!(per_name, overhead.estimated_ns);
+    let tiny = span(&snap, "tiny");
+    assert!(
+        tiny.overhead_ns.unwrap() >= (SHORT as f64 * overhead.span_cost_ns) as u64,
+        "{tiny:?}"
+    );
+    // Readings are wall time, preemption inside them included: on a loaded machine (or in a
+    // debug build) they can exceed the process's CPU time. Only the sign is certain.
+    assert!(
+        overhead.percent > 0.0 && overhead.percent.is_finite(),
+        "{overhead:?}"
+    );
+    assert!(overhead.readings_ns > 0, "{overhead:?}");
+
+    let report = Table::new().to_string(&snap);
+    let header = report
+        .lines()
+        .find(|l| l.starts_with("spanprof's own cost: ~"))
+        .unwrap_or_else(|| panic!("no cost line in\n{report}"));
+    assert!(
+        header.contains(&format!("{:.2}%", overhead.percent)),
+        "{header}"
+    );
+    // Empty spans are mostly spanprof: named, the 100 ms of naps not.
+    let note = report
+        .lines()
+        .skip_while(|l| !l.starts_with("note: spanprof costs over 5% of these spans' own time:"))
+        .take(3)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(note.contains("tiny "), "{report}");
+    assert!(!note.contains("nap "), "{report}");
+    if spanprof::__private::cpu::SUPPORTED {
+        assert!(
+            report.contains("~ sampled: CPU time read for 1 entry in 32"),
+            "{report}"
+        );
+        let row = report
+            .lines()
+            .filter(|l| l.starts_with("tiny "))
+            .last()
+            .unwrap();
+        assert!(row.contains('~'), "{row}");
+    }
+
+    // The profile keeps all of it; a profile of schema 3 reads without it.
+    let back = Snapshot::from_json(&snap.to_json(), "overhead.json").unwrap();
+    assert_eq!(back, snap);
+    let mut v3: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+    v3["version"] = 3.into();
+    v3.as_object_mut().unwrap().remove("overhead");
+    for s in v3["spans"].as_array_mut().unwrap() {
+        s.as_object_mut().unwrap().remove("overhead_ns");
+        if let Some(cpu) = s.pointer_mut("/resources/cpu") {
+            cpu.as_object_mut().unwrap().remove("skipped_entries");
+        }
+    }
+    let old = Snapshot::from_json(&v3.to_string(), "v3.json").unwrap();
+    assert_eq!(old.overhead, None);
+    assert_eq!(old.span("tiny").unwrap().overhead_ns, None);
+    let old_cpu = old
+        .span("tiny")
+        .unwrap()
+        .resources
+        .as_ref()
+        .and_then(|r| r.cpu.as_ref());
+    assert!(old_cpu.is_none_or(|c| !c.sampled()));
+}
+
+#[test]
+fn the_back_off_threshold_is_checked_and_can_be_off() {
+    let (_, guard) = install(ProfileLayer::builder().with_max_overhead(None));
+    drop(guard);
+    for bad in [0.0, -1.0, 100.5, f64::NAN] {
+        let err = support::quiet(ProfileLayer::builder().with_max_overhead(Some(bad)))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("with_max_overhead"), "{err}");
+        assert!(err.contains("a percentage over 0, up to 100"), "{err}");
+    }
+}
+
+/// A limit no real program can stay under (a hundredth of a percent): the readings go at the
+/// first tick, and the report and profile say so.
+#[test]
+fn over_the_limit_the_readings_are_stepped_down_and_reported() {
+    if spanprof::__private::cpu::process_cpu_ns().is_none() {
+        eprintln!("SKIPPED: no process CPU time on this platform");
+        return;
+    }
+    let (dispatch, guard) = install(
+        ProfileLayer::builder()
+            .with_preset(Preset::Detailed)
+            .with_max_overhead(Some(0.01)),
+    );
+    let handle = guard.handle();
+    tracing::dispatcher::with_default(&dispatch, || {
+        // Until the back-off steps down (its first tick is after 1 s, the second decides), or
+        // 30 s on a machine too loaded for it: counts, not timing, decide the test.
+        let start = std::time::Instant::now();
+        while !handle.resources().is_empty() && start.elapsed() < Duration::from_secs(30) {
+            for _ in 0..1000 {
+                tracing::info_span!("busy").in_scope(|| {});
+            }
+        }
+    });
+    let snap = finish_snapshot(guard);
+    let step = snap.backoff.first().expect("a step down");
+    assert!(!step.on);
+    assert!(step.resources.iter().any(|r| r == "cpu"), "{step:?}");
+    assert!(step.overhead_pct > 0.01, "{step:?}");
+    let report = Table::new().to_string(&snap);
+    assert!(
+        report.contains("note: spanprof backed off (per-span readings, every span name):"),
+        "{report}"
+    );
+}
