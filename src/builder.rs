@@ -24,6 +24,7 @@ pub use crate::env::{
     ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_OUT, ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_TOP,
 };
 
+pub use crate::record::metrics::{MAX_METRICS, MAX_METRIC_SITES};
 pub use crate::record::names::MAX_SPAN_NAMES;
 
 /// A GPU source handed to the builder (taken by the first `build`).

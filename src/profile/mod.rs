@@ -10,24 +10,28 @@
 //!
 //! # Versions
 //!
-//! This crate writes schema version [`SCHEMA_VERSION`] (3) and reads versions 1 to 3:
+//! This crate writes schema version [`SCHEMA_VERSION`] (4) and reads versions 1 to 4:
 //! - **1**: timing only.
 //! - **2**: adds `resources` to the profile and to each span.
 //! - **3**: drops the per-span `resources.leak` (leak suspicion is now an analysis of the
 //!   profile, [`crate::analysis::leaks`]) and adds `resources.rss_bytes_at_end` and
 //!   `resources.heap_bytes_at_end`, which that analysis reads.
+//! - **4**: adds `metrics`, the metrics events recorded ([`metrics`]); absent when there are
+//!   none, and empty in profiles of earlier versions.
 //!
 //! An older profile is read into the current model and its `version` becomes the current one.
 
 pub mod buckets;
 mod hdr;
 mod json;
+pub mod metrics;
 mod resources;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 pub use buckets::Buckets;
+pub use metrics::{Metric, MetricKind, MetricValue};
 pub use resources::{
     CpuUse, GpuDevice, GpuSample, GpuUse, HeapUse, MemoryUse, ResourceInfo, Sample, SpanResources,
 };
@@ -35,7 +39,7 @@ pub use resources::{
 /// The `schema` field of every profile.
 pub const SCHEMA: &str = "spanprof.profile";
 /// The version of the profile schema this crate writes; it reads this one and every earlier one.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Significant decimal digits kept by every histogram: values are exact to within 1 part in 128
 /// (better than 0.8 %).
@@ -66,6 +70,11 @@ pub struct Snapshot {
     /// Resource samplers (absent at the `basic` preset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceInfo>,
+    /// Metrics recorded from events' `counter.`, `monotonic_counter.`, `histogram.` and
+    /// `gauge.` fields, one per metric and span name, in no particular order ([`metrics`]).
+    /// Empty (and absent from the JSON) when no event had one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<Metric>,
 }
 
 /// Metadata of the profiled run.
@@ -120,6 +129,16 @@ pub struct Dropped {
     /// [`crate::chrome`]); 0 in profiles written before it was counted.
     #[serde(default)]
     pub trace_windows_skipped: u64,
+    /// Metric values of events not recorded because
+    /// [`MAX_METRICS`](crate::builder::MAX_METRICS) metrics or
+    /// [`MAX_METRIC_SITES`](crate::builder::MAX_METRIC_SITES) event callsites with metric
+    /// fields were in use; absent when 0, and 0 in profiles before version 4.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub metric_values: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Statistics of one span name.
@@ -269,6 +288,11 @@ impl Snapshot {
     /// entries: [`Snapshot::span_in`] picks one by its target.
     pub fn span(&self, name: &str) -> Option<&SpanStats> {
         self.spans.iter().find(|s| s.name == name)
+    }
+
+    /// The metrics named `name` (without their prefix), of every kind and span name.
+    pub fn metrics_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Metric> + 'a {
+        self.metrics.iter().filter(move |m| m.name == name)
     }
 
     /// The statistics of span name `name` in target `target` (the key spans are recorded
