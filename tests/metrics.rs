@@ -345,3 +345,63 @@ fn the_report_and_the_json_profile_carry_the_metrics() {
     });
     assert!(!Table::new().to_string(&plain).contains("\nmetrics"));
 }
+
+/// Half the work of [`metrics_of_two_profiles_merge_exactly`]: `part` 0, 1 or both (2).
+fn merge_work(part: u64) {
+    tracing::info_span!("step").in_scope(|| {
+        for i in 0..500u64 {
+            if part == 2 || i % 2 == part {
+                tracing::info!(
+                    monotonic_counter.samples = i,
+                    counter.delta = 0.5 - (i % 3) as f64,
+                    histogram.size_bytes = i * 37,
+                    histogram.loss = 1.0 / (1 + i) as f64,
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn metrics_of_two_profiles_merge_exactly() {
+    // A gauge set in an earlier profile, then the two halves of the work.
+    let early = run_with(ProfileLayer::builder(), || {
+        tracing::info!(gauge.level = 9u64);
+    });
+    let a = run_with(ProfileLayer::builder(), || merge_work(0));
+    let b = run_with(ProfileLayer::builder(), || {
+        merge_work(1);
+        tracing::info!(gauge.level = 7u64);
+        tracing::info!(gauge.level = -1i64);
+        tracing::info!(gauge.level = 4u64);
+    });
+    let whole = run_with(ProfileLayer::builder(), || merge_work(2));
+    let mut merged = early.metrics.clone();
+    spanprof::profile::metrics::merge(&mut merged, &a.metrics);
+    spanprof::profile::metrics::merge(&mut merged, &b.metrics);
+    for name in ["samples", "delta", "size_bytes", "loss"] {
+        let m = merged.iter().find(|m| m.name == name).unwrap();
+        let w = whole.metrics.iter().find(|m| m.name == name).unwrap();
+        assert_eq!(m, w, "{name}");
+    }
+    // Gauges: the later profile's last value; the extremes of both.
+    let level = merged.iter().find(|m| m.name == "level").unwrap();
+    let g = gauge(level);
+    assert_eq!((g.last, g.min, g.max, level.records), (4.0, -1.0, 9.0, 4));
+    assert_eq!(merged.len(), 5);
+}
+
+#[test]
+fn profiles_of_version_3_read_with_no_metrics() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/golden-profile.json"
+    );
+    let v4 = std::fs::read_to_string(path).unwrap();
+    assert!(v4.contains("\"version\": 4,"));
+    let v3 = v4.replacen("\"version\": 4,", "\"version\": 3,", 1);
+    let snap = Snapshot::from_json(&v3, "v3").unwrap();
+    assert!(snap.metrics.is_empty());
+    assert_eq!(snap.dropped.metric_values, 0);
+    assert_eq!(snap, Snapshot::from_json(&v4, "v4").unwrap());
+}
