@@ -6,6 +6,7 @@
 #
 #   scripts/instructions.sh                # every case, 20 000 and 40 000 spans
 #   SPANS_A=50000 SPANS_B=100000 scripts/instructions.sh basic floor
+#   scripts/instructions.sh event_floor event_plain event_metric   # per event (one a loop)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind is not installed (Debian: apt install valgrind)" >&2; exit 2; }

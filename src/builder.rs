@@ -25,6 +25,7 @@ pub use crate::env::{
     ENV_SAMPLERS, ENV_TOP,
 };
 
+pub use crate::record::metrics::{MAX_METRICS, MAX_METRIC_SITES};
 pub use crate::record::names::MAX_SPAN_NAMES;
 pub use crate::record::tree::{MAX_TREE_DEPTH, MAX_TREE_NODES};
 

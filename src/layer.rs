@@ -318,12 +318,17 @@ where
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if self.mode != Mode::Off && *event.metadata().level() == Level::ERROR {
+        if self.mode == Mode::Off {
+            return;
+        }
+        if *event.metadata().level() == Level::ERROR {
             self.recorder.error_event(
                 event.parent().map(|id| id.into_u64()),
                 event.is_contextual(),
             );
         }
+        // Metric fields (`counter.`, `histogram.`, ...): one cache probe for events without.
+        self.recorder.event(event);
     }
 }
 

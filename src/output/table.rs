@@ -1,23 +1,27 @@
 //! The console report: one row per span name, sorted by self time, like `torch.profiler`'s
 //! `key_averages().table()`, then sections for span instances (latency per instance of spans
-//! entered more than once), throughput, errors (of every span name), resources and leak
-//! suspicions, and notes, then the call tree ([`TreeView`]) when the profile has one. Fits a
-//! 100-column terminal; a run without spans says why.
+//! entered more than once), throughput, errors (of every span name), metrics from events,
+//! resources and leak suspicions, and notes, then the call tree ([`TreeView`]) when the profile
+//! has one. Fits a 100-column terminal; a run without spans says why.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::io::{self, Write};
 use std::ops::Deref;
 
-use super::units::{format_bytes, format_count, format_duration, format_si};
+use super::units::{format_bytes, format_count, format_duration, format_metric, format_si};
 use super::{Format, TreeView};
 use crate::analysis::{leaks, Leak, LeakSource};
-use crate::profile::{Overhead, ResourceInfo, Snapshot, SpanResources, SpanStats};
+use crate::profile::{
+    Metric, MetricKind, MetricValue, Overhead, ResourceInfo, Snapshot, SpanResources, SpanStats,
+};
 
 /// Name of the report file in an output directory.
 pub const REPORT_FILE: &str = "report.txt";
 
 const NAME_WIDTH: usize = 22;
+/// The span column of the metrics section.
+const METRIC_SPAN_WIDTH: usize = 18;
 /// Columns of the report: every line fits a 100-column terminal.
 const REPORT_WIDTH: usize = 100;
 /// Span names whose instrumentation (spanprof's estimated cost in them) is more than this share
@@ -206,6 +210,7 @@ impl<'a> View<'a> {
         self.instances(f)?;
         self.throughput(f)?;
         self.errors(f)?;
+        self.metrics(f)?;
         if let Some(info) = &self.snap.resources {
             self.resources(f, info)?;
         }
@@ -362,6 +367,86 @@ impl<'a> View<'a> {
         }
         writeln!(f)?;
         wrap(f, "errors: ", &items)
+    }
+
+    /// Metrics from events (only when there are some), by name, then span name: counters'
+    /// sums, histograms' mean, median, 99th percentile and maximum, gauges' last value and
+    /// extremes, each in the metric's unit.
+    fn metrics(&self, f: &mut String) -> fmt::Result {
+        if self.snap.metrics.is_empty() {
+            return Ok(());
+        }
+        let mut metrics: Vec<&Metric> = self.snap.metrics.iter().collect();
+        metrics.sort_by(|a, b| {
+            (&a.name, a.kind, &a.span, &a.span_target).cmp(&(
+                &b.name,
+                b.kind,
+                &b.span,
+                &b.span_target,
+            ))
+        });
+        let shown = metrics.len().min(self.top);
+        writeln!(f)?;
+        writeln!(f, "metrics (from events)")?;
+        writeln!(
+            f,
+            "{:<nw$} {:<10} {:<sw$} {:>8}  values",
+            "name",
+            "kind",
+            "span",
+            "records",
+            nw = NAME_WIDTH,
+            sw = METRIC_SPAN_WIDTH
+        )?;
+        for m in &metrics[..shown] {
+            let unit = m.unit.as_deref();
+            let v = |x: f64| format_metric(x, unit);
+            let mut values = match &m.value {
+                MetricValue::Sum(s) => format!("sum {}", v(s.total())),
+                MetricValue::Histogram(h) => {
+                    let (_, max) = h.min_max();
+                    format!(
+                        "mean {}  p50 {}  p99 {}  max {}",
+                        v(h.mean()),
+                        v(h.quantile(0.5)),
+                        v(h.quantile(0.99)),
+                        v(max)
+                    )
+                }
+                MetricValue::Gauge(g) if m.records > 0 => {
+                    format!("last {}  min {}  max {}", v(g.last), v(g.min), v(g.max))
+                }
+                _ => dash(),
+            };
+            if m.rejected > 0 {
+                let _ = write!(values, "  ({} rejected)", format_count(m.rejected));
+            }
+            let kind = match m.kind {
+                MetricKind::Counter => "counter",
+                MetricKind::MonotonicCounter => "monotonic",
+                MetricKind::Histogram => "histogram",
+                _ => "gauge",
+            };
+            writeln!(
+                f,
+                "{:<nw$} {:<10} {:<sw$} {:>8}  {}",
+                truncate(&m.name, NAME_WIDTH),
+                kind,
+                truncate(m.span.as_deref().unwrap_or("-"), METRIC_SPAN_WIDTH),
+                format_count(m.records),
+                values,
+                nw = NAME_WIDTH,
+                sw = METRIC_SPAN_WIDTH
+            )?;
+        }
+        let hidden = metrics.len() - shown;
+        if hidden > 0 {
+            writeln!(
+                f,
+                "… {hidden} more metrics (raise SPANPROF_TOP to show them)"
+            )?;
+        }
+        Ok(())
     }
 
     /// Spans whose instances are not one entry each (async tasks entered at every poll,

@@ -73,6 +73,48 @@ pub(crate) fn format_count(n: u64) -> String {
     }
 }
 
+/// Formats a metric's value in its unit ([`crate::profile::metrics::unit_of`]): durations and
+/// bytes in human units (`1.25 ms`, `3.00 MiB`), ratios as percentages (`12.5%`), plain numbers
+/// with three significant digits (`0.517`, `0.0333`, `1.25 k`, `3.00e-4`), whole ones as they
+/// are (`384`).
+pub(crate) fn format_metric(value: f64, unit: Option<&str>) -> String {
+    let time = |ns: f64| {
+        if ns >= 0.0 && ns.is_finite() {
+            format_duration(ns.round() as u64)
+        } else {
+            format!("{} s", format_number(ns / 1e9))
+        }
+    };
+    match unit {
+        Some("seconds") => time(value * 1e9),
+        Some("milliseconds") => time(value * 1e6),
+        Some("microseconds") => time(value * 1e3),
+        Some("nanoseconds") => time(value),
+        Some("bytes") => format_bytes(value),
+        Some("ratio") => format!("{}%", format_number(value * 100.0)),
+        Some("percent") => format!("{}%", format_number(value)),
+        _ => format_number(value),
+    }
+}
+
+/// A plain number: whole numbers below 10 million as they are, others with three significant
+/// digits (SI prefixes from 1000, an exponent below 0.001).
+fn format_number(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e7 {
+        return format!("{value:.0}");
+    }
+    if value.abs() < 1e-3 {
+        return format!("{value:.2e}");
+    }
+    if value.abs() >= 1000.0 {
+        let sign = if value < 0.0 { "-" } else { "" };
+        return format!("{sign}{}", format_si(value.abs()));
+    }
+    let magnitude = value.abs().log10().floor() as i32;
+    let decimals = (2 - magnitude).clamp(0, 12) as usize;
+    format!("{value:.decimals$}")
+}
+
 /// `value` as printed in the first unit of `units` whose printed value stays below `limit`
 /// (the last unit takes any value), and that unit. In the first (base) unit the value has at
 /// most `base_decimals` decimals; in the others, three significant digits.
@@ -118,6 +160,28 @@ fn three_digits(value: f64, size: f64, max_decimals: usize) -> (f64, usize) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn metric_values_in_their_units() {
+        use super::format_metric;
+        for (value, unit, text) in [
+            (384.0, None, "384"),
+            (-2.0, None, "-2"),
+            (0.5171, None, "0.517"),
+            (0.03333, None, "0.0333"),
+            (3e-4, None, "3.00e-4"),
+            (12_345.6, None, "12.3 k"),
+            (-12_345.6, None, "-12.3 k"),
+            (0.00125, Some("seconds"), "1.25 ms"),
+            (1.5, Some("milliseconds"), "1.50 ms"),
+            (3.0 * 1024.0 * 1024.0, Some("bytes"), "3.00 MiB"),
+            (0.815, Some("ratio"), "81.5%"),
+            (12.5, Some("percent"), "12.5%"),
+            (-0.5, Some("seconds"), "-0.500 s"),
+        ] {
+            assert_eq!(format_metric(value, unit), text, "{value} {unit:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -18,7 +18,9 @@
 //!   `resources.heap_bytes_at_end`, which that analysis reads.
 //! - **4**: adds optional fields only: the `tree` ([`CallTree`], statistics per call path),
 //!   spanprof's own cost (`overhead`, and `overhead_ns` per
-//!   span) and the entries whose CPU time was sampled out (`resources.cpu.skipped_entries`).
+//!   span), the entries whose CPU time was sampled out (`resources.cpu.skipped_entries`), and
+//!   `metrics`, the metrics events recorded ([`metrics`]; empty in profiles of earlier
+//!   versions).
 //!
 //! An older profile is read into the current model and its `version` becomes the current one.
 
@@ -26,6 +28,7 @@ pub mod buckets;
 mod combine;
 mod hdr;
 mod json;
+pub mod metrics;
 mod resources;
 mod tree;
 
@@ -33,6 +36,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 pub use buckets::Buckets;
+pub use metrics::{Metric, MetricKind, MetricValue};
 pub use resources::{
     CpuUse, GpuDevice, GpuSample, GpuUse, HeapUse, MemoryUse, ResourceInfo, Sample, SpanResources,
 };
@@ -146,6 +150,11 @@ pub struct Overhead {
     /// `estimated_ns` as a share of the process's CPU time (of the run's wall time where that
     /// is not readable), %: for a program that keeps its threads busy, its slowdown.
     pub percent: f64,
+    /// Metrics recorded from events' `counter.`, `monotonic_counter.`, `histogram.` and
+    /// `gauge.` fields, one per metric and span name, in no particular order ([`metrics`]).
+    /// Empty (and absent from the JSON) when no event had one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<Metric>,
 }
 
 /// Metadata of the profiled run.
@@ -200,6 +209,16 @@ pub struct Dropped {
     /// [`crate::chrome`]); 0 in profiles written before it was counted.
     #[serde(default)]
     pub trace_windows_skipped: u64,
+    /// Metric values of events not recorded because
+    /// [`MAX_METRICS`](crate::builder::MAX_METRICS) metrics or
+    /// [`MAX_METRIC_SITES`](crate::builder::MAX_METRIC_SITES) event callsites with metric
+    /// fields were in use; absent when 0, and 0 in profiles before version 4.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub metric_values: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Statistics of one span name.
@@ -355,6 +374,11 @@ impl Snapshot {
     /// entries: [`Snapshot::span_in`] picks one by its target.
     pub fn span(&self, name: &str) -> Option<&SpanStats> {
         self.spans.iter().find(|s| s.name == name)
+    }
+
+    /// The metrics named `name` (without their prefix), of every kind and span name.
+    pub fn metrics_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Metric> + 'a {
+        self.metrics.iter().filter(move |m| m.name == name)
     }
 
     /// The statistics of span name `name` in target `target` (the key spans are recorded

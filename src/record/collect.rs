@@ -1,6 +1,7 @@
 //! The merge of every thread's shard into a [`Snapshot`]: the one place where recorded state
 //! becomes the profile model.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
@@ -8,15 +9,17 @@ use std::time::UNIX_EPOCH;
 use hdrhistogram::Histogram;
 
 use super::hist::{new_histogram, record_n, Exact};
-use super::names::{Kind, KINDS};
+use super::metrics::NO_SPAN;
+use super::names::{Kind, NameInfo, KINDS};
 use super::overhead::CPU_SAMPLE_EVERY;
 use super::resources::ResourceTotals;
 use super::shards::{NameStats, Shard};
 use super::spans::ENTRIES_ONE;
 use super::Recorder;
+use crate::profile::metrics::{GaugeValue, HistogramValue, SumValue};
 use crate::profile::{
-    Dropped, HistogramSpec, Overhead, ResourceInfo, RunInfo, Snapshot, SpanStats, Stat, HIGHEST_NS,
-    LOWEST_NS, SCHEMA, SCHEMA_VERSION, SIGNIFICANT_DIGITS,
+    Dropped, HistogramSpec, Metric, MetricKind, MetricValue, Overhead, ResourceInfo, RunInfo,
+    Snapshot, SpanStats, Stat, HIGHEST_NS, LOWEST_NS, SCHEMA, SCHEMA_VERSION, SIGNIFICANT_DIGITS,
 };
 use crate::samplers::{Readings, SourceStatus};
 
@@ -148,6 +151,7 @@ impl Recorder {
                 spans_table_full: self.dropped_table_full.load(Relaxed),
                 spans_too_many_names: self.dropped_too_many_names.load(Relaxed),
                 trace_windows_skipped: 0,
+                metric_values: self.events.dropped.load(Relaxed),
             },
             resources: self.resource_info(),
             tree: self.tree.as_ref().map(|t| t.snapshot(&all_shards, &names)),
@@ -186,6 +190,98 @@ impl Recorder {
                 100.0 * estimated as f64 / base as f64
             },
         })
+            metrics: self.metrics(&all_shards, &names),
+        }
+    }
+
+    /// Every thread's metric cells, added per (metric, span name).
+    fn metrics(&self, shards: &[Arc<Shard>], names: &[Arc<NameInfo>]) -> Vec<Metric> {
+        let infos = self.events.all();
+        let mut totals: BTreeMap<(u32, u32), MetricTotals> = BTreeMap::new();
+        for shard in shards {
+            for (metric, span, cell) in shard.metrics() {
+                let t = totals.entry((metric, span)).or_default();
+                t.records += cell.records.load(Relaxed);
+                t.rejected += cell.rejected.load(Relaxed);
+                t.int_sum = t.int_sum.saturating_add(cell.int_sum.load(Relaxed) as i64);
+                t.float_sum += f64::from_bits(cell.float_sum.load(Relaxed));
+                let min = f64::from_bits(cell.min.load(Relaxed));
+                let max = f64::from_bits(cell.max.load(Relaxed));
+                t.min = t.min.min(min);
+                t.max = t.max.max(max);
+                if min <= max {
+                    // This cell set the gauge: its last value competes by time.
+                    let at = self
+                        .clock
+                        .delta_ns(self.start_raw, cell.last_at.load(Relaxed));
+                    if t.last.map_or(true, |(_, t_at)| at >= t_at) {
+                        t.last = Some((f64::from_bits(cell.last.load(Relaxed)), at));
+                    }
+                }
+                for (slot, part) in t.hists.iter_mut().enumerate() {
+                    if let Some((h, exact)) = cell.histogram(slot) {
+                        let (acc, acc_exact) =
+                            part.get_or_insert_with(|| (new_histogram(), Exact::default()));
+                        // Histograms of one layout always add (both resize themselves).
+                        let _ = acc.add(&h);
+                        acc_exact.merge(&exact);
+                    }
+                }
+            }
+        }
+        let start_unix_ns = self.run_start_unix_ns();
+        totals
+            .into_iter()
+            .filter_map(|((metric, span), t)| {
+                let info = infos.get(metric as usize)?;
+                let span_info = (span != NO_SPAN)
+                    .then(|| names.get(span as usize))
+                    .flatten();
+                let value = match info.kind {
+                    MetricKind::Counter | MetricKind::MonotonicCounter => {
+                        MetricValue::Sum(SumValue {
+                            integer: t.int_sum,
+                            float: finite(t.float_sum),
+                        })
+                    }
+                    MetricKind::Histogram => {
+                        let [integers, floats] = t.hists.map(|part| {
+                            part.map(|(h, e)| {
+                                Stat::new(h, e.sum, e.min_or_zero(), e.max, e.clamped)
+                            })
+                        });
+                        MetricValue::Histogram(Box::new(HistogramValue { integers, floats }))
+                    }
+                    MetricKind::Gauge => {
+                        let (last, at) = t.last.unwrap_or((0.0, 0));
+                        let set = t.min <= t.max;
+                        MetricValue::Gauge(GaugeValue {
+                            last,
+                            last_unix_ns: start_unix_ns.saturating_add(at),
+                            min: if set { t.min } else { 0.0 },
+                            max: if set { t.max } else { 0.0 },
+                        })
+                    }
+                };
+                Some(Metric {
+                    name: info.name.to_string(),
+                    kind: info.kind,
+                    unit: info.unit.map(str::to_string),
+                    span: span_info.map(|i| i.name.to_string()),
+                    span_target: span_info.map(|i| i.target.to_string()),
+                    records: t.records,
+                    rejected: t.rejected,
+                    value,
+                })
+            })
+            .collect()
+    }
+
+    fn run_start_unix_ns(&self) -> u64 {
+        self.start_wall
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
     }
 
     /// (busy, self) of the one completed entry of each open span entered exactly once so far,
@@ -221,11 +317,7 @@ impl Recorder {
     fn run_info(&self, now: u64) -> RunInfo {
         RunInfo {
             start_time: humantime::format_rfc3339_micros(self.start_wall).to_string(),
-            start_unix_ns: self
-                .start_wall
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0),
+            start_unix_ns: self.run_start_unix_ns(),
             duration_ns: self.clock.delta_ns(self.start_raw, now),
             host: host_name(),
             pid: std::process::id(),
@@ -268,6 +360,45 @@ impl Recorder {
             rss_bytes_at_end: crate::samplers::memory::rss_bytes(),
             heap_bytes_at_end: crate::alloc::global_heap_bytes(),
         })
+    }
+}
+
+/// One metric in one span name, added over every thread's cell.
+struct MetricTotals {
+    records: u64,
+    rejected: u64,
+    int_sum: i64,
+    float_sum: f64,
+    /// Gauges: the last value and its time (ns since the start), extremes.
+    last: Option<(f64, u64)>,
+    min: f64,
+    max: f64,
+    /// Histograms: integers, floats (nano-units).
+    hists: [Option<(Histogram<u64>, Exact)>; 2],
+}
+
+impl Default for MetricTotals {
+    fn default() -> Self {
+        Self {
+            records: 0,
+            rejected: 0,
+            int_sum: 0,
+            float_sum: 0.0,
+            last: None,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            hists: [None, None],
+        }
+    }
+}
+
+/// A float the JSON profile can hold: a sum that overflowed is kept at the largest finite value
+/// of its sign.
+fn finite(x: f64) -> f64 {
+    if x.is_nan() {
+        0.0
+    } else {
+        x.clamp(f64::MIN, f64::MAX)
     }
 }
 

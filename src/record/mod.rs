@@ -2,8 +2,8 @@
 //! the hot path that writes it.
 //!
 //! The [`Recorder`] owns the span table ([`spans`]), the span names and per-callsite decisions
-//! ([`names`]), the per-thread shards ([`shards`]) with their histograms ([`hist`]) and resource
-//! sums ([`resources`]), and reads the sampler's published readings. The layer
+//! ([`names`]), the per-thread shards ([`shards`]) with their histograms ([`hist`]), resource
+//! sums ([`resources`]) and metric cells ([`metrics`], from events' metric fields), and reads the sampler's published readings. The layer
 //! (`crate::layer`) turns `tracing` callbacks into calls of its methods; [`collect`] merges
 //! everything into a [`Snapshot`](crate::profile::Snapshot). Nothing outside this module sees
 //! its fields.
@@ -15,6 +15,7 @@
 
 mod collect;
 pub(crate) mod hist;
+pub(crate) mod metrics;
 pub(crate) mod names;
 pub(crate) mod overhead;
 pub(crate) mod resources;
@@ -32,11 +33,12 @@ use std::time::SystemTime;
 
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Record};
-use tracing_core::Metadata;
+use tracing_core::{Event, Metadata};
 
 use crate::clock::Clock;
 use crate::samplers::{Readings, Timeline};
 use crate::switches::{Resources, Switches};
+use metrics::{EventSites, MetricVisitor, NO_SPAN};
 use names::{
     throughput_fields, Decision, Kind, NameInfo, Names, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS,
 };
@@ -79,6 +81,8 @@ pub(crate) struct Recorder {
     /// Open spans, with the readings taken when they opened kept beside their slots.
     table: SpanTable<InstanceMark>,
     names: Names,
+    /// Event callsites' metric fields, and the metrics known.
+    events: EventSites,
     shards: Arc<Shards>,
     start_raw: u64,
     start_wall: SystemTime,
@@ -160,6 +164,7 @@ impl Recorder {
             clock,
             table: SpanTable::new(),
             names: Names::new(),
+            events: EventSites::new(),
             shards: Arc::new(Shards::default()),
             dropped_table_full: AtomicU64::new(0),
             dropped_too_many_names: AtomicU64::new(0),
@@ -594,6 +599,55 @@ impl Recorder {
                 bump(&local.stats(name).errors, 1);
             }
         });
+    }
+
+    /// An event: records its metric fields, if its callsite has any (one cache probe when it
+    /// has none), into this thread's cells of the span it occurs in: its explicit parent if
+    /// recorded, else (`contextual`) the innermost span this thread is in that spanprof
+    /// records; events elsewhere are kept under no span.
+    #[inline(always)]
+    pub(crate) fn event(&self, event: &Event<'_>) {
+        let Some(fields) = self.events.fields_of(event.metadata()) else {
+            return;
+        };
+        if self.recording() {
+            self.metric_event(event, fields);
+        }
+    }
+
+    fn metric_event(&self, event: &Event<'_>, fields: &[u32]) {
+        let now = || self.clock.raw();
+        let explicit = event.parent().map(|id| {
+            self.table
+                .with(id.into_u64(), |slot| u32::from(slot.name.load(Relaxed)))
+                .unwrap_or(NO_SPAN)
+        });
+        let done = self.local(|local| {
+            let span = match explicit {
+                Some(span) => span,
+                None if event.is_contextual() => local.stack.last().map_or(NO_SPAN, |f| f.name),
+                None => NO_SPAN,
+            };
+            event.record(&mut MetricVisitor {
+                fields,
+                span,
+                local: Some(local),
+                orphan: &self.shards,
+                dropped: &self.events.dropped,
+                now: &now,
+            });
+        });
+        if done.is_none() {
+            // A thread being torn down: its stack is gone too.
+            event.record(&mut MetricVisitor {
+                fields,
+                span: explicit.unwrap_or(NO_SPAN),
+                local: None,
+                orphan: &self.shards,
+                dropped: &self.events.dropped,
+                now: &now,
+            });
+        }
     }
 
     #[inline(always)]

@@ -3,7 +3,8 @@
 //! A callsite is looked at once: whether spanprof records its spans, under which name index,
 //! and whether it carries throughput fields. The decision is cached in an insert-only,
 //! lock-free table keyed by the callsite's `'static` metadata address, so creating a span costs
-//! one probe, never a lock or a hash of the name.
+//! one probe, never a lock or a hash of the name. Events' callsites have a cache of the same
+//! kind ([`CallsiteCache`]) for their metric fields (`super::metrics`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -114,12 +115,18 @@ impl NameInfo {
 pub(crate) struct Names {
     list: RwLock<Vec<Arc<NameInfo>>>,
     by_key: Mutex<HashMap<(&'static str, &'static str), u32>>,
+    callsites: CallsiteCache,
+}
+
+/// An insert-only, lock-free map from a callsite's `'static` metadata to a `u32` decided once
+/// for it: one probe (a multiply and a few loads) per lookup.
+pub(crate) struct CallsiteCache {
     keys: Box<[AtomicUsize]>,
-    decisions: Box<[AtomicU32]>,
-    /// Decisions of callsites whose probe window in the cache was full (more callsites than the
+    values: Box<[AtomicU32]>,
+    /// Values of callsites whose probe window in the cache was full (more callsites than the
     /// cache holds): a read lock and a hash away, still far from deciding again.
-    overflow: RwLock<HashMap<usize, Decision>>,
-    /// Set once a decision went to `overflow`.
+    overflow: RwLock<HashMap<usize, u32>>,
+    /// Set once a value went to `overflow`.
     overflowed: AtomicBool,
 }
 
@@ -135,41 +142,37 @@ fn slot_of(key: usize) -> usize {
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize) >> 16) & (CALLSITE_SLOTS - 1)
 }
 
-impl Names {
+impl CallsiteCache {
     pub(crate) fn new() -> Self {
         Self {
-            list: RwLock::new(Vec::new()),
-            by_key: Mutex::new(HashMap::new()),
             keys: (0..CALLSITE_SLOTS)
                 .map(|_| AtomicUsize::new(EMPTY))
                 .collect(),
-            decisions: (0..CALLSITE_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            values: (0..CALLSITE_SLOTS).map(|_| AtomicU32::new(0)).collect(),
             overflow: RwLock::new(HashMap::new()),
             overflowed: AtomicBool::new(false),
         }
     }
 
-    /// The cached decision for a callsite, if it was decided.
+    /// The cached value of a callsite, if it was decided.
     #[inline(always)]
-    pub(crate) fn cached(&self, meta: &'static Metadata<'static>) -> Option<Decision> {
+    pub(crate) fn get(&self, meta: &'static Metadata<'static>) -> Option<u32> {
         let key = meta as *const Metadata<'static> as usize;
         let start = slot_of(key);
         for probe in 0..CALLSITE_PROBES {
             let slot = (start + probe) & (CALLSITE_SLOTS - 1);
             match self.keys[slot].load(Ordering::Acquire) {
-                k if k == key => {
-                    return Some(Decision(self.decisions[slot].load(Ordering::Relaxed)))
-                }
+                k if k == key => return Some(self.values[slot].load(Ordering::Relaxed)),
                 EMPTY => return None,
                 _ => {}
             }
         }
-        self.cached_overflow(key)
+        self.get_overflow(key)
     }
 
     #[cold]
     #[inline(never)]
-    fn cached_overflow(&self, key: usize) -> Option<Decision> {
+    fn get_overflow(&self, key: usize) -> Option<u32> {
         if !self.overflowed.load(Ordering::Acquire) {
             return None;
         }
@@ -180,9 +183,9 @@ impl Names {
             .copied()
     }
 
-    /// Caches a decision for a callsite (first one wins). Past the cache's probe window, in the
+    /// Caches a value for a callsite (first one wins). Past the cache's probe window, in the
     /// overflow map.
-    pub(crate) fn remember(&self, meta: &'static Metadata<'static>, decision: Decision) {
+    pub(crate) fn insert(&self, meta: &'static Metadata<'static>, value: u32) {
         let key = meta as *const Metadata<'static> as usize;
         let start = slot_of(key);
         for probe in 0..CALLSITE_PROBES {
@@ -196,7 +199,7 @@ impl Names {
                     .compare_exchange(EMPTY, RESERVED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                self.decisions[slot].store(decision.0, Ordering::Relaxed);
+                self.values[slot].store(value, Ordering::Relaxed);
                 self.keys[slot].store(key, Ordering::Release);
                 return;
             }
@@ -206,9 +209,30 @@ impl Names {
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
                 .entry(key)
-                .or_insert(decision);
+                .or_insert(value);
         });
         self.overflowed.store(true, Ordering::Release);
+    }
+}
+
+impl Names {
+    pub(crate) fn new() -> Self {
+        Self {
+            list: RwLock::new(Vec::new()),
+            by_key: Mutex::new(HashMap::new()),
+            callsites: CallsiteCache::new(),
+        }
+    }
+
+    /// The cached decision for a callsite, if it was decided.
+    #[inline(always)]
+    pub(crate) fn cached(&self, meta: &'static Metadata<'static>) -> Option<Decision> {
+        self.callsites.get(meta).map(Decision)
+    }
+
+    /// Caches a decision for a callsite (first one wins).
+    pub(crate) fn remember(&self, meta: &'static Metadata<'static>, decision: Decision) {
+        self.callsites.insert(meta, decision.0);
     }
 
     /// The index of a span name, registering it if new; `None` past [`MAX_SPAN_NAMES`].

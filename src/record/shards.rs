@@ -13,6 +13,7 @@ use std::sync::atomic::{
 use std::sync::{Arc, Mutex, Weak};
 
 use super::hist::AtomicHist;
+use super::metrics::MetricCell;
 use super::names::{Kind, KINDS};
 use super::overhead::EntryCost;
 use super::resources::{EntryMark, ResourceSlot, ResourceStats};
@@ -94,6 +95,9 @@ pub(crate) struct Shard {
     live: LiveStack,
     /// The call tree's stats of the nodes this shard recorded.
     pub(crate) nodes: ShardNodes,
+    /// The metric cells of this shard: (metric id, span name index, cell). Locked when a
+    /// thread records a metric in a span name for the first time, and by snapshots.
+    metrics: Mutex<Vec<(u32, u32, Arc<MetricCell>)>>,
 }
 
 impl Shard {
@@ -111,6 +115,26 @@ impl Shard {
             let name = frame.name.load(Acquire);
             f(name, frame.start.load(Relaxed));
         }
+    }
+
+    /// Every metric cell of this shard: (metric id, span name index, cell).
+    pub(crate) fn metrics(&self) -> Vec<(u32, u32, Arc<MetricCell>)> {
+        self.metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The cell of a metric in a span name in this shard, made if new (a thread adopting a
+    /// shard finds the cells of the thread before it).
+    fn metric_cell(&self, metric: u32, span: u32) -> Arc<MetricCell> {
+        let mut metrics = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, cell)) = metrics.iter().find(|(m, s, _)| *m == metric && *s == span) {
+            return cell.clone();
+        }
+        let cell = Arc::new(MetricCell::new());
+        metrics.push((metric, span, cell.clone()));
+        cell
     }
 
     /// The stats of a name in this shard, made if new. For a writer that holds the shard
@@ -184,29 +208,49 @@ impl Shards {
     /// Runs `f` with the orphan shard's stats of `name` (rare: threads being torn down).
     #[cold]
     pub(crate) fn with_orphan<R>(&self, name: u32, f: impl FnOnce(&NameStats) -> R) -> R {
-        let mut orphan = self.orphan.lock().unwrap_or_else(|e| e.into_inner());
-        let stats = crate::alloc::untracked(|| self.orphan_shard(&mut orphan).stats(name));
-        // The lock is held while `f` writes: one writer at a time, as for any shard.
-        f(&stats)
+        self.with_orphan_shard(|shard| {
+            let stats = crate::alloc::untracked(|| shard.stats(name));
+            f(&stats)
+        })
+    }
+
+    /// Runs `f` with the orphan shard's cell of a metric in a span name.
+    #[cold]
+    pub(crate) fn with_orphan_metric<R>(
+        &self,
+        metric: u32,
+        span: u32,
+        f: impl FnOnce(&MetricCell) -> R,
+    ) -> R {
+        self.with_orphan_shard(|shard| {
+            let cell = crate::alloc::untracked(|| shard.metric_cell(metric, span));
+            f(&cell)
+        })
     }
 
     /// Runs `f` with the orphan shard's stats of call-tree node `node`, under the same lock.
     #[cold]
     pub(crate) fn with_orphan_node(&self, node: u16, f: impl FnOnce(&NodeStats)) {
-        let mut orphan = self.orphan.lock().unwrap_or_else(|e| e.into_inner());
-        let stats = crate::alloc::untracked(|| self.orphan_shard(&mut orphan).nodes.orphan(node));
-        f(&stats);
+        self.with_orphan_shard(|shard| {
+            let stats = crate::alloc::untracked(|| shard.nodes.orphan(node));
+            f(&stats);
+        });
     }
 
-    fn orphan_shard<'a>(&self, orphan: &'a mut Option<Arc<Shard>>) -> &'a Arc<Shard> {
-        orphan.get_or_insert_with(|| {
-            let shard = Arc::new(Shard::default());
-            self.list
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(shard.clone());
-            shard
-        })
+    fn with_orphan_shard<R>(&self, f: impl FnOnce(&Shard) -> R) -> R {
+        let mut orphan = self.orphan.lock().unwrap_or_else(|e| e.into_inner());
+        let shard = orphan.get_or_insert_with(|| {
+            crate::alloc::untracked(|| {
+                let shard = Arc::new(Shard::default());
+                self.list
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(shard.clone());
+                shard
+            })
+        });
+        // The lock is held while `f` writes: one writer at a time, as for any shard.
+        f(shard)
     }
 
     fn acquire(&self) -> Arc<Shard> {
@@ -239,6 +283,9 @@ pub(crate) struct Local {
     stats: Vec<Option<Arc<NameStats>>>,
     /// This thread's view of `shard`'s call-tree node stats.
     nodes: LocalNodes,
+    /// This thread's metric cells, indexed by metric id: (span name index, cell) of each span
+    /// name the metric was recorded in.
+    metrics: Vec<Vec<(u32, Arc<MetricCell>)>>,
     pub(crate) stack: Vec<Frame>,
     /// Resource readings at the enter of each marked frame, in stack order.
     pub(crate) marks: Vec<EntryMark>,
@@ -316,6 +363,31 @@ impl Local {
     #[inline(always)]
     pub(crate) fn node_stats(&mut self, node: u16) -> &NodeStats {
         self.nodes.get(node, &self.shard.nodes)
+    /// The cell of a metric in a span name, created on first use.
+    #[inline(always)]
+    pub(crate) fn metric(&mut self, metric: u32, span: u32) -> &MetricCell {
+        let index = metric as usize;
+        let found = self
+            .metrics
+            .get(index)
+            .and_then(|cells| cells.iter().position(|(s, _)| *s == span));
+        let pos = match found {
+            Some(pos) => pos,
+            None => crate::alloc::untracked(|| self.new_metric(index, span)),
+        };
+        &self.metrics[index][pos].1
+    }
+
+    /// Adds a metric's cell to this thread's view; returns its position among the metric's.
+    #[cold]
+    #[inline(never)]
+    fn new_metric(&mut self, index: usize, span: u32) -> usize {
+        let cell = self.shard.metric_cell(index as u32, span);
+        if self.metrics.len() <= index {
+            self.metrics.resize_with(index + 1, Vec::new);
+        }
+        self.metrics[index].push((span, cell));
+        self.metrics[index].len() - 1
     }
 
     #[cold]
@@ -427,6 +499,7 @@ fn slow_local<'a>(
             instance,
             stats: shard.names(),
             nodes: LocalNodes::of(&shard.nodes),
+            metrics: Vec::new(),
             shard,
             stack: Vec::with_capacity(32),
             marks: Vec::new(),

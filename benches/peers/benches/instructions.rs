@@ -9,7 +9,11 @@
 //! `excluded` (spanprof with a span filter that excludes the span), `off` (`SPANPROF=off`),
 //! `detailed` (spanprof with memory, heap and CPU per span), or `nested` (three nested spans
 //! per iteration under spanprof `basic`; `nested_floor` the same under the floor); `notree` and
-//! `nested_notree` are `basic` and `nested` with the call tree off. Instruction
+//! `nested_notree` are `basic` and `nested` with the call tree off. The `event*`
+//! cases emit one `info` event per iteration instead, inside one span entered around the loop:
+//! `event_floor` (a plain event under the floor), `event_plain` (the same under spanprof
+//! `basic`), `event_metric` (an event with one `histogram.` metric field under spanprof
+//! `basic`). Instruction
 //! counts do not move with the machine's load: the script counts only inside
 //! `measured_spans`, at two span counts, and divides the difference, so first-use costs cancel
 //! out too.
@@ -37,8 +41,8 @@ fn main() {
     };
     let builder = spanprof::ProfileLayer::builder;
     let (dispatch, guard) = match case.as_str() {
-        "floor" | "nested_floor" => (common::floor(), None),
-        "basic" | "nested" => {
+        "floor" | "nested_floor" | "event_floor" => (common::floor(), None),
+        "basic" | "nested" | "event_plain" | "event_metric" => {
             let (d, g) = spanprof(builder());
             (d, Some(g))
         }
@@ -66,30 +70,59 @@ fn main() {
         other => panic!("unknown CASE {other:?}"),
     };
     let nested = case.starts_with("nested");
-    tracing::dispatcher::with_default(&dispatch, || measured_spans(spans, nested));
+    let shape = match case.as_str() {
+        _ if nested => Shape::Nested,
+        "event_floor" | "event_plain" => Shape::Event,
+        "event_metric" => Shape::MetricEvent,
+        _ => Shape::Flat,
+    };
+    tracing::dispatcher::with_default(&dispatch, || {
+        if matches!(shape, Shape::Event | Shape::MetricEvent) {
+            tracing::info_span!("events").in_scope(|| measured_spans(spans, shape));
+        } else {
+            measured_spans(spans, shape);
+        }
+    });
     if let Some(guard) = guard {
         let calls: u64 = guard.snapshot().spans.iter().map(|s| s.calls).sum();
         let expected = match case.as_str() {
             "excluded" | "off" => 0,
             _ if nested => 3 * spans,
+            "event_plain" | "event_metric" => 1,
             _ => spans,
         };
         assert_eq!(calls, expected, "{case}: spans recorded");
     }
 }
 
+/// What one iteration of the measured loop does.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// One span.
+    Flat,
+    /// Three nested spans.
+    Nested,
+    /// One event with a plain field.
+    Event,
+    /// One event with a `histogram.` metric field.
+    MetricEvent,
+}
+
 /// The spans counted: `scripts/instructions.sh` collects instructions only inside this function
 /// (callgrind's `--toggle-collect`), so set-up, clock calibration and the snapshot stay out.
 #[inline(never)]
-fn measured_spans(spans: u64, nested: bool) {
-    for _ in 0..spans {
-        if nested {
-            tracing::info_span!("a").in_scope(|| {
+fn measured_spans(spans: u64, shape: Shape) {
+    for i in 0..spans {
+        match shape {
+            Shape::Nested => tracing::info_span!("a").in_scope(|| {
                 tracing::info_span!("b")
                     .in_scope(|| tracing::info_span!("c").in_scope(|| std::hint::black_box(())))
-            });
-        } else {
-            tracing::info_span!("bench_span").in_scope(|| std::hint::black_box(()));
+            }),
+            Shape::Flat => {
+                tracing::info_span!("bench_span").in_scope(|| std::hint::black_box(()));
+            }
+            Shape::Event => tracing::info!(value = i % 1000, "tick"),
+            Shape::MetricEvent => tracing::info!(histogram.value = i % 1000, "tick"),
         }
     }
 }
