@@ -294,6 +294,8 @@ impl Builder {
     /// path does none of its work.
     pub fn with_tree(self, on: bool) -> Self {
         Self { tree: on, ..self }
+    }
+
     /// The back-off's threshold (default [`Builder::DEFAULT_MAX_OVERHEAD_PCT`], `None`: off):
     /// when spanprof's estimated cost goes over this share of the process's CPU time, %, its
     /// per-span resource readings (CPU time, heap, memory, GPU and energy marks) are switched

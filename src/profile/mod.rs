@@ -86,6 +86,11 @@ pub struct Snapshot {
     /// Steps the automatic back-off took, in order (schema 4; empty when it took none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backoff: Vec<BackoffStep>,
+    /// Metrics recorded from events' `counter.`, `monotonic_counter.`, `histogram.` and
+    /// `gauge.` fields, one per metric and span name, in no particular order ([`metrics`]).
+    /// Empty (and absent from the JSON) when no event had one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<Metric>,
 }
 
 /// One step of the automatic back-off
@@ -150,11 +155,6 @@ pub struct Overhead {
     /// `estimated_ns` as a share of the process's CPU time (of the run's wall time where that
     /// is not readable), %: for a program that keeps its threads busy, its slowdown.
     pub percent: f64,
-    /// Metrics recorded from events' `counter.`, `monotonic_counter.`, `histogram.` and
-    /// `gauge.` fields, one per metric and span name, in no particular order ([`metrics`]).
-    /// Empty (and absent from the JSON) when no event had one.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub metrics: Vec<Metric>,
 }
 
 /// Metadata of the profiled run.

@@ -157,6 +157,7 @@ impl Recorder {
             tree: self.tree.as_ref().map(|t| t.snapshot(&all_shards, &names)),
             overhead,
             backoff: Vec::new(),
+            metrics: self.metrics(&all_shards, &names),
         }
     }
 
@@ -190,8 +191,6 @@ impl Recorder {
                 100.0 * estimated as f64 / base as f64
             },
         })
-            metrics: self.metrics(&all_shards, &names),
-        }
     }
 
     /// Every thread's metric cells, added per (metric, span name).

@@ -804,6 +804,7 @@ mod tests {
                 sampled: Resources::NONE,
                 interval_ms: 100,
                 grid_g_per_kwh: None,
+                tree: true,
             },
             Costs::from_reads(50.0, 1000.0),
         ));

@@ -87,6 +87,8 @@ impl Costs {
                 sampled: Resources::NONE,
                 interval_ms: 0,
                 grid_g_per_kwh: None,
+                // The default: the call tree on.
+                tree: true,
             },
             Costs::default(),
         );

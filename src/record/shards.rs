@@ -363,6 +363,8 @@ impl Local {
     #[inline(always)]
     pub(crate) fn node_stats(&mut self, node: u16) -> &NodeStats {
         self.nodes.get(node, &self.shard.nodes)
+    }
+
     /// The cell of a metric in a span name, created on first use.
     #[inline(always)]
     pub(crate) fn metric(&mut self, metric: u32, span: u32) -> &MetricCell {
