@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::gpu::GpuSource;
 use crate::guard::{ProfileGuard, ProfileHandle};
 use crate::layer::ProfileLayer;
-use crate::output::{Destination, Format, Json, Output, Table};
+use crate::output::{Destination, Format, Output, Table};
 use crate::record::{Recorder, RunSettings};
 use crate::samplers::{self, Readings, Timeline};
 use crate::session::ProfileSession;
@@ -188,7 +188,9 @@ impl Builder {
     }
 
     /// A directory the guard writes its file outputs into when it drops: the JSON profile
-    /// ([`PROFILE_FILE`](crate::output::PROFILE_FILE)). `SPANPROF_OUT` overrides it.
+    /// ([`PROFILE_FILE`](crate::output::PROFILE_FILE)), and with the default features
+    /// `report.csv` (feature `csv`) and `metrics.prom` (feature `prometheus`). `SPANPROF_OUT`
+    /// overrides it.
     ///
     /// [`Builder::build`] creates it and checks that a file can be written there (an empty path
     /// or a directory that cannot be written is an error then, not when the guard drops).
@@ -380,11 +382,13 @@ impl Builder {
                 });
             }
             if let Some(dir) = b.output_dir {
-                outputs.push(Output {
-                    format: Box::new(Json),
-                    to: Destination::Dir(dir),
-                    fallback_to_stderr: false,
-                });
+                for format in crate::output::directory_formats() {
+                    outputs.push(Output {
+                        format,
+                        to: Destination::Dir(dir.clone()),
+                        fallback_to_stderr: false,
+                    });
+                }
             }
             outputs.append(&mut b.outputs.0.lock().unwrap_or_else(|e| e.into_inner()));
         }

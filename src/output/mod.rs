@@ -10,6 +10,8 @@
 //! |---|---|---|
 //! | [`Table`] | `report.txt` | the console report: one row per span name, sorted by self time |
 //! | [`Json`] | [`PROFILE_FILE`] | the JSON profile, full histograms (schema in the README) |
+//! | `Csv` | `report.csv` | one row per span name, every figure of the report (feature `csv`) |
+//! | `Prometheus` | `metrics.prom` | the Prometheus text exposition (feature `prometheus`) |
 //!
 //! ```
 //! use spanprof::output::{Format, Table};
@@ -24,7 +26,11 @@
 //! To add a format, implement [`Format`] and pass it to
 //! [`Builder::with_output`](crate::Builder::with_output).
 
+#[cfg(feature = "csv")]
+mod csv;
 mod json;
+#[cfg(feature = "prometheus")]
+mod prometheus;
 mod table;
 pub(crate) mod units;
 
@@ -32,6 +38,10 @@ use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "csv")]
+pub use self::csv::{Csv, CSV_FILE};
+#[cfg(feature = "prometheus")]
+pub use self::prometheus::{Prometheus, METRICS_FILE};
 pub use json::{Json, PROFILE_FILE};
 pub use table::{Table, REPORT_FILE};
 
@@ -172,6 +182,17 @@ impl Outputs {
     pub fn report(&self) -> Option<&Path> {
         self.file(Table::new().name())
     }
+}
+
+/// The formats an output directory gets, in the order they are written: the JSON profile,
+/// then `report.csv` and `metrics.prom` where their features are on.
+pub(crate) fn directory_formats() -> Vec<Box<dyn Format>> {
+    let mut formats: Vec<Box<dyn Format>> = vec![Box::new(Json)];
+    #[cfg(feature = "csv")]
+    formats.push(Box::new(Csv::new()));
+    #[cfg(feature = "prometheus")]
+    formats.push(Box::new(Prometheus::new()));
+    formats
 }
 
 /// Renders every output, collecting the files written and every error.
