@@ -14,12 +14,14 @@ use crate::error::{Error, Result};
 use crate::gpu::GpuSource;
 use crate::guard::{ProfileGuard, ProfileHandle};
 use crate::layer::ProfileLayer;
-use crate::output::{Destination, Folded, Format, Json, Output, Table};
+use crate::output::{Destination, Format, Output, Table};
 use crate::record::{Recorder, RunSettings};
 use crate::samplers::{self, Readings, Timeline};
 use crate::session::ProfileSession;
 use crate::switches::{Preset, Resources};
 
+#[cfg(feature = "http")]
+pub use crate::env::ENV_METRICS_ADDR;
 pub use crate::env::{
     ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_MAX_OVERHEAD, ENV_OUT, ENV_PRESET, ENV_REPORT,
     ENV_SAMPLERS, ENV_TOP,
@@ -83,6 +85,7 @@ pub enum ReportTarget {
 /// | `SPANPROF_INTERVAL_MS` | milliseconds, 1 to 3600000 (1 ms to 1 h) | [`Builder::with_sample_interval`] |
 /// | `SPANPROF_GRID_G_PER_KWH` | a non-negative number | [`Builder::with_grid_intensity`] |
 /// | `SPANPROF_MAX_OVERHEAD` | a percentage over 0, up to 100 (`5`, `2.5%`), or `off` | [`Builder::with_max_overhead`] |
+/// | `SPANPROF_METRICS_ADDR` | `host:port` or a port (feature `http`) | `Builder::with_metrics_addr` |
 ///
 /// One rule per option, whichever source gives the value: [`Builder::build`] checks the
 /// builder's values with the same rule the variable's value is checked with, and an invalid
@@ -110,6 +113,9 @@ pub struct Builder {
     max_overhead_pct: Option<f64>,
     /// Outputs added with [`Builder::with_output`].
     outputs: OutputSlot,
+    /// Where the `/metrics` endpoint listens, if it is served.
+    #[cfg(feature = "http")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Default for Builder {
@@ -131,6 +137,8 @@ impl Default for Builder {
             tree: true,
             max_overhead_pct: Some(Self::DEFAULT_MAX_OVERHEAD_PCT),
             outputs: OutputSlot::default(),
+            #[cfg(feature = "http")]
+            metrics_addr: None,
         }
     }
 }
@@ -204,7 +212,8 @@ impl Builder {
     /// ([`PROFILE_FILE`](crate::output::PROFILE_FILE)) and, with the call tree
     /// ([`Builder::with_tree`]), the folded stacks (`profile.folded`), the flamegraph
     /// (`flamegraph.svg`, feature `flamegraph`) and the pprof profile (`profile.pb.gz`, feature
-    /// `pprof`). `SPANPROF_OUT` overrides it.
+    /// `pprof`); with the default features also `report.csv` (feature `csv`) and `metrics.prom`
+    /// (feature `prometheus`). `SPANPROF_OUT` overrides it.
     ///
     /// [`Builder::build`] creates it and checks that a file can be written there (an empty path
     /// or a directory that cannot be written is an error then, not when the guard drops).
@@ -317,6 +326,41 @@ impl Builder {
         }
     }
 
+    /// The address of the `/metrics` endpoint by default: 127.0.0.1:9464 (loopback only; the
+    /// port of OpenTelemetry's Prometheus exporter).
+    #[cfg(feature = "http")]
+    pub const DEFAULT_METRICS_ADDR: std::net::SocketAddr = std::net::SocketAddr::V4(
+        std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9464),
+    );
+
+    /// Serves the Prometheus exposition of a fresh snapshot at `http://<addr>/metrics` while
+    /// the profile runs, from a thread of its own, until the guard finishes (feature `http`).
+    /// [`Builder::DEFAULT_METRICS_ADDR`] is loopback only; bind `0.0.0.0:<port>` for a
+    /// Prometheus server on another machine, port 0 for any free port
+    /// ([`ProfileHandle::metrics_addr`] tells which). `SPANPROF_METRICS_ADDR` overrides it (and
+    /// starts the endpoint without this call). Not served at the `off` preset.
+    ///
+    /// [`Builder::build`] binds the address: one in use is an error then.
+    ///
+    /// ```
+    /// # use spanprof::{ProfileLayer, ReportTarget};
+    /// let (layer, guard) = ProfileLayer::builder()
+    ///     .with_env(false)
+    ///     .with_report(ReportTarget::Off)
+    ///     .with_metrics_addr(([127, 0, 0, 1], 0))
+    ///     .build()?;
+    /// let addr = guard.metrics_addr().expect("served");
+    /// assert!(addr.ip().is_loopback() && addr.port() != 0);
+    /// # Ok::<(), spanprof::Error>(())
+    /// ```
+    #[cfg(feature = "http")]
+    pub fn with_metrics_addr(self, addr: impl Into<std::net::SocketAddr>) -> Self {
+        Self {
+            metrics_addr: Some(addr.into()),
+            ..self
+        }
+    }
+
     /// Builds the layer and its guard.
     ///
     /// Reads the `SPANPROF*` variables (unless [`Builder::with_env`] is `false`), checks every
@@ -328,7 +372,8 @@ impl Builder {
     /// [`Error::InvalidEnv`] naming the variable, or [`Error::InvalidSetting`] naming the
     /// builder method, with the value that is wrong; [`Error::InvalidFilter`] if filter
     /// directives do not parse; [`Error::Io`] naming the output directory if it cannot be
-    /// created or written. Nothing is installed in that case. With [`Builder::with_chrome`]:
+    /// created or written; [`Error::Io`] naming the address if the `/metrics` endpoint cannot
+    /// be bound. Nothing is installed in that case. With [`Builder::with_chrome`]:
     /// [`Error::InvalidChromeOptions`], or [`Error::Io`] if the trace directory cannot be created.
     pub fn build(self) -> Result<(ProfileLayer, ProfileGuard)> {
         let read_env = self.read_env;
@@ -357,6 +402,15 @@ impl Builder {
             prepare_outputs(b.output_dir.as_deref(), b.report)?
         } else {
             ReportTarget::Off
+        };
+        #[cfg(feature = "http")]
+        let metrics_listener = match b.metrics_addr {
+            Some(addr) if records => Some(crate::http::bind(addr).map_err(|source| Error::Io {
+                action: "binding the /metrics endpoint",
+                path: PathBuf::from(addr.to_string()),
+                source,
+            })?),
+            _ => None,
         };
         #[cfg(feature = "chrome")]
         let chrome = match b.chrome {
@@ -426,15 +480,7 @@ impl Builder {
                 });
             }
             if let Some(dir) = b.output_dir {
-                let mut formats: Vec<Box<dyn Format>> = vec![Box::new(Json)];
-                if b.tree {
-                    formats.push(Box::new(Folded));
-                    #[cfg(feature = "flamegraph")]
-                    formats.push(Box::new(crate::output::Flamegraph::new()));
-                    #[cfg(feature = "pprof")]
-                    formats.push(Box::new(crate::output::Pprof));
-                }
-                for format in formats {
+                for format in crate::output::directory_formats(b.tree) {
                     outputs.push(Output {
                         format,
                         to: Destination::Dir(dir.clone()),
@@ -463,9 +509,14 @@ impl Builder {
             table,
             records,
         );
+        let handle = ProfileHandle::new(session);
+        #[cfg(feature = "http")]
+        if let Some(listener) = metrics_listener {
+            handle.serve_metrics(listener);
+        }
         Ok((
             ProfileLayer::new(recorder, filter, records).with_sampler_use(sampler_use.clone()),
-            ProfileGuard::new(ProfileHandle::new(session)).with_sampler_use(sampler_use.as_ref()),
+            ProfileGuard::new(handle).with_sampler_use(sampler_use.as_ref()),
         ))
     }
 
@@ -559,6 +610,10 @@ impl Builder {
                 Some(rules::max_overhead(pct, Origin::Env(ENV_MAX_OVERHEAD, &v))?)
             };
         }
+        #[cfg(feature = "http")]
+        if let Some(v) = read(ENV_METRICS_ADDR, rules::METRICS_ADDR)? {
+            self.metrics_addr = Some(rules::metrics_addr(&v)?);
+        }
         if let Some(v) = read(ENV_OUT, rules::OUT)? {
             self.output_dir = Some(rules::output_dir(
                 PathBuf::from(&v),
@@ -607,6 +662,25 @@ mod rules {
     pub(super) const GRID: &str = "a finite number, 0 or more (grams CO2e per kWh)";
     pub(super) const OUT: &str = "a directory path (not empty)";
     pub(super) const MAX_OVERHEAD: &str = "a percentage over 0, up to 100 (5, 2.5%), or off";
+    #[cfg(feature = "http")]
+    pub(super) const METRICS_ADDR: &str =
+        "an IP address and port (127.0.0.1:9464, 0.0.0.0:9464, [::1]:0) or a port alone (on \
+         127.0.0.1; 0 = any free port)";
+
+    /// `SPANPROF_METRICS_ADDR`: a socket address, or a port on 127.0.0.1.
+    #[cfg(feature = "http")]
+    pub(super) fn metrics_addr(text: &str) -> Result<std::net::SocketAddr> {
+        text.parse()
+            .or_else(|_| {
+                text.parse::<u16>()
+                    .map(|port| (std::net::Ipv4Addr::LOCALHOST, port).into())
+            })
+            .map_err(|_| Error::InvalidEnv {
+                var: ENV_METRICS_ADDR,
+                value: text.to_string(),
+                expected: METRICS_ADDR,
+            })
+    }
 
     /// A number in an environment variable.
     pub(super) fn number<T: std::str::FromStr>(
@@ -911,6 +985,48 @@ mod tests {
             );
             assert!(e.to_string().contains(v), "{e}");
         }
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn metrics_addr_from_env() {
+        for (v, want) in [
+            ("9464", "127.0.0.1:9464"),
+            (" 0 ", "127.0.0.1:0"),
+            ("0.0.0.0:9100", "0.0.0.0:9100"),
+            ("[::1]:0", "[::1]:0"),
+        ] {
+            let b = Builder::default()
+                .apply_env(env(&[("SPANPROF_METRICS_ADDR", v)]))
+                .unwrap();
+            assert_eq!(b.metrics_addr, Some(want.parse().unwrap()), "{v:?}");
+        }
+        for v in [
+            "localhost:9464",
+            "65536",
+            "127.0.0.1",
+            "",
+            "http://127.0.0.1:9464",
+        ] {
+            let e = err(&[("SPANPROF_METRICS_ADDR", v)]);
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidEnv {
+                        var: "SPANPROF_METRICS_ADDR",
+                        ..
+                    }
+                ),
+                "{v:?}: {e:?}"
+            );
+            assert!(e.to_string().contains("a port alone"), "{e}");
+        }
+        assert_eq!(Builder::DEFAULT_METRICS_ADDR.to_string(), "127.0.0.1:9464");
+        assert_eq!(
+            Builder::default().metrics_addr,
+            None,
+            "served only when asked"
+        );
     }
 
     #[test]

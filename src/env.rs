@@ -24,6 +24,12 @@ pub const ENV_SAMPLERS: &str = "SPANPROF_SAMPLERS";
 /// Environment variable: the sampling interval in whole milliseconds, 1 to 3600000.
 pub const ENV_INTERVAL_MS: &str = "SPANPROF_INTERVAL_MS";
 
+/// Environment variable: the address of the Prometheus `/metrics` endpoint (feature `http`): a
+/// socket address (`127.0.0.1:9464`, `0.0.0.0:9464`, `[::1]:0`) or a port alone, bound on
+/// 127.0.0.1 (`9464`; `0` for any free port).
+#[cfg(feature = "http")]
+pub const ENV_METRICS_ADDR: &str = "SPANPROF_METRICS_ADDR";
+
 /// Environment variable: grid carbon intensity, grams CO2e per kWh (enables CO2e figures).
 pub const ENV_GRID: &str = "SPANPROF_GRID_G_PER_KWH";
 

@@ -57,6 +57,21 @@ impl ProfileHandle {
         out.write_all(self.render_report().as_bytes())
     }
 
+    /// Starts the `/metrics` endpoint on `listener` (see [`crate::http`]).
+    #[cfg(feature = "http")]
+    pub(crate) fn serve_metrics(&self, listener: crate::http::Listener) {
+        ProfileSession::serve_metrics(&self.session, listener);
+    }
+
+    /// The address the Prometheus `/metrics` endpoint is bound to (the port chosen where port 0
+    /// was asked for), while it serves: `None` without
+    /// [`Builder::with_metrics_addr`](crate::Builder::with_metrics_addr) or
+    /// `SPANPROF_METRICS_ADDR`, and once the profile has finished (feature `http`).
+    #[cfg(feature = "http")]
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.session.metrics_addr()
+    }
+
     /// The resources recorded per span now.
     pub fn resources(&self) -> Resources {
         self.session.resources()
@@ -530,6 +545,12 @@ impl ProfileGuard {
     /// Everything recorded so far; see [`ProfileHandle::snapshot`].
     pub fn snapshot(&self) -> Snapshot {
         self.handle.snapshot()
+    }
+
+    /// The address of the Prometheus `/metrics` endpoint; see [`ProfileHandle::metrics_addr`].
+    #[cfg(feature = "http")]
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.handle.metrics_addr()
     }
 
     /// Stops recording, writes the report and the outputs, and says where they went.

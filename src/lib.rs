@@ -96,6 +96,11 @@
 //!   `libnvidia-ml.so.1` at run time: no build-time dependency on a driver).
 //! - `ctrlc` (default): [`ProfileHandle::install_signal_handler`]: SIGINT, SIGTERM and SIGHUP
 //!   write the outputs before the process exits.
+//! - `csv` (default): `report.csv` in the output directory (`output::Csv`, the `csv` crate).
+//! - `prometheus` (default): `metrics.prom` in the output directory, the Prometheus text
+//!   exposition (`output::Prometheus`, the `prometheus` crate's encoder).
+//! - `http`: a Prometheus `/metrics` endpoint on a thread of its own (`tiny_http`), started by
+//!   `Builder::with_metrics_addr` or `SPANPROF_METRICS_ADDR`.
 //!
 //! Without default features spanprof records span timing and resources (GPU figures need a
 //! [`gpu::GpuSource`] of your own) and writes the report and the JSON profile.
@@ -123,6 +128,8 @@ mod env;
 mod error;
 pub mod gpu;
 mod guard;
+#[cfg(feature = "http")]
+mod http;
 mod layer;
 pub mod output;
 pub mod profile;

@@ -32,6 +32,9 @@ pub(crate) struct ProfileSession {
     records: bool,
     /// What the first finish wrote (the guard's drop, `finish`, or the Ctrl-C handler).
     finished: Mutex<Option<Outputs>>,
+    /// The `/metrics` endpoint, while it serves.
+    #[cfg(feature = "http")]
+    metrics: Mutex<Option<crate::http::MetricsServer>>,
 }
 
 impl fmt::Debug for ProfileSession {
@@ -63,7 +66,37 @@ impl ProfileSession {
             table,
             records,
             finished: Mutex::new(None),
+            #[cfg(feature = "http")]
+            metrics: Mutex::new(None),
         }
+    }
+
+    /// Serves `/metrics` from `listener`, each scrape a snapshot of `session` (held weakly:
+    /// the server thread does not keep the session alive). A thread that cannot be started is
+    /// logged once; the profile goes on without the endpoint.
+    #[cfg(feature = "http")]
+    pub(crate) fn serve_metrics(session: &std::sync::Arc<Self>, listener: crate::http::Listener) {
+        let weak = std::sync::Arc::downgrade(session);
+        let source = Box::new(move || weak.upgrade().map(|s| s.snapshot()));
+        match crate::http::MetricsServer::start(listener, source) {
+            Ok(server) => {
+                tracing::info!(target: crate::PROFILING_TARGET, addr = %server.addr(), "spanprof serves Prometheus metrics at http://{}/metrics", server.addr());
+                *session.metrics.lock().unwrap_or_else(|e| e.into_inner()) = Some(server);
+            }
+            Err(e) => {
+                tracing::warn!(target: PERF_TARGET, error = %e, "spanprof could not start its /metrics thread; no endpoint");
+            }
+        }
+    }
+
+    /// The address the `/metrics` endpoint is bound to, while it serves.
+    #[cfg(feature = "http")]
+    pub(crate) fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(crate::http::MetricsServer::addr)
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
@@ -106,6 +139,17 @@ impl ProfileSession {
         let mut done = self.finished.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(outputs) = done.as_ref() {
             return Ok(outputs.clone());
+        }
+        #[cfg(feature = "http")]
+        {
+            // Taken out first: the server thread may be answering a scrape that holds the
+            // session; it is joined outside the lock.
+            let server = self
+                .metrics
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            drop(server);
         }
         self.recorder.stop();
         if let Some(backoff) = self

@@ -57,7 +57,16 @@ fn a_custom_format_is_written_beside_the_profile() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["calls.txt", "profile.json"]);
+    // The output directory gets every file format the features build.
+    let mut expected = vec!["calls.txt", "profile.json"];
+    if cfg!(feature = "prometheus") {
+        expected.push("metrics.prom");
+    }
+    if cfg!(feature = "csv") {
+        expected.push("report.csv");
+    }
+    expected.sort();
+    assert_eq!(names, expected);
 }
 
 #[cfg(target_os = "linux")]

@@ -14,6 +14,8 @@
 //! | [`Folded`] | [`FOLDED_FILE`] | the call tree as folded stacks (`a;b;c <self ns>`) |
 //! | `Flamegraph` | `FLAMEGRAPH_FILE` | the call tree as an SVG flamegraph (feature `flamegraph`) |
 //! | `Pprof` | `PPROF_FILE` | the call tree as a gzipped pprof profile (feature `pprof`) |
+//! | `Csv` | `report.csv` | one row per span name, every figure of the report (feature `csv`) |
+//! | `Prometheus` | `metrics.prom` | the Prometheus text exposition (feature `prometheus`) |
 //!
 //! ```
 //! use spanprof::output::{Format, Table};
@@ -31,9 +33,13 @@
 #[cfg(feature = "flamegraph")]
 mod flamegraph;
 mod folded;
-mod json;
 #[cfg(feature = "pprof")]
 mod pprof;
+#[cfg(feature = "csv")]
+mod csv;
+mod json;
+#[cfg(feature = "prometheus")]
+mod prometheus;
 mod table;
 mod tree;
 pub(crate) mod units;
@@ -45,6 +51,10 @@ use std::path::{Path, PathBuf};
 #[cfg(feature = "flamegraph")]
 pub use flamegraph::{Flamegraph, FLAMEGRAPH_FILE};
 pub use folded::{Folded, FOLDED_FILE};
+#[cfg(feature = "csv")]
+pub use self::csv::{Csv, CSV_FILE};
+#[cfg(feature = "prometheus")]
+pub use self::prometheus::{Prometheus, METRICS_FILE};
 pub use json::{Json, PROFILE_FILE};
 #[cfg(feature = "pprof")]
 pub use pprof::{Pprof, PPROF_FILE};
@@ -188,6 +198,25 @@ impl Outputs {
     pub fn report(&self) -> Option<&Path> {
         self.file(Table::new().name())
     }
+}
+
+/// The formats an output directory gets, in the order they are written: the JSON profile,
+/// then `report.csv` and `metrics.prom` where their features are on, and with the call tree
+/// (`tree`) its folded stacks, flamegraph and pprof profile.
+pub(crate) fn directory_formats(tree: bool) -> Vec<Box<dyn Format>> {
+    let mut formats: Vec<Box<dyn Format>> = vec![Box::new(Json)];
+    #[cfg(feature = "csv")]
+    formats.push(Box::new(Csv::new()));
+    #[cfg(feature = "prometheus")]
+    formats.push(Box::new(Prometheus::new()));
+    if tree {
+        formats.push(Box::new(Folded));
+        #[cfg(feature = "flamegraph")]
+        formats.push(Box::new(Flamegraph::new()));
+        #[cfg(feature = "pprof")]
+        formats.push(Box::new(Pprof));
+    }
+    formats
 }
 
 /// Renders every output, collecting the files written and every error.

@@ -146,15 +146,7 @@ impl Deref for Row<'_> {
 
 impl<'a> View<'a> {
     fn new(snap: &'a Snapshot, top: usize) -> Self {
-        let mut stats: Vec<&SpanStats> = snap.spans.iter().collect();
-        stats.sort_by(|a, b| {
-            b.entry_self
-                .total_ns
-                .cmp(&a.entry_self.total_ns)
-                .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
-                .then(a.name.cmp(&b.name))
-                .then(a.target.cmp(&b.target))
-        });
+        let stats = report_order(snap);
         // The targets of each span name: more than one, and the name is ambiguous alone.
         let mut targets: HashMap<&str, Vec<&str>> = HashMap::new();
         for s in &stats {
@@ -686,11 +678,26 @@ impl<'a> View<'a> {
     }
 }
 
+/// The span names of `snap` in the report's order: self time, highest first (then busy time,
+/// name, target).
+pub(crate) fn report_order(snap: &Snapshot) -> Vec<&SpanStats> {
+    let mut stats: Vec<&SpanStats> = snap.spans.iter().collect();
+    stats.sort_by(|a, b| {
+        b.entry_self
+            .total_ns
+            .cmp(&a.entry_self.total_ns)
+            .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
+            .then(a.name.cmp(&b.name))
+            .then(a.target.cmp(&b.target))
+    });
+    stats
+}
+
 /// How many spans of a name had a time clamped to the histograms' highest value, counting each
 /// span once: a span entered once is clamped in all five histograms, and a closed instance with
 /// a clamped entry has a clamped wall time too. Entries of instances still open are in no
 /// instance histogram: the entry count stands for them when it is the larger.
-fn clamped_spans(s: &SpanStats) -> u64 {
+pub(crate) fn clamped_spans(s: &SpanStats) -> u64 {
     [
         s.entry_busy.clamped,
         s.entry_self.clamped,

@@ -67,6 +67,57 @@ pub fn bucket_top(value: u64) -> u64 {
     }
 }
 
+/// The nominal bucket bounds of exported histograms, in nanoseconds: a 1-2.5-5 series from
+/// 1 µs to 100 s. [`export_bounds_ns`] rounds each up to the top of its HDR bucket.
+pub const EXPORT_BOUNDS_NOMINAL_NS: [u64; 25] = [
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    25_000_000_000,
+    50_000_000_000,
+    100_000_000_000,
+];
+
+/// The upper bounds of the buckets every exporter of histograms uses (Prometheus `le`, OTLP
+/// explicit bounds), in nanoseconds, ascending: each of [`EXPORT_BOUNDS_NOMINAL_NS`] (1 µs,
+/// 2.5 µs, 5 µs, 10 µs, … 100 s) rounded up with [`bucket_top`], so that the cumulative count
+/// at each bound ([`Buckets::count_at_or_below`], [`Buckets::cumulative_counts`]) is the
+/// histogram's exact count, not an estimate. A bound is at most 1/128 above its nominal value
+/// (2.5 µs becomes 2 511 ns).
+///
+/// ```
+/// use spanprof::profile::buckets::{bucket_top, export_bounds_ns};
+/// let bounds = export_bounds_ns();
+/// assert_eq!(bounds.len(), 25);
+/// assert_eq!(bounds[0], 1_003); // 1 µs falls in the bucket [1 000, 1 003]
+/// assert_eq!(bounds[1], 2_511);
+/// assert!(bounds.iter().all(|&b| bucket_top(b) == b));
+/// ```
+pub fn export_bounds_ns() -> &'static [u64] {
+    static BOUNDS: std::sync::OnceLock<[u64; EXPORT_BOUNDS_NOMINAL_NS.len()]> =
+        std::sync::OnceLock::new();
+    BOUNDS.get_or_init(|| EXPORT_BOUNDS_NOMINAL_NS.map(bucket_top))
+}
+
 /// A histogram of nanosecond values stored as its non-empty buckets: memory in proportion to the
 /// distinct values recorded (16 bytes per non-empty bucket; at most 4608 buckets, i.e. 72 KiB,
 /// however many samples), not to the histogram's range.
@@ -213,6 +264,30 @@ impl Buckets {
             .sum()
     }
 
+    /// The samples at or below each of `bounds` (ascending), in one pass: the cumulative
+    /// counts of a histogram with those upper bounds, equal to
+    /// [`count_at_or_below`](Buckets::count_at_or_below) of each bound (exact at bucket tops,
+    /// such as [`export_bounds_ns`]).
+    pub fn cumulative_counts(&self, bounds: &[u64]) -> Vec<u64> {
+        let counts = self.counts();
+        let mut buckets = counts.iter().peekable();
+        let mut below = 0u64;
+        bounds
+            .iter()
+            .map(|&le| {
+                let floor = value_of(index_of(le.min(HIGHEST_NS)));
+                while let Some(&&(v, n)) = buckets.peek() {
+                    if v > floor {
+                        break;
+                    }
+                    below = below.saturating_add(n);
+                    buckets.next();
+                }
+                below
+            })
+            .collect()
+    }
+
     /// Adds `other`'s samples to these: the histogram of both sets of samples, exactly.
     pub fn add(&mut self, other: &Buckets) {
         let merged = combine(&self.counts(), &other.counts(), |a, b| a.saturating_add(b));
@@ -328,6 +403,37 @@ mod tests {
                 assert_ne!(index_of((top + 1).min(HIGHEST_NS)), index_of(top), "{v}");
             }
         }
+    }
+
+    #[test]
+    fn export_bounds_are_bucket_tops_and_cumulative_counts_match() {
+        let bounds = export_bounds_ns();
+        assert!(bounds.windows(2).all(|w| w[0] < w[1]));
+        for (&b, &nominal) in bounds.iter().zip(EXPORT_BOUNDS_NOMINAL_NS.iter()) {
+            assert_eq!(bucket_top(b), b);
+            assert!(
+                b >= nominal && b - nominal <= nominal / 128,
+                "{nominal} -> {b}"
+            );
+        }
+        let b = hist(&[
+            (999, 1),
+            (1_000, 2),
+            (1_001, 3),
+            (2_511, 4),
+            (2_512, 5),
+            (7_000_000, 6),
+            (HIGHEST_NS, 7),
+        ]);
+        let cumulative = b.cumulative_counts(bounds);
+        let expected: Vec<u64> = bounds.iter().map(|&le| b.count_at_or_below(le)).collect();
+        assert_eq!(cumulative, expected);
+        assert_eq!(&cumulative[..3], &[6, 10, 15]);
+        assert_eq!(*cumulative.last().unwrap(), 21, "the hour is above 100 s");
+        assert!(Buckets::default()
+            .cumulative_counts(bounds)
+            .iter()
+            .all(|&n| n == 0));
     }
 
     #[test]

@@ -1,0 +1,280 @@
+//! `report.csv`: one row per span name with every figure of the console report, for
+//! spreadsheets and data frames. Written with the `csv` crate: names holding commas, quotes or
+//! newlines are quoted and read back as they were.
+//!
+//! Rows come in the report's order (self time, highest first). Headers carry the unit
+//! (`_ns`, `_bytes`, `_pct`, `_per_s`, `_j`, `_g`); cells hold plain numbers (integers for
+//! counts, nanoseconds and bytes, shortest round-trip decimals for the rest) and are empty
+//! where the profile has no such figure. The columns:
+//!
+//! - `name`, `target`, `calls`, `instances`, `open`, `calls_per_instance`, `errors`,
+//!   `errored_instances`;
+//! - per entry (enter→exit): `total_ns` (busy), `self_ns`, `self_pct` (share of all self time),
+//!   `mean_ns`, `min_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `p999_ns`, `max_ns`, `stddev_ns`,
+//!   `self_mean_ns`, `self_p50_ns`, `self_p99_ns`, `self_max_ns`;
+//! - per closed instance (creation→close): `wall_total_ns`, `wall_p50_ns`, `wall_p90_ns`,
+//!   `wall_p99_ns`, `wall_max_ns`, `instance_busy_p50_ns`, `instance_busy_p90_ns`,
+//!   `instance_busy_p99_ns`, `instance_busy_max_ns`, `busy_wall_pct`, and `in_progress_ns`
+//!   (time inside entries still running);
+//! - throughput: `items`, `items_per_s`, `bytes`, `bytes_per_s`, `flops`, `flops_per_s`;
+//! - resources: `cpu_ns`, `cpu_pct`, `rss_delta_per_instance_bytes`, `peak_rss_bytes`,
+//!   `peak_heap_bytes`, `alloc_per_entry_bytes`, `allocs_per_entry`, `kept_per_entry_bytes`,
+//!   `self_kept_per_entry_bytes`, then per GPU device `i` of the profile `gpu<i>_util_pct`,
+//!   `gpu<i>_mem_delta_per_instance_bytes`, `gpu<i>_peak_mem_bytes`, `gpu<i>_energy_j`, then
+//!   `energy_j`, `co2e_g`;
+//! - `clamped`: spans with a time over the histograms' highest value (the report's note).
+//!
+//! ```
+//! use spanprof::output::Csv;
+//! # let snapshot = spanprof::profile::Snapshot::from_json(
+//! #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
+//! let text = Csv::new().to_string(&snapshot)?;
+//! assert!(text.starts_with("name,target,calls,"));
+//! assert_eq!(text.lines().count(), 1 + snapshot.spans.len());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::io::{self, Write};
+
+use super::table::{clamped_spans, report_order};
+use super::Format;
+use crate::profile::{GpuUse, Snapshot, SpanResources, SpanStats};
+
+/// Name of the CSV report in an output directory.
+pub const CSV_FILE: &str = "report.csv";
+
+/// The CSV report of a [`Snapshot`] (see the [module docs](self) for its columns).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Csv;
+
+impl Csv {
+    /// The CSV report.
+    pub fn new() -> Self {
+        Self
+    }
+
+    /// The report as text.
+    ///
+    /// # Errors
+    /// None in practice (it writes to memory); the CSV writer's errors otherwise.
+    pub fn to_string(&self, snapshot: &Snapshot) -> io::Result<String> {
+        let mut bytes = Vec::new();
+        self.render(snapshot, &mut bytes)?;
+        String::from_utf8(bytes).map_err(io::Error::other)
+    }
+}
+
+impl Format for Csv {
+    fn name(&self) -> &'static str {
+        "csv"
+    }
+
+    fn file_name(&self) -> &'static str {
+        CSV_FILE
+    }
+
+    fn action(&self) -> &'static str {
+        "writing CSV report"
+    }
+
+    fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
+        let columns = columns(snapshot);
+        let mut writer = ::csv::Writer::from_writer(out);
+        writer.write_record(columns.iter().map(|c| c.header.as_str()))?;
+        for s in report_order(snapshot) {
+            writer.write_record(columns.iter().map(|c| (c.cell)(s)))?;
+        }
+        writer.flush()
+    }
+}
+
+/// One column: its header and how a span name's cell is written.
+struct Column<'a> {
+    header: String,
+    cell: Box<dyn Fn(&SpanStats) -> String + 'a>,
+}
+
+fn column<'a>(header: impl Into<String>, cell: impl Fn(&SpanStats) -> String + 'a) -> Column<'a> {
+    Column {
+        header: header.into(),
+        cell: Box::new(cell),
+    }
+}
+
+fn int(v: impl Into<i128>) -> String {
+    v.into().to_string()
+}
+
+/// A decimal, empty when not finite.
+fn real(v: f64) -> String {
+    if v.is_finite() {
+        v.to_string()
+    } else {
+        String::new()
+    }
+}
+
+fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+    v.map(f).unwrap_or_default()
+}
+
+/// `part` as a percentage of `whole`, empty when `whole` is 0.
+fn pct(part: f64, whole: f64) -> String {
+    if whole == 0.0 {
+        String::new()
+    } else {
+        real(100.0 * part / whole)
+    }
+}
+
+/// `total / n`, empty when `n` is 0.
+fn per(total: f64, n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        real(total / n as f64)
+    }
+}
+
+fn resources(s: &SpanStats) -> Option<&SpanResources> {
+    s.resources.as_ref()
+}
+
+fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
+    let all_self: f64 = snap
+        .spans
+        .iter()
+        .map(|s| s.entry_self.total_ns as f64)
+        .sum();
+    let mut c = vec![
+        column("name", |s| s.name.clone()),
+        column("target", |s| s.target.clone()),
+        column("calls", |s| int(s.calls)),
+        column("instances", |s| int(s.instances)),
+        column("open", |s| int(s.open)),
+        column("calls_per_instance", |s| per(s.calls as f64, s.created)),
+        column("errors", |s| int(s.errors)),
+        column("errored_instances", |s| int(s.errored_instances)),
+        column("total_ns", |s| int(s.entry_busy.total_ns)),
+        column("self_ns", |s| int(s.entry_self.total_ns)),
+        column("self_pct", move |s| {
+            pct(s.entry_self.total_ns as f64, all_self)
+        }),
+        column("mean_ns", |s| real(s.entry_busy.mean_ns)),
+        column("min_ns", |s| int(s.entry_busy.min_ns)),
+        column("p50_ns", |s| int(s.entry_busy.p50_ns)),
+        column("p90_ns", |s| int(s.entry_busy.p90_ns)),
+        column("p99_ns", |s| int(s.entry_busy.p99_ns)),
+        column("p999_ns", |s| int(s.entry_busy.p999_ns)),
+        column("max_ns", |s| int(s.entry_busy.max_ns)),
+        column("stddev_ns", |s| real(s.entry_busy.stddev_ns)),
+        column("self_mean_ns", |s| real(s.entry_self.mean_ns)),
+        column("self_p50_ns", |s| int(s.entry_self.p50_ns)),
+        column("self_p99_ns", |s| int(s.entry_self.p99_ns)),
+        column("self_max_ns", |s| int(s.entry_self.max_ns)),
+        column("wall_total_ns", |s| int(s.wall.total_ns)),
+        column("wall_p50_ns", |s| int(s.wall.p50_ns)),
+        column("wall_p90_ns", |s| int(s.wall.p90_ns)),
+        column("wall_p99_ns", |s| int(s.wall.p99_ns)),
+        column("wall_max_ns", |s| int(s.wall.max_ns)),
+        column("instance_busy_p50_ns", |s| int(s.busy.p50_ns)),
+        column("instance_busy_p90_ns", |s| int(s.busy.p90_ns)),
+        column("instance_busy_p99_ns", |s| int(s.busy.p99_ns)),
+        column("instance_busy_max_ns", |s| int(s.busy.max_ns)),
+        column("busy_wall_pct", |s| {
+            pct(s.busy.total_ns as f64, s.wall.total_ns as f64)
+        }),
+        column("in_progress_ns", |s| int(s.in_progress_ns)),
+        column("items", |s| opt(s.items, int)),
+        column("items_per_s", |s| opt(s.rate(s.items), real)),
+        column("bytes", |s| opt(s.bytes, int)),
+        column("bytes_per_s", |s| opt(s.rate(s.bytes), real)),
+        column("flops", |s| opt(s.flops, int)),
+        column("flops_per_s", |s| opt(s.rate(s.flops), real)),
+        column("cpu_ns", |s| {
+            opt(resources(s).and_then(|r| r.cpu.as_ref()), |c| int(c.cpu_ns))
+        }),
+        column("cpu_pct", |s| {
+            opt(resources(s).and_then(|r| r.cpu.as_ref()), |c| {
+                real(c.utilization_pct)
+            })
+        }),
+        column("rss_delta_per_instance_bytes", |s| {
+            opt(resources(s).and_then(|r| r.memory.as_ref()), |m| {
+                per(m.rss_delta_bytes as f64, m.instances)
+            })
+        }),
+        column("peak_rss_bytes", |s| {
+            opt(resources(s).and_then(|r| r.memory.as_ref()), |m| {
+                int(m.peak_rss_bytes)
+            })
+        }),
+        column("peak_heap_bytes", |s| {
+            opt(
+                resources(s)
+                    .and_then(|r| r.memory.as_ref())
+                    .and_then(|m| m.peak_heap_bytes),
+                int,
+            )
+        }),
+        column("alloc_per_entry_bytes", |s| {
+            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
+                per(h.allocated_bytes as f64, h.entries)
+            })
+        }),
+        column("allocs_per_entry", |s| {
+            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
+                per(h.allocations as f64, h.entries)
+            })
+        }),
+        column("kept_per_entry_bytes", |s| {
+            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
+                per(h.net_retained_bytes as f64, h.entries)
+            })
+        }),
+        column("self_kept_per_entry_bytes", |s| {
+            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
+                per(h.self_retained_bytes as f64, h.entries)
+            })
+        }),
+    ];
+    // One group of columns per GPU device of the profile (or seen in a span).
+    let devices = snap
+        .spans
+        .iter()
+        .filter_map(resources)
+        .flat_map(|r| r.gpus.iter().map(|g| g.device as usize + 1))
+        .chain(snap.resources.as_ref().map(|i| i.gpu_devices.len()))
+        .max()
+        .unwrap_or(0);
+    for i in 0..devices {
+        let gpu = move |s: &SpanStats| -> Option<GpuUse> {
+            resources(s)?
+                .gpus
+                .iter()
+                .find(|g| g.device as usize == i)
+                .cloned()
+        };
+        c.push(column(format!("gpu{i}_util_pct"), move |s| {
+            opt(gpu(s).and_then(|g| g.mean_utilization_pct), real)
+        }));
+        c.push(column(
+            format!("gpu{i}_mem_delta_per_instance_bytes"),
+            move |s| opt(gpu(s), |g| per(g.memory_delta_bytes as f64, g.instances)),
+        ));
+        c.push(column(format!("gpu{i}_peak_mem_bytes"), move |s| {
+            opt(gpu(s), |g| int(g.peak_memory_bytes))
+        }));
+        c.push(column(format!("gpu{i}_energy_j"), move |s| {
+            opt(gpu(s).and_then(|g| g.energy_j), real)
+        }));
+    }
+    c.push(column("energy_j", |s| {
+        opt(resources(s).and_then(|r| r.energy_j), real)
+    }));
+    c.push(column("co2e_g", |s| {
+        opt(resources(s).and_then(|r| r.co2e_g), real)
+    }));
+    c.push(column("clamped", |s| int(clamped_spans(s))));
+    c
+}

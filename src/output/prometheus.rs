@@ -1,0 +1,506 @@
+//! The Prometheus text exposition of a profile (format 0.0.4, what `promtool check metrics`
+//! and node_exporter's textfile collector read), encoded by the `prometheus` crate's
+//! `TextEncoder`.
+//!
+//! Every metric is named `spanprof_…`, in seconds, bytes and joules, counters ending in
+//! `_total`. Per span name, labelled `span` (the name) and `target`:
+//!
+//! | metric | type | what |
+//! |---|---|---|
+//! | `spanprof_span_busy_seconds` | histogram | busy time of each entry (enter→exit): the report's per-call times |
+//! | `spanprof_span_self_seconds` | histogram | self time of each entry (busy minus child spans) |
+//! | `spanprof_span_instance_wall_seconds` | histogram | creation→close of each closed instance, only for span names whose instances are not one entry each (calls ≠ instances: async tasks, long-lived spans), as in the report's instance section |
+//! | `spanprof_span_calls_total` | counter | completed entries |
+//! | `spanprof_span_instances_total` | counter | closed instances |
+//! | `spanprof_span_errors_total` | counter | `error`-level events inside the spans |
+//! | `spanprof_span_open_instances` | gauge | instances open at the snapshot |
+//! | `spanprof_span_in_progress_seconds` | gauge | time inside entries still in progress |
+//! | `spanprof_span_{items,bytes,flops}_total` | counter | sums of the `items`, `bytes`, `flops` fields (span names that have them) |
+//! | `spanprof_span_{items,bytes,flops}_per_second` | gauge | those sums ÷ busy time, the report's throughput |
+//! | `spanprof_span_cpu_seconds_total` | counter | thread CPU time during entries (`detailed`) |
+//! | `spanprof_span_heap_allocated_bytes_total`, `spanprof_span_heap_allocations_total` | counter | heap allocated during entries (counting allocator) |
+//! | `spanprof_span_energy_joules_total` | counter | CPU package + GPU energy over instances (`full`) |
+//!
+//! For the run: `spanprof_run_info` (1, labelled `host`, `pid`, `preset`, `version`),
+//! `spanprof_run_start_time_seconds` (Unix time), `spanprof_run_duration_seconds`,
+//! `spanprof_dropped_spans_total` (labelled `reason`). From the resource samplers, the latest
+//! reading: `spanprof_process_resident_memory_bytes`, `spanprof_process_resident_memory_max_bytes`,
+//! `spanprof_process_heap_bytes`, `spanprof_process_cpu_cores` (CPU time over the last sample
+//! interval, in cores), `spanprof_process_cpu_energy_joules_total`, and per GPU (labelled `gpu`,
+//! its position in the profile's device list) `spanprof_gpu_utilization_ratio`,
+//! `spanprof_gpu_memory_used_bytes`, `spanprof_gpu_process_memory_bytes`,
+//! `spanprof_gpu_power_watts`, `spanprof_gpu_energy_joules_total`,
+//! `spanprof_gpu_temperature_celsius`, `spanprof_gpu_sm_clock_hertz`. A figure the profile does
+//! not have is left out, never written as 0.
+//!
+//! # Buckets
+//!
+//! The histograms' `le` bounds are [`export_bounds_ns`] in seconds: a 1-2.5-5 series from 1 µs
+//! to 100 s, each rounded up to the top of its HDR bucket (`le="0.000001003"` for 1 µs). At a
+//! bucket top the HDR histogram's cumulative count is exact, so every `_bucket` sample is the
+//! profile's count, not an interpolation; `+Inf` is the number of samples, `_sum` their exact
+//! total.
+//!
+//! ```
+//! use spanprof::output::{Format, Prometheus};
+//! # let snapshot = spanprof::profile::Snapshot::from_json(
+//! #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
+//! let text = Prometheus::new().to_string(&snapshot);
+//! assert!(text.contains("# TYPE spanprof_span_busy_seconds histogram"));
+//! assert!(text.contains("spanprof_span_calls_total{span=\""));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::io::{self, Write};
+
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
+
+use super::Format;
+use crate::profile::buckets::export_bounds_ns;
+use crate::profile::{Sample, Snapshot, SpanStats, Stat};
+
+/// Name of the metrics file in an output directory (node_exporter textfile style: point its
+/// `--collector.textfile.directory` at the output directory).
+pub const METRICS_FILE: &str = "metrics.prom";
+
+/// The Prometheus text exposition of a [`Snapshot`] (see the [module docs](self) for the
+/// metrics and their buckets).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prometheus;
+
+impl Prometheus {
+    /// The HTTP content type of the exposition: the Prometheus text format 0.0.4.
+    pub const CONTENT_TYPE: &'static str = "text/plain; version=0.0.4; charset=utf-8";
+
+    /// The exposition format.
+    pub fn new() -> Self {
+        Self
+    }
+
+    /// The exposition of `snapshot` as text.
+    pub fn to_string(&self, snapshot: &Snapshot) -> String {
+        let mut text = String::new();
+        // The families are built non-empty and named: the encoder's only errors do not arise.
+        let _ = prometheus::TextEncoder::new().encode_utf8(&families(snapshot), &mut text);
+        text
+    }
+}
+
+impl Format for Prometheus {
+    fn name(&self) -> &'static str {
+        "prometheus"
+    }
+
+    fn file_name(&self) -> &'static str {
+        METRICS_FILE
+    }
+
+    fn action(&self) -> &'static str {
+        "writing metrics"
+    }
+
+    fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(self.to_string(snapshot).as_bytes())
+    }
+}
+
+/// Metric families in the order they are written; families without a sample are left out.
+#[derive(Default)]
+struct Families(Vec<MetricFamily>);
+
+impl Families {
+    fn add(&mut self, name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>) {
+        if metrics.is_empty() {
+            return;
+        }
+        let mut family = MetricFamily::default();
+        family.set_name(format!("spanprof_{name}"));
+        family.set_help(help.to_string());
+        family.set_field_type(kind);
+        family.set_metric(metrics);
+        self.0.push(family);
+    }
+
+    /// A family with one sample per span name that `value` gives a value for.
+    fn per_span(
+        &mut self,
+        spans: &[&SpanStats],
+        name: &str,
+        help: &str,
+        kind: MetricType,
+        value: impl Fn(&SpanStats) -> Option<f64>,
+    ) {
+        let metrics = spans
+            .iter()
+            .filter_map(|s| Some(sample(kind, span_labels(s), value(s)?)))
+            .collect();
+        self.add(name, help, kind, metrics);
+    }
+
+    /// A histogram family of the `stat` of each span name `keep` selects.
+    fn histograms(
+        &mut self,
+        spans: &[&SpanStats],
+        name: &str,
+        help: &str,
+        stat: impl Fn(&SpanStats) -> &Stat,
+        keep: impl Fn(&SpanStats) -> bool,
+    ) {
+        let bounds = export_bounds_ns();
+        let metrics = spans
+            .iter()
+            .filter(|s| keep(s))
+            .map(|s| {
+                let stat = stat(s);
+                let buckets = bounds
+                    .iter()
+                    .zip(stat.histogram.cumulative_counts(bounds))
+                    .map(|(&le, below)| {
+                        let mut bucket = Bucket::default();
+                        bucket.set_upper_bound(seconds(le));
+                        bucket.set_cumulative_count(below);
+                        bucket
+                    })
+                    .collect();
+                let mut histogram = Histogram::default();
+                histogram.set_sample_count(stat.count);
+                histogram.set_sample_sum(seconds(stat.total_ns));
+                histogram.set_bucket(buckets);
+                let mut metric = Metric::from_label(span_labels(s));
+                metric.set_histogram(histogram);
+                metric
+            })
+            .collect();
+        self.add(name, help, MetricType::HISTOGRAM, metrics);
+    }
+}
+
+/// Nanoseconds in seconds.
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
+    pairs
+        .iter()
+        .map(|&(name, value)| {
+            let mut pair = LabelPair::default();
+            pair.set_name(name.to_string());
+            pair.set_value(value.to_string());
+            pair
+        })
+        .collect()
+}
+
+fn span_labels(s: &SpanStats) -> Vec<LabelPair> {
+    labels(&[("span", &s.name), ("target", &s.target)])
+}
+
+/// One counter or gauge sample.
+fn sample(kind: MetricType, labels: Vec<LabelPair>, value: f64) -> Metric {
+    let mut metric = Metric::from_label(labels);
+    if kind == MetricType::COUNTER {
+        let mut counter = Counter::default();
+        counter.set_value(value);
+        metric.set_counter(counter);
+    } else {
+        let mut gauge = Gauge::default();
+        gauge.set_value(value);
+        metric.set_gauge(gauge);
+    }
+    metric
+}
+
+fn resources(s: &SpanStats) -> Option<&crate::profile::SpanResources> {
+    s.resources.as_ref()
+}
+
+/// Whether a span name's instances are not one entry each (the report's instance section).
+fn multi_entry(s: &SpanStats) -> bool {
+    s.calls != s.instances
+}
+
+fn families(snap: &Snapshot) -> Vec<MetricFamily> {
+    use MetricType::{COUNTER, GAUGE};
+    let mut spans: Vec<&SpanStats> = snap.spans.iter().collect();
+    spans.sort_by(|a, b| (&a.name, &a.target).cmp(&(&b.name, &b.target)));
+    let spans = &spans[..];
+    let mut f = Families::default();
+
+    let run = &snap.run;
+    let pid = run.pid.to_string();
+    f.add(
+        "run_info",
+        "The profiled run: host, process id, spanprof preset and version (always 1).",
+        GAUGE,
+        vec![sample(
+            GAUGE,
+            labels(&[
+                ("host", &run.host),
+                ("pid", &pid),
+                ("preset", &run.preset),
+                ("version", &run.crate_version),
+            ]),
+            1.0,
+        )],
+    );
+    f.add(
+        "run_start_time_seconds",
+        "When profiling started, Unix time in seconds.",
+        GAUGE,
+        vec![sample(GAUGE, Vec::new(), seconds(run.start_unix_ns))],
+    );
+    f.add(
+        "run_duration_seconds",
+        "Time from the start of profiling to this snapshot, seconds.",
+        GAUGE,
+        vec![sample(GAUGE, Vec::new(), seconds(run.duration_ns))],
+    );
+    let d = &snap.dropped;
+    f.add(
+        "dropped_spans_total",
+        "Spans not profiled, by reason.",
+        COUNTER,
+        vec![
+            sample(
+                COUNTER,
+                labels(&[("reason", "table_full")]),
+                d.spans_table_full as f64,
+            ),
+            sample(
+                COUNTER,
+                labels(&[("reason", "too_many_names")]),
+                d.spans_too_many_names as f64,
+            ),
+        ],
+    );
+
+    f.histograms(
+        spans,
+        "span_busy_seconds",
+        "Busy time of each entry (enter to exit) of spans of this name, seconds.",
+        |s| &s.entry_busy,
+        |_| true,
+    );
+    f.histograms(
+        spans,
+        "span_self_seconds",
+        "Self time of each entry (busy time minus time in child spans), seconds.",
+        |s| &s.entry_self,
+        |_| true,
+    );
+    f.histograms(
+        spans,
+        "span_instance_wall_seconds",
+        "Creation to close of each closed instance, for span names whose instances are entered \
+         more than once (async tasks, long-lived spans), seconds.",
+        |s| &s.wall,
+        multi_entry,
+    );
+    f.per_span(
+        spans,
+        "span_calls_total",
+        "Completed entries (enter to exit) of spans of this name.",
+        COUNTER,
+        |s| Some(s.calls as f64),
+    );
+    f.per_span(
+        spans,
+        "span_instances_total",
+        "Closed instances (creation to close) of spans of this name.",
+        COUNTER,
+        |s| Some(s.instances as f64),
+    );
+    f.per_span(
+        spans,
+        "span_errors_total",
+        "Error-level events inside spans of this name.",
+        COUNTER,
+        |s| Some(s.errors as f64),
+    );
+    f.per_span(
+        spans,
+        "span_open_instances",
+        "Instances open when the snapshot was taken.",
+        GAUGE,
+        |s| Some(s.open as f64),
+    );
+    f.per_span(
+        spans,
+        "span_in_progress_seconds",
+        "Time inside entries still in progress when the snapshot was taken, seconds.",
+        GAUGE,
+        |s| Some(seconds(s.in_progress_ns)),
+    );
+    for (field, sum) in [
+        ("items", (|s| s.items) as fn(&SpanStats) -> Option<u64>),
+        ("bytes", |s| s.bytes),
+        ("flops", |s| s.flops),
+    ] {
+        f.per_span(
+            spans,
+            &format!("span_{field}_total"),
+            &format!("Sum of the `{field}` field of spans of this name."),
+            COUNTER,
+            |s| sum(s).map(|v| v as f64),
+        );
+        f.per_span(
+            spans,
+            &format!("span_{field}_per_second"),
+            &format!("Sum of the `{field}` field divided by the busy time of the entries."),
+            GAUGE,
+            |s| s.rate(sum(s)),
+        );
+    }
+    f.per_span(
+        spans,
+        "span_cpu_seconds_total",
+        "Thread CPU time (user + system) during entries, seconds.",
+        COUNTER,
+        |s| Some(seconds(resources(s)?.cpu.as_ref()?.cpu_ns)),
+    );
+    f.per_span(
+        spans,
+        "span_heap_allocated_bytes_total",
+        "Heap bytes allocated during entries (counting allocator).",
+        COUNTER,
+        |s| Some(resources(s)?.heap.as_ref()?.allocated_bytes as f64),
+    );
+    f.per_span(
+        spans,
+        "span_heap_allocations_total",
+        "Heap allocations during entries (counting allocator).",
+        COUNTER,
+        |s| Some(resources(s)?.heap.as_ref()?.allocations as f64),
+    );
+    f.per_span(
+        spans,
+        "span_energy_joules_total",
+        "CPU package and GPU energy over the instances' lifetimes, joules.",
+        COUNTER,
+        |s| resources(s)?.energy_j,
+    );
+    if let Some(info) = &snap.resources {
+        let last = info.timeline.last();
+        process_gauges(&mut f, info.rss_bytes_at_end, info.heap_bytes_at_end, last);
+        f.add(
+            "process_resident_memory_max_bytes",
+            "Highest resident set size seen, bytes.",
+            GAUGE,
+            info.peak_rss_bytes
+                .map(|v| sample(GAUGE, Vec::new(), v as f64))
+                .into_iter()
+                .collect(),
+        );
+        if let Some(last) = last {
+            gpu_gauges(&mut f, last);
+        }
+    }
+    f.0
+}
+
+/// The latest process-wide readings: resident and heap memory (at the snapshot where the
+/// profile has them, else from the last sample), CPU and CPU energy from the last sample.
+fn process_gauges(f: &mut Families, rss: Option<u64>, heap: Option<i64>, last: Option<&Sample>) {
+    use MetricType::{COUNTER, GAUGE};
+    let one = |kind, v: Option<f64>| {
+        v.filter(|v| v.is_finite())
+            .map(|v| sample(kind, Vec::new(), v))
+            .into_iter()
+            .collect()
+    };
+    let rss = rss.or(last.and_then(|s| s.rss_bytes));
+    f.add(
+        "process_resident_memory_bytes",
+        "Resident set size of the process, bytes (latest reading).",
+        GAUGE,
+        one(GAUGE, rss.map(|v| v as f64)),
+    );
+    let heap = heap.or(last.and_then(|s| s.heap_bytes));
+    f.add(
+        "process_heap_bytes",
+        "Net heap of the process (counting allocator), bytes (latest reading).",
+        GAUGE,
+        one(GAUGE, heap.map(|v| v as f64)),
+    );
+    f.add(
+        "process_cpu_cores",
+        "Process CPU time over the last sample interval, in cores (1 = one core busy).",
+        GAUGE,
+        one(
+            GAUGE,
+            last.and_then(|s| s.process_cpu_pct)
+                .map(|p| f64::from(p) / 100.0),
+        ),
+    );
+    f.add(
+        "process_cpu_energy_joules_total",
+        "CPU package energy since the sampler started (RAPL), joules.",
+        COUNTER,
+        one(
+            COUNTER,
+            last.and_then(|s| s.cpu_energy_uj).map(|uj| uj as f64 / 1e6),
+        ),
+    );
+}
+
+/// Per GPU device, its latest reading.
+fn gpu_gauges(f: &mut Families, last: &Sample) {
+    use MetricType::{COUNTER, GAUGE};
+    type Reading = fn(&crate::profile::GpuSample) -> Option<f64>;
+    let readings: [(&str, &str, MetricType, Reading); 7] = [
+        (
+            "gpu_utilization_ratio",
+            "Share of the last sample period during which kernels ran (0 to 1).",
+            GAUGE,
+            |g| g.utilization_pct.map(|p| f64::from(p) / 100.0),
+        ),
+        (
+            "gpu_memory_used_bytes",
+            "Device memory in use by all processes, bytes.",
+            GAUGE,
+            |g| g.memory_used_bytes.map(|v| v as f64),
+        ),
+        (
+            "gpu_process_memory_bytes",
+            "Device memory used by this process, bytes.",
+            GAUGE,
+            |g| g.process_memory_bytes.map(|v| v as f64),
+        ),
+        (
+            "gpu_power_watts",
+            "Power draw of the board, watts.",
+            GAUGE,
+            |g| g.power_mw.map(|v| f64::from(v) / 1e3),
+        ),
+        (
+            "gpu_energy_joules_total",
+            "Energy since the sampler started, joules.",
+            COUNTER,
+            |g| g.energy_mj.map(|v| v as f64 / 1e3),
+        ),
+        (
+            "gpu_temperature_celsius",
+            "Core temperature, degrees Celsius.",
+            GAUGE,
+            |g| g.temperature_c.map(f64::from),
+        ),
+        (
+            "gpu_sm_clock_hertz",
+            "Streaming multiprocessor clock, hertz.",
+            GAUGE,
+            |g| g.sm_clock_mhz.map(|v| f64::from(v) * 1e6),
+        ),
+    ];
+    for (name, help, kind, read) in readings {
+        let metrics = last
+            .gpus
+            .iter()
+            .enumerate()
+            .filter_map(|(i, g)| Some(sample(kind, labels(&[("gpu", &i.to_string())]), read(g)?)))
+            .collect();
+        f.add(name, help, kind, metrics);
+    }
+}

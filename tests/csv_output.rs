@@ -1,0 +1,212 @@
+//! `report.csv`: every cell against the profile it came from, read back with the `csv` crate's
+//! reader; names with commas, quotes and newlines round-trip; units in the headers.
+#![cfg(feature = "csv")]
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use spanprof::output::{Csv, Format, CSV_FILE};
+use spanprof::profile::SpanStats;
+use spanprof::{ProfileLayer, Snapshot};
+
+/// Names the CSV must quote.
+const COMMAS: &str = "load, parse";
+const QUOTES: &str = "say \"hi\"";
+const NEWLINE: &str = "two\nlines, \"both\"";
+
+/// The rows of a CSV report, each as header → cell.
+fn rows(text: &str) -> (Vec<String>, Vec<HashMap<String, String>>) {
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers: Vec<String> = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let rows = reader
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            assert_eq!(r.len(), headers.len());
+            headers
+                .iter()
+                .cloned()
+                .zip(r.iter().map(str::to_string))
+                .collect()
+        })
+        .collect();
+    (headers, rows)
+}
+
+fn num(row: &HashMap<String, String>, column: &str) -> f64 {
+    row[column]
+        .parse()
+        .unwrap_or_else(|e| panic!("{column} = {:?}: {e}", row[column]))
+}
+
+fn profile() -> Snapshot {
+    let (dispatch, guard, clock) = support::mock();
+    tracing::dispatcher::with_default(&dispatch, || {
+        for (i, name_us) in [3u64, 5, 8].into_iter().enumerate() {
+            tracing::info_span!("step").in_scope(|| {
+                clock.advance(Duration::from_micros(name_us));
+                tracing::info_span!(COMMAS, items = 10u64 * (i as u64 + 1)).in_scope(|| {
+                    clock.advance(Duration::from_micros(20));
+                });
+            });
+        }
+        tracing::info_span!(QUOTES).in_scope(|| {
+            clock.advance(Duration::from_micros(50));
+            tracing::error!("oops");
+        });
+        tracing::info_span!(NEWLINE).in_scope(|| clock.advance(Duration::from_micros(7)));
+        let task = tracing::info_span!("task");
+        for _ in 0..3 {
+            task.in_scope(|| clock.advance(Duration::from_micros(4)));
+            clock.advance(Duration::from_micros(10));
+        }
+    });
+    guard.snapshot()
+}
+
+/// The columns every row shares with the snapshot's figures.
+fn check_row(row: &HashMap<String, String>, s: &SpanStats) {
+    let ints: [(&str, u64); 17] = [
+        ("calls", s.calls),
+        ("instances", s.instances),
+        ("open", s.open),
+        ("errors", s.errors),
+        ("errored_instances", s.errored_instances),
+        ("total_ns", s.entry_busy.total_ns),
+        ("self_ns", s.entry_self.total_ns),
+        ("min_ns", s.entry_busy.min_ns),
+        ("p50_ns", s.entry_busy.p50_ns),
+        ("p90_ns", s.entry_busy.p90_ns),
+        ("p99_ns", s.entry_busy.p99_ns),
+        ("p999_ns", s.entry_busy.p999_ns),
+        ("max_ns", s.entry_busy.max_ns),
+        ("self_p50_ns", s.entry_self.p50_ns),
+        ("wall_total_ns", s.wall.total_ns),
+        ("wall_p99_ns", s.wall.p99_ns),
+        ("in_progress_ns", s.in_progress_ns),
+    ];
+    for (column, want) in ints {
+        assert_eq!(row[column], want.to_string(), "{column} of {:?}", s.name);
+    }
+    assert_eq!(num(row, "mean_ns"), s.entry_busy.mean_ns, "{:?}", s.name);
+    assert_eq!(num(row, "stddev_ns"), s.entry_busy.stddev_ns);
+    match s.items {
+        Some(items) => {
+            assert_eq!(row["items"], items.to_string());
+            assert_eq!(num(row, "items_per_s"), s.rate(s.items).unwrap());
+        }
+        None => assert_eq!((&*row["items"], &*row["items_per_s"]), ("", "")),
+    }
+}
+
+#[test]
+fn every_cell_is_the_profiles_and_names_round_trip() {
+    let snap = profile();
+    let text = Csv::new().to_string(&snap).unwrap();
+    let (headers, rows) = rows(&text);
+    assert_eq!(rows.len(), snap.spans.len());
+    // Every name read back exactly, with its target.
+    for s in &snap.spans {
+        let row = rows
+            .iter()
+            .find(|r| r["name"] == s.name && r["target"] == s.target)
+            .unwrap_or_else(|| panic!("no row for {:?}", s.name));
+        check_row(row, s);
+    }
+    for tricky in [COMMAS, QUOTES, NEWLINE] {
+        assert!(rows.iter().any(|r| r["name"] == tricky), "{tricky:?}");
+    }
+    // The report's order: self time, highest first.
+    let self_ns: Vec<f64> = rows.iter().map(|r| num(r, "self_ns")).collect();
+    assert!(self_ns.windows(2).all(|w| w[0] >= w[1]), "{self_ns:?}");
+    assert_eq!(rows[0]["name"], COMMAS);
+    assert_eq!(rows[0]["self_ns"], "60000");
+    let shares: f64 = rows.iter().map(|r| num(r, "self_pct")).sum();
+    assert!((shares - 100.0).abs() < 1e-9, "{shares}");
+    let task = rows.iter().find(|r| r["name"] == "task").unwrap();
+    assert_eq!(task["calls_per_instance"], "3");
+    assert_eq!((&*task["instances"], &*task["open"]), ("1", "0"));
+    let quotes = rows.iter().find(|r| r["name"] == QUOTES).unwrap();
+    assert_eq!(quotes["errors"], "1");
+    // Units in the headers: every column but names and counts says its unit.
+    let unitless = [
+        "name",
+        "target",
+        "calls",
+        "instances",
+        "open",
+        "calls_per_instance",
+        "errors",
+        "errored_instances",
+        "items",
+        "bytes",
+        "flops",
+        "allocs_per_entry",
+        "clamped",
+    ];
+    for h in &headers {
+        assert!(
+            unitless.contains(&h.as_str())
+                || ["_ns", "_pct", "_per_s", "_bytes", "_j", "_g"]
+                    .iter()
+                    .any(|unit| h.ends_with(unit)),
+            "{h} has no unit"
+        );
+    }
+    // No resources sampled (basic preset): their cells are empty, not 0.
+    assert!(rows.iter().all(|r| r["cpu_ns"].is_empty()));
+}
+
+#[test]
+fn resource_columns_are_the_profiles() {
+    let snap = Snapshot::from_json(
+        include_str!("data/profile-v2-detailed.json"),
+        "profile-v2-detailed.json",
+    )
+    .unwrap();
+    let (_, rows) = rows(&Csv::new().to_string(&snap).unwrap());
+    for s in &snap.spans {
+        let row = rows.iter().find(|r| r["name"] == s.name).unwrap();
+        check_row(row, s);
+        let r = s.resources.as_ref().unwrap();
+        let cpu = r.cpu.as_ref().unwrap();
+        assert_eq!(row["cpu_ns"], cpu.cpu_ns.to_string());
+        assert_eq!(num(row, "cpu_pct"), cpu.utilization_pct);
+        let memory = r.memory.as_ref().unwrap();
+        assert_eq!(row["peak_rss_bytes"], memory.peak_rss_bytes.to_string());
+        let heap = r.heap.as_ref().unwrap();
+        assert_eq!(
+            num(row, "alloc_per_entry_bytes"),
+            heap.allocated_bytes as f64 / heap.entries as f64
+        );
+    }
+}
+
+#[test]
+fn the_output_directory_gets_report_csv_from_the_final_profile() {
+    let dir = support::temp_dir("report-csv");
+    let (dispatch, guard) = support::install(ProfileLayer::builder().with_output_dir(&dir));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..5 {
+            tracing::info_span!("work").in_scope(|| {});
+        }
+    });
+    let outputs = guard.finish().unwrap();
+    assert_eq!(outputs.file("csv"), Some(dir.join(CSV_FILE).as_path()));
+    let written = std::fs::read_to_string(dir.join(CSV_FILE)).unwrap();
+    let profile = Snapshot::read_json(outputs.profile().unwrap()).unwrap();
+    let mut rendered = Vec::new();
+    Csv::new().render(&profile, &mut rendered).unwrap();
+    assert_eq!(written, String::from_utf8(rendered).unwrap());
+    let (_, rows) = rows(&written);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["calls"], "5");
+    let _ = std::fs::remove_dir_all(&dir);
+}

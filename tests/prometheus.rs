@@ -1,0 +1,392 @@
+//! The Prometheus exposition: every value against the profile it came from (bucket counts at
+//! every `le`, sums, counters, throughput, resource gauges), label escaping, the file in the
+//! output directory, and `promtool check metrics`.
+#![cfg(feature = "prometheus")]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use spanprof::output::{Format, Prometheus, METRICS_FILE};
+use spanprof::profile::buckets::export_bounds_ns;
+use spanprof::profile::{SpanStats, Stat};
+use spanprof::{ProfileLayer, Snapshot};
+
+/// A span name with every character the text format escapes in label values.
+const TRICKY: &str = "tricky \"name\" \\ with\nnewline";
+
+/// One sample line: metric name, labels, value.
+#[derive(Debug, Clone, PartialEq)]
+struct Line {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// Parses the sample lines of an exposition (comments skipped), unescaping label values.
+fn parse(text: &str) -> Vec<Line> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|line| {
+            let (name, rest) = match line.find('{') {
+                Some(i) => (&line[..i], &line[i + 1..]),
+                None => {
+                    let (name, value) = line.split_once(' ').unwrap();
+                    return Line {
+                        name: name.to_string(),
+                        labels: BTreeMap::new(),
+                        value: value.parse().unwrap(),
+                    };
+                }
+            };
+            let mut labels = BTreeMap::new();
+            let mut chars = rest.chars();
+            loop {
+                let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+                assert_eq!(chars.next(), Some('"'), "{line}");
+                let mut value = String::new();
+                loop {
+                    match chars.next().unwrap() {
+                        '\\' => match chars.next().unwrap() {
+                            'n' => value.push('\n'),
+                            c => value.push(c),
+                        },
+                        '"' => break,
+                        c => value.push(c),
+                    }
+                }
+                labels.insert(key, value);
+                match chars.next().unwrap() {
+                    ',' => continue,
+                    '}' => break,
+                    c => panic!("unexpected {c:?} in {line}"),
+                }
+            }
+            let value: String = chars.collect();
+            Line {
+                name: name.to_string(),
+                labels,
+                value: value.trim().parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// The lines of metric `name` for span `s`.
+fn of<'a>(lines: &'a [Line], name: &str, s: &SpanStats) -> Vec<&'a Line> {
+    lines
+        .iter()
+        .filter(|l| {
+            l.name == name
+                && l.labels.get("span") == Some(&s.name)
+                && l.labels.get("target") == Some(&s.target)
+        })
+        .collect()
+}
+
+/// The one value of metric `name` for span `s`.
+fn value(lines: &[Line], name: &str, s: &SpanStats) -> f64 {
+    let found = of(lines, name, s);
+    assert_eq!(found.len(), 1, "{name} for {:?}: {found:?}", s.name);
+    found[0].value
+}
+
+/// A run on a mock clock: entries spread over the bucket bounds, throughput fields, an error,
+/// a span entered twice per instance, and a name that needs escaping.
+fn profile() -> Snapshot {
+    let (dispatch, guard, clock) = support::mock();
+    tracing::dispatcher::with_default(&dispatch, || {
+        for ns in [
+            500,
+            1_000,
+            1_003,
+            1_004,
+            2_600,
+            999_000,
+            7_000_000,
+            3_000_000_000,
+            200_000_000_000,
+        ] {
+            tracing::info_span!("step").in_scope(|| {
+                clock.advance(Duration::from_nanos(ns / 2));
+                tracing::info_span!("load", items = 32u64, bytes = 4096u64).in_scope(|| {
+                    clock.advance(Duration::from_nanos(ns - ns / 2));
+                });
+            });
+        }
+        tracing::info_span!("fails").in_scope(|| tracing::error!("bad batch"));
+        let task = tracing::info_span!("task");
+        for _ in 0..2 {
+            task.in_scope(|| clock.advance(Duration::from_micros(40)));
+            clock.advance(Duration::from_micros(100));
+        }
+        drop(task);
+        tracing::info_span!(TRICKY).in_scope(|| clock.advance(Duration::from_micros(3)));
+    });
+    guard.snapshot()
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Checks a histogram family of span `s` against `stat`: a bucket at every export bound with
+/// the histogram's count at or below it, `+Inf` = count, `_sum` = total, `_count` = count.
+fn check_histogram(lines: &[Line], family: &str, s: &SpanStats, stat: &Stat) {
+    let buckets = of(lines, &format!("{family}_bucket"), s);
+    let bounds = export_bounds_ns();
+    assert_eq!(buckets.len(), bounds.len() + 1, "{family} {:?}", s.name);
+    let mut previous = 0.0;
+    for (bucket, &le) in buckets.iter().zip(bounds) {
+        assert_eq!(
+            bucket.labels["le"].parse::<f64>().unwrap(),
+            seconds(le),
+            "{family} {:?}: le {}",
+            s.name,
+            bucket.labels["le"]
+        );
+        assert_eq!(
+            bucket.value,
+            stat.histogram.count_at_or_below(le) as f64,
+            "{family} {:?} le {le} ns",
+            s.name
+        );
+        assert!(bucket.value >= previous, "cumulative counts are monotonic");
+        previous = bucket.value;
+    }
+    let inf = buckets.last().unwrap();
+    assert_eq!(inf.labels["le"], "+Inf");
+    assert_eq!(inf.value, stat.count as f64);
+    assert_eq!(
+        value(lines, &format!("{family}_sum"), s),
+        seconds(stat.total_ns)
+    );
+    assert_eq!(
+        value(lines, &format!("{family}_count"), s),
+        stat.count as f64
+    );
+}
+
+#[test]
+fn histograms_counters_and_throughput_are_the_profiles() {
+    let snap = profile();
+    let text = Prometheus::new().to_string(&snap);
+    let lines = parse(&text);
+    let step = support::span(&snap, "step");
+    // The bounds split the entries: the test would see a wrong bucket.
+    let counts = step
+        .entry_busy
+        .histogram
+        .cumulative_counts(export_bounds_ns());
+    assert_eq!(step.entry_busy.count, 9);
+    assert_eq!(
+        (counts[0], counts[1], counts[9], counts[24]),
+        (3, 4, 6, 8),
+        "{counts:?}"
+    );
+    for s in &snap.spans {
+        check_histogram(&lines, "spanprof_span_busy_seconds", s, &s.entry_busy);
+        check_histogram(&lines, "spanprof_span_self_seconds", s, &s.entry_self);
+        assert_eq!(
+            value(&lines, "spanprof_span_calls_total", s),
+            s.calls as f64
+        );
+        assert_eq!(
+            value(&lines, "spanprof_span_instances_total", s),
+            s.instances as f64
+        );
+        assert_eq!(
+            value(&lines, "spanprof_span_errors_total", s),
+            s.errors as f64
+        );
+        // Instance wall time only where instances are not one entry each.
+        let wall = of(&lines, "spanprof_span_instance_wall_seconds_count", s);
+        assert_eq!(
+            wall.len(),
+            usize::from(s.calls != s.instances),
+            "{:?}",
+            s.name
+        );
+    }
+    assert_eq!(value(&lines, "spanprof_span_calls_total", step), 9.0);
+    assert_eq!(
+        value(&lines, "spanprof_span_self_seconds_sum", step),
+        seconds(step.entry_self.total_ns)
+    );
+    let task = support::span(&snap, "task");
+    assert_eq!((task.calls, task.instances), (2, 1));
+    check_histogram(
+        &lines,
+        "spanprof_span_instance_wall_seconds",
+        task,
+        &task.wall,
+    );
+    assert_eq!(task.wall.total_ns, 280_000);
+    let fails = support::span(&snap, "fails");
+    assert_eq!(value(&lines, "spanprof_span_errors_total", fails), 1.0);
+    let load = support::span(&snap, "load");
+    assert_eq!(value(&lines, "spanprof_span_items_total", load), 9.0 * 32.0);
+    assert_eq!(
+        value(&lines, "spanprof_span_bytes_total", load),
+        9.0 * 4096.0
+    );
+    assert_eq!(
+        value(&lines, "spanprof_span_items_per_second", load),
+        load.rate(load.items).unwrap()
+    );
+    assert!(of(&lines, "spanprof_span_items_total", step).is_empty());
+    assert_eq!(
+        lines
+            .iter()
+            .find(|l| l.name == "spanprof_run_duration_seconds")
+            .unwrap()
+            .value,
+        seconds(snap.run.duration_ns)
+    );
+}
+
+#[test]
+fn label_values_are_escaped_and_read_back() {
+    let snap = profile();
+    let text = Prometheus::new().to_string(&snap);
+    assert!(
+        text.contains(r#"span="tricky \"name\" \\ with\nnewline""#),
+        "{text}"
+    );
+    let lines = parse(&text);
+    let tricky = support::span(&snap, TRICKY);
+    assert_eq!(value(&lines, "spanprof_span_calls_total", tricky), 1.0);
+    check_histogram(
+        &lines,
+        "spanprof_span_busy_seconds",
+        tricky,
+        &tricky.entry_busy,
+    );
+}
+
+#[test]
+fn resource_gauges_are_the_latest_readings() {
+    let snap = Snapshot::from_json(
+        include_str!("data/profile-v2-detailed.json"),
+        "profile-v2-detailed.json",
+    )
+    .unwrap();
+    let lines = parse(&Prometheus::new().to_string(&snap));
+    let info = snap.resources.as_ref().unwrap();
+    let last = info.timeline.last().unwrap();
+    let gauge = |name: &str| {
+        let found: Vec<_> = lines.iter().filter(|l| l.name == name).collect();
+        assert_eq!(found.len(), 1, "{name}");
+        found[0].value
+    };
+    assert_eq!(
+        gauge("spanprof_process_resident_memory_bytes"),
+        last.rss_bytes.unwrap() as f64
+    );
+    assert_eq!(
+        gauge("spanprof_process_heap_bytes"),
+        last.heap_bytes.unwrap() as f64
+    );
+    assert_eq!(
+        gauge("spanprof_process_cpu_cores"),
+        f64::from(last.process_cpu_pct.unwrap()) / 100.0
+    );
+    assert_eq!(
+        gauge("spanprof_process_resident_memory_max_bytes"),
+        info.peak_rss_bytes.unwrap() as f64
+    );
+    assert_eq!(
+        gauge("spanprof_run_start_time_seconds"),
+        seconds(snap.run.start_unix_ns)
+    );
+    for s in &snap.spans {
+        let cpu = s.resources.as_ref().unwrap().cpu.as_ref().unwrap();
+        assert_eq!(
+            value(&lines, "spanprof_span_cpu_seconds_total", s),
+            seconds(cpu.cpu_ns)
+        );
+    }
+    // No GPU and no energy in this profile: no such series, rather than zeros.
+    assert!(!lines.iter().any(|l| l.name.starts_with("spanprof_gpu_")));
+    assert!(!lines.iter().any(|l| l.name.contains("energy")));
+}
+
+/// `promtool check metrics` on `text`: `None` when promtool is absent (the caller skips).
+fn promtool(text: &str) -> Option<(bool, String)> {
+    use std::io::Write;
+    let mut child = match std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("SKIPPED: promtool not found ({e}); install Debian's `prometheus` package");
+            return None;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((out.status.success(), said))
+}
+
+#[test]
+fn promtool_accepts_the_exposition_without_a_complaint() {
+    let detailed = Snapshot::from_json(
+        include_str!("data/profile-v2-detailed.json"),
+        "profile-v2-detailed.json",
+    )
+    .unwrap();
+    for (what, snap) in [
+        ("mock-clock run", profile()),
+        ("detailed profile", detailed),
+    ] {
+        let text = Prometheus::new().to_string(&snap);
+        let Some((ok, said)) = promtool(&text) else {
+            return;
+        };
+        assert!(
+            ok && said.is_empty(),
+            "promtool on the {what}: {said}\n{text}"
+        );
+    }
+}
+
+#[test]
+fn the_output_directory_gets_metrics_prom_from_the_final_profile() {
+    let dir = support::temp_dir("metrics-prom");
+    let (dispatch, guard) = support::install(ProfileLayer::builder().with_output_dir(&dir));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..4 {
+            tracing::info_span!("work").in_scope(|| {});
+        }
+    });
+    let outputs = guard.finish().unwrap();
+    assert_eq!(
+        outputs.file("prometheus"),
+        Some(dir.join(METRICS_FILE).as_path())
+    );
+    let written = std::fs::read_to_string(dir.join(METRICS_FILE)).unwrap();
+    // The same bytes as the exposition of the profile written beside it.
+    let profile = Snapshot::read_json(outputs.profile().unwrap()).unwrap();
+    let mut rendered = Vec::new();
+    Prometheus::new().render(&profile, &mut rendered).unwrap();
+    assert_eq!(written, String::from_utf8(rendered).unwrap());
+    let lines = parse(&written);
+    let work = support::span(&profile, "work");
+    assert_eq!(value(&lines, "spanprof_span_calls_total", work), 4.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
