@@ -67,6 +67,35 @@ pub fn bucket_top(value: u64) -> u64 {
     }
 }
 
+/// The bucket bounds spanprof's exporters use for histograms with explicit bounds (OTLP,
+/// Prometheus `le`), in nanoseconds: a 1-2.5-5 series from 1 µs to 100 s (25 bounds), each
+/// rounded up to the top of its histogram bucket with [`bucket_top`], so that the cumulative
+/// counts at them ([`Buckets::count_at_or_below`]) are the histogram's exactly. The bounds are
+/// therefore slightly above the round numbers (1 µs is 1 007 ns, 1 ms is 1 003 519 ns: within
+/// 1 part in 128).
+///
+/// ```
+/// use spanprof::profile::buckets::{bucket_top, export_bounds_ns};
+/// let bounds = export_bounds_ns();
+/// assert_eq!(bounds.len(), 25);
+/// assert_eq!(bounds[0], bucket_top(1_000));
+/// assert_eq!(bounds[12], bucket_top(1_000_000)); // 1 ms
+/// assert_eq!(*bounds.last().unwrap(), bucket_top(100_000_000_000)); // 100 s
+/// assert!(bounds.windows(2).all(|w| w[0] < w[1]));
+/// ```
+pub fn export_bounds_ns() -> Vec<u64> {
+    let mut bounds = Vec::with_capacity(25);
+    let mut decade = 1_000u64;
+    while decade < 100_000_000_000 {
+        for step in [decade, decade * 5 / 2, decade * 5] {
+            bounds.push(bucket_top(step));
+        }
+        decade *= 10;
+    }
+    bounds.push(bucket_top(decade));
+    bounds
+}
+
 /// A histogram of nanosecond values stored as its non-empty buckets: memory in proportion to the
 /// distinct values recorded (16 bytes per non-empty bucket; at most 4608 buckets, i.e. 72 KiB,
 /// however many samples), not to the histogram's range.

@@ -22,6 +22,7 @@
 pub mod buckets;
 mod combine;
 mod hdr;
+mod interval;
 mod json;
 mod resources;
 
