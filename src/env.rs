@@ -26,3 +26,11 @@ pub const ENV_INTERVAL_MS: &str = "SPANPROF_INTERVAL_MS";
 
 /// Environment variable: grid carbon intensity, grams CO2e per kWh (enables CO2e figures).
 pub const ENV_GRID: &str = "SPANPROF_GRID_G_PER_KWH";
+
+/// Environment variable: the export cadence, a duration (`30s`) or a number of steps
+/// (`100 steps`); see [`Every`](crate::Every).
+pub const ENV_EVERY: &str = "SPANPROF_EVERY";
+
+/// Environment variable: the name of the step span whose closes `SPANPROF_EVERY=N steps`
+/// counts, e.g. `train_step`.
+pub const ENV_STEP: &str = "SPANPROF_STEP";

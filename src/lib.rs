@@ -120,9 +120,13 @@ pub mod chrome;
 pub mod clock;
 mod env;
 mod error;
+mod export;
 pub mod gpu;
 mod guard;
 mod layer;
+#[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+pub mod otlp;
 pub mod output;
 pub mod profile;
 mod record;
@@ -133,6 +137,7 @@ mod switches;
 pub use alloc::CountingAlloc;
 pub use builder::{Builder, ReportTarget};
 pub use error::{Error, Result};
+pub use export::Every;
 pub use guard::{ProfileGuard, ProfileHandle};
 pub use layer::ProfileLayer;
 pub use profile::Snapshot;

@@ -57,6 +57,14 @@ pub trait Format: Send + Sync + fmt::Debug {
     /// # Errors
     /// The writer's errors.
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()>;
+
+    /// Whether the output is also re-written at each window of the export cadence
+    /// ([`Builder::with_every`](crate::Builder::with_every)), with the cumulative snapshot of
+    /// that moment, and not only at the end (default `false`). A file scraped while the program
+    /// runs (a Prometheus text file) says `true`.
+    fn periodic(&self) -> bool {
+        false
+    }
 }
 
 /// Where an output goes.

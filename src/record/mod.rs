@@ -33,6 +33,7 @@ use tracing_core::span::{Attributes, Record};
 use tracing_core::Metadata;
 
 use crate::clock::Clock;
+use crate::export::StepSignal;
 use crate::samplers::{Readings, Timeline};
 use crate::switches::{Resources, Switches};
 use names::{
@@ -43,6 +44,7 @@ use shards::{bump, with_local, Frame, Local, NameStats, Shards};
 use spans::{Slot, SlotIn};
 use spans::{
     SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, ENTRIES_WRITING, FLAG_ERRORED, FLAG_MARKED,
+    FLAG_STEP,
 };
 
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
@@ -83,6 +85,8 @@ pub(crate) struct Recorder {
     readings: Arc<Readings>,
     timeline: Arc<Timeline>,
     settings: RunSettings,
+    /// The step span whose closes drive the export cadence, if it counts steps.
+    steps: Option<Arc<StepSignal>>,
 }
 
 impl fmt::Debug for Recorder {
@@ -131,6 +135,23 @@ impl Recorder {
             readings,
             timeline,
             settings,
+            steps: None,
+        }
+    }
+
+    /// Counts the closes of the spans named `steps.name()` for the export cadence (before any
+    /// span is recorded).
+    pub(crate) fn with_steps(mut self, steps: Option<Arc<StepSignal>>) -> Self {
+        self.steps = steps;
+        self
+    }
+
+    /// A step span closed.
+    #[cold]
+    #[inline(never)]
+    fn step_closed(&self) {
+        if let Some(steps) = &self.steps {
+            steps.closed();
         }
     }
 
@@ -202,7 +223,10 @@ impl Recorder {
     #[cold]
     pub(crate) fn decide(&self, meta: &'static Metadata<'static>, dynamic: bool) -> Decision {
         let decision = match self.names.intern(meta.name(), meta.target()) {
-            Some(name) => Decision::record(name, throughput_fields(meta), dynamic),
+            Some(name) => {
+                let step = self.steps.as_ref().is_some_and(|s| s.name() == meta.name());
+                Decision::record(name, throughput_fields(meta), dynamic, step)
+            }
             None => Decision::DROP,
         };
         self.names.remember(meta, decision);
@@ -238,7 +262,8 @@ impl Recorder {
             s.self_ns.store(0, Relaxed);
             s.shared_busy.store(0, Relaxed);
             s.shared_self.store(0, Relaxed);
-            s.flags.store(if marked { FLAG_MARKED } else { 0 }, Relaxed);
+            let marked_flag = if marked { FLAG_MARKED } else { 0 };
+            s.flags.store(marked_flag | decision.step_flag(), Relaxed);
             if marked {
                 s.put_mark(InstanceMark::read(
                     &self.readings,
@@ -451,6 +476,9 @@ impl Recorder {
             }
             bump(&stats.closed, 1);
         });
+        if flags & FLAG_STEP != 0 {
+            self.step_closed();
+        }
     }
 
     /// An error-level event: counted for its explicit parent if recorded, else (`contextual`)
@@ -637,7 +665,7 @@ mod tests {
             .collect();
         for (i, meta) in metas.iter().enumerate() {
             rec.names
-                .remember(meta, Decision::record(i as u32 % 64, 0, false));
+                .remember(meta, Decision::record(i as u32 % 64, 0, false, false));
         }
         for (i, meta) in metas.iter().enumerate() {
             let cached = rec
