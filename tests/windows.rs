@@ -5,72 +5,13 @@ mod support;
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use spanprof::output::{Destination, Format};
 use spanprof::profile::{Snapshot, Stat};
 use spanprof::{Every, ProfileLayer};
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::Context;
-use tracing_subscriber::prelude::*;
-use tracing_subscriber::Layer;
 
-/// The fields of one event, as text.
-type Fields = HashMap<String, String>;
-
-/// Records the events at `spanprof::perf` that carry a `window` field (the summaries).
-struct Summaries(Arc<Mutex<Vec<Fields>>>);
-
-struct Text<'a>(&'a mut Fields);
-
-impl Visit for Text<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0
-            .insert(field.name().to_string(), format!("{value:?}"));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_string(), value.to_string());
-    }
-}
-
-impl<S: tracing::Subscriber> Layer<S> for Summaries {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if event.metadata().target() == spanprof::PERF_TARGET {
-            let mut fields = Fields::new();
-            event.record(&mut Text(&mut fields));
-            if fields.contains_key("window") {
-                self.0.lock().unwrap().push(fields);
-            }
-        }
-    }
-}
-
-/// The summaries logged on any thread (the export thread logs through the global default
-/// subscriber), and a lock that runs the tests that read them one at a time.
-fn summaries() -> (MutexGuard<'static, ()>, Arc<Mutex<Vec<Fields>>>) {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    static CAPTURED: OnceLock<Arc<Mutex<Vec<Fields>>>> = OnceLock::new();
-    let lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let captured = CAPTURED.get_or_init(|| {
-        let captured = Arc::new(Mutex::new(Vec::new()));
-        tracing_subscriber::registry()
-            .with(Summaries(captured.clone()))
-            .init();
-        captured
-    });
-    captured.lock().unwrap().clear();
-    (lock, captured.clone())
-}
-
-/// Waits (at most a minute: a bound, not a measurement) until `ready` holds.
-fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !ready() {
-        assert!(Instant::now() < deadline, "waited a minute for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+use support::events::{capture as summaries, wait_until, with_field, Fields};
 
 fn number(fields: &Fields, name: &str) -> u64 {
     fields
@@ -173,12 +114,12 @@ fn every_n_steps_one_summary_with_that_window_s_top_names() {
             // The export thread logs the window after the 5th step: wait for it (a bound, not
             // a timing), so that every window holds exactly 5 steps.
             wait_until("the window's summary", || {
-                captured.lock().unwrap().len() == window
+                with_field(&captured, "window").len() == window
             });
         }
     });
     guard.finish().unwrap();
-    let events = captured.lock().unwrap().clone();
+    let events = with_field(&captured, "window");
     assert_eq!(
         events.len(),
         4,
@@ -225,7 +166,7 @@ fn the_windows_steps_add_up_to_every_step_even_when_windows_merge() {
         }
     });
     guard.finish().unwrap();
-    let events = captured.lock().unwrap().clone();
+    let events = with_field(&captured, "window");
     let steps: u64 = events.iter().map(|e| number(e, "steps")).sum();
     assert_eq!(steps, 50, "{events:?}");
     assert!(!events.is_empty() && events.len() <= 17, "{}", events.len());
@@ -312,14 +253,14 @@ fn a_period_cadence_logs_windows_of_time() {
     );
     tracing::dispatcher::with_default(&dispatch, || {
         let mut n = 0;
-        while captured.lock().unwrap().len() < 3 {
+        while with_field(&captured, "window").len() < 3 {
             step();
             n += 1;
             assert!(n < 10_000_000, "no window logged");
         }
     });
     let total = support::finish_snapshot(guard);
-    let events = captured.lock().unwrap().clone();
+    let events = with_field(&captured, "window");
     let steps: u64 = events.iter().map(|e| number(e, "steps")).sum();
     assert_eq!(steps, total.span("train_step").unwrap().calls, "{events:?}");
 }
