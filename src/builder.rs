@@ -11,6 +11,7 @@ use tracing_subscriber::EnvFilter;
 use crate::chrome::{ChromeOptions, Session as ChromeSession};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::export::{Every, ExportSettings, StepSignal};
 use crate::gpu::GpuSource;
 use crate::guard::{ProfileGuard, ProfileHandle};
 use crate::layer::ProfileLayer;
@@ -23,8 +24,8 @@ use crate::switches::{Preset, Resources};
 #[cfg(feature = "http")]
 pub use crate::env::ENV_METRICS_ADDR;
 pub use crate::env::{
-    ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_MAX_OVERHEAD, ENV_OUT, ENV_PRESET, ENV_REPORT,
-    ENV_SAMPLERS, ENV_TOP,
+    ENV_EVERY, ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_MAX_OVERHEAD, ENV_OUT, ENV_PRESET,
+    ENV_REPORT, ENV_SAMPLERS, ENV_STEP, ENV_TOP,
 };
 
 pub use crate::record::metrics::{MAX_METRICS, MAX_METRIC_SITES};
@@ -86,6 +87,12 @@ pub enum ReportTarget {
 /// | `SPANPROF_GRID_G_PER_KWH` | a non-negative number | [`Builder::with_grid_intensity`] |
 /// | `SPANPROF_MAX_OVERHEAD` | a percentage over 0, up to 100 (`5`, `2.5%`), or `off` | [`Builder::with_max_overhead`] |
 /// | `SPANPROF_METRICS_ADDR` | `host:port` or a port (feature `http`) | `Builder::with_metrics_addr` |
+/// | `SPANPROF_EVERY` | a duration (`30s`, `500ms`) or steps (`100 steps`), see [`Every`] | [`Builder::with_every`] |
+/// | `SPANPROF_STEP` | a span name, e.g. `train_step` | [`Builder::with_step_span`] |
+///
+/// With the `otlp` feature, the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+/// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, …) configure the OTLP metrics push: see
+/// [`crate::otlp`].
 ///
 /// One rule per option, whichever source gives the value: [`Builder::build`] checks the
 /// builder's values with the same rule the variable's value is checked with, and an invalid
@@ -116,6 +123,10 @@ pub struct Builder {
     /// Where the `/metrics` endpoint listens, if it is served.
     #[cfg(feature = "http")]
     metrics_addr: Option<std::net::SocketAddr>,
+    every: Option<Every>,
+    step_span: Option<String>,
+    #[cfg(feature = "otlp")]
+    otlp: Option<crate::otlp::OtlpOptions>,
 }
 
 impl Default for Builder {
@@ -139,6 +150,10 @@ impl Default for Builder {
             outputs: OutputSlot::default(),
             #[cfg(feature = "http")]
             metrics_addr: None,
+            every: None,
+            step_span: None,
+            #[cfg(feature = "otlp")]
+            otlp: None,
         }
     }
 }
@@ -326,6 +341,26 @@ impl Builder {
         }
     }
 
+    /// Every period of time or every `N` steps, logs a summary of that window at
+    /// [`PERF_TARGET`](crate::PERF_TARGET) (`spanprof::perf`): the top span names by self time
+    /// in the window, with their calls, self time and p99, as structured fields (`window`,
+    /// `steps`, `window_ms`, `top1_name`, `top1_calls`, `top1_self_ns`, `top1_p99_ns`, … up to
+    /// `top5`) and a readable message; re-writes the outputs whose format is periodic
+    /// ([`Format::periodic`]) and pushes OTLP metrics (feature `otlp`). One thread,
+    /// `spanprof-export`, does all of it from snapshots; a last window is logged when the
+    /// profile ends if anything was recorded since the previous one.
+    ///
+    /// [`Every::Steps`] counts closes of the span named by [`Builder::with_step_span`], which
+    /// it needs. Off by default, except with an OTLP endpoint configured: then every
+    /// `OTEL_METRIC_EXPORT_INTERVAL` (default 60 s). `SPANPROF_EVERY` overrides it. Outside
+    /// its rule ([`Every`]) [`Builder::build`] fails.
+    pub fn with_every(self, every: Every) -> Self {
+        Self {
+            every: Some(every),
+            ..self
+        }
+    }
+
     /// The address of the `/metrics` endpoint by default: 127.0.0.1:9464 (loopback only; the
     /// port of OpenTelemetry's Prometheus exporter).
     #[cfg(feature = "http")]
@@ -361,6 +396,28 @@ impl Builder {
         }
     }
 
+    /// The step span of [`Every::Steps`]: spans of this name (any target) count one step each
+    /// when they close, e.g. `"train_step"`. Its closes in each window are also reported
+    /// (`steps`) with a period cadence. Not empty, or [`Builder::build`] fails. `SPANPROF_STEP`
+    /// overrides it.
+    pub fn with_step_span(self, name: impl Into<String>) -> Self {
+        Self {
+            step_span: Some(name.into()),
+            ..self
+        }
+    }
+
+    /// Pushes the profile's metrics to an OTLP/HTTP collector, periodically and at the end
+    /// (see [`crate::otlp`]). The `OTEL_*` variables override these options, and configure
+    /// the push without this call.
+    #[cfg(feature = "otlp")]
+    pub fn with_otlp(self, options: crate::otlp::OtlpOptions) -> Self {
+        Self {
+            otlp: Some(options),
+            ..self
+        }
+    }
+
     /// Builds the layer and its guard.
     ///
     /// Reads the `SPANPROF*` variables (unless [`Builder::with_env`] is `false`), checks every
@@ -391,7 +448,7 @@ impl Builder {
         self,
         get: impl Fn(&str) -> Option<std::ffi::OsString>,
     ) -> Result<(ProfileLayer, ProfileGuard)> {
-        let b = self.apply_env(get)?.checked()?;
+        let b = self.apply_env(&get)?.checked()?;
         let filter = match &b.filter {
             Some(directives) => Some(parse_filter(directives, "the configuration")?),
             None => None,
@@ -456,9 +513,27 @@ impl Builder {
             grid_g_per_kwh: b.grid_g_per_kwh,
             tree: b.tree,
         };
-        let recorder = Arc::new(Recorder::new(
-            clock, start_raw, records, resources, readings, timeline, settings,
-        ));
+        #[cfg(feature = "otlp")]
+        let (otlp, otlp_interval) = match records {
+            true => crate::otlp::resolve(b.otlp.clone(), &get)?,
+            false => (None, None),
+        };
+        #[cfg(not(feature = "otlp"))]
+        let otlp_interval: Option<Duration> = None;
+        // The cadence: the one asked for, else the OTLP push's.
+        let every = b.every.or(otlp_interval.map(Every::Period));
+        let steps = match (every, &b.step_span) {
+            (Some(Every::Steps(n)), Some(name)) if records => {
+                Some(Arc::new(StepSignal::new(name.clone(), n)))
+            }
+            _ => None,
+        };
+        let recorder = Arc::new(
+            Recorder::new(
+                clock, start_raw, records, resources, readings, timeline, settings,
+            )
+            .with_steps(steps.clone()),
+        );
         let table = Table::new().with_top(b.top);
         let mut outputs = Vec::new();
         // The off preset writes nothing: no empty report, and the files of an earlier run
@@ -499,7 +574,7 @@ impl Builder {
             Some(pct) if records => crate::backoff::Backoff::start(recorder.clone(), pct),
             _ => None,
         };
-        let session = ProfileSession::new(
+        let session = Arc::new(ProfileSession::new(
             recorder.clone(),
             backoff,
             sampler,
@@ -508,7 +583,19 @@ impl Builder {
             outputs,
             table,
             records,
-        );
+        ));
+        if let (Some(every), true) = (every, records) {
+            ProfileSession::start_exporter(
+                &session,
+                ExportSettings {
+                    every,
+                    step_span: b.step_span.clone(),
+                    steps,
+                    #[cfg(feature = "otlp")]
+                    otlp,
+                },
+            );
+        }
         let handle = ProfileHandle::new(session);
         #[cfg(feature = "http")]
         if let Some(listener) = metrics_listener {
@@ -540,6 +627,17 @@ impl Builder {
         self.report = rules::report(self.report, Origin::Builder("with_report"))?;
         if let Some(filter) = self.filter {
             self.filter = Some(rules::filter(filter, Origin::Builder("with_filter"))?);
+        }
+        if let Some(name) = self.step_span {
+            self.step_span = Some(rules::step_span(name, Origin::Builder("with_step_span"))?);
+        }
+        if let Some(every) = self.every {
+            let every = rules::every(
+                every,
+                self.step_span.is_some(),
+                Origin::Builder("with_every"),
+            )?;
+            self.every = Some(every);
         }
         Ok(self)
     }
@@ -620,6 +718,14 @@ impl Builder {
                 Origin::Env(ENV_OUT, &v),
             )?);
         }
+        if let Some(v) = read(ENV_STEP, rules::STEP)? {
+            self.step_span = Some(rules::step_span(v.clone(), Origin::Env(ENV_STEP, &v))?);
+        }
+        if let Some(v) = read(ENV_EVERY, Every::ACCEPTED)? {
+            let every: Every = v.parse()?;
+            let every = rules::every(every, self.step_span.is_some(), Origin::Env(ENV_EVERY, &v))?;
+            self.every = Some(every);
+        }
         Ok(self)
     }
 }
@@ -681,6 +787,7 @@ mod rules {
                 expected: METRICS_ADDR,
             })
     }
+    pub(super) const STEP: &str = "a span name (not empty)";
 
     /// A number in an environment variable.
     pub(super) fn number<T: std::str::FromStr>(
@@ -708,6 +815,24 @@ mod rules {
             Ok(d)
         } else {
             Err(from.invalid(&d, INTERVAL))
+        }
+    }
+
+    pub(super) fn step_span(name: String, from: Origin<'_>) -> Result<String> {
+        if name.trim().is_empty() {
+            Err(from.invalid(&name, STEP))
+        } else {
+            Ok(name)
+        }
+    }
+
+    /// A cadence within its rule; steps need a step span.
+    pub(super) fn every(every: Every, has_step_span: bool, from: Origin<'_>) -> Result<Every> {
+        let steps_without_span = matches!(every, Every::Steps(_)) && !has_step_span;
+        if every.is_valid() && !steps_without_span {
+            Ok(every)
+        } else {
+            Err(from.invalid(&every, Every::ACCEPTED))
         }
     }
 

@@ -36,3 +36,10 @@ pub const ENV_GRID: &str = "SPANPROF_GRID_G_PER_KWH";
 /// Environment variable: the back-off's threshold, spanprof's estimated cost as a share of the
 /// process's CPU time, % (`5`, `2.5%`), or `off`.
 pub const ENV_MAX_OVERHEAD: &str = "SPANPROF_MAX_OVERHEAD";
+/// Environment variable: the export cadence, a duration (`30s`) or a number of steps
+/// (`100 steps`); see [`Every`](crate::Every).
+pub const ENV_EVERY: &str = "SPANPROF_EVERY";
+
+/// Environment variable: the name of the step span whose closes `SPANPROF_EVERY=N steps`
+/// counts, e.g. `train_step`.
+pub const ENV_STEP: &str = "SPANPROF_STEP";

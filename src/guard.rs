@@ -31,9 +31,9 @@ impl fmt::Debug for ProfileHandle {
 }
 
 impl ProfileHandle {
-    pub(crate) fn new(session: ProfileSession) -> Self {
+    pub(crate) fn new(session: Arc<ProfileSession>) -> Self {
         Self {
-            session: Arc::new(session),
+            session,
             _sampler_use: None,
         }
     }
@@ -42,6 +42,40 @@ impl ProfileHandle {
     /// and their completed entries are included.
     pub fn snapshot(&self) -> Snapshot {
         self.session.snapshot()
+    }
+
+    /// The statistics since the previous interval: what was recorded between the previous call
+    /// and this one (since the start for the first call), exactly — histogram differences, see
+    /// [`Snapshot::since`]. Cumulative totals are not reset: [`snapshot`](Self::snapshot) and
+    /// the outputs still see the whole run.
+    ///
+    /// The previous interval's end is kept once per profiling session, not per handle: every
+    /// handle (and the guard) of a session shares it, so the intervals returned to all callers
+    /// follow one another without gap or overlap, and their counts add up to the total exactly.
+    /// Concurrent callers are served one after the other. The export cadence
+    /// ([`Builder::with_every`](crate::Builder::with_every)) keeps its own windows and does not
+    /// move this one.
+    ///
+    /// ```
+    /// # use tracing_subscriber::prelude::*;
+    /// let (layer, guard) = spanprof::ProfileLayer::builder()
+    ///     .with_env(false)
+    ///     .with_report(spanprof::ReportTarget::Off)
+    ///     .build()?;
+    /// let handle = guard.handle();
+    /// tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    ///     for _ in 0..3 {
+    ///         tracing::info_span!("step").in_scope(|| {});
+    ///     }
+    ///     assert_eq!(handle.interval_snapshot().span("step").unwrap().calls, 3);
+    ///     tracing::info_span!("step").in_scope(|| {});
+    ///     assert_eq!(handle.interval_snapshot().span("step").unwrap().calls, 1);
+    /// });
+    /// assert_eq!(handle.snapshot().span("step").unwrap().calls, 4);
+    /// # Ok::<(), spanprof::Error>(())
+    /// ```
+    pub fn interval_snapshot(&self) -> Snapshot {
+        self.session.interval_snapshot()
     }
 
     /// The console report of a fresh snapshot, as configured (top rows).
@@ -551,6 +585,11 @@ impl ProfileGuard {
     #[cfg(feature = "http")]
     pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
         self.handle.metrics_addr()
+    }
+
+    /// The statistics since the previous interval; see [`ProfileHandle::interval_snapshot`].
+    pub fn interval_snapshot(&self) -> Snapshot {
+        self.handle.interval_snapshot()
     }
 
     /// Stops recording, writes the report and the outputs, and says where they went.

@@ -126,11 +126,15 @@ pub mod chrome;
 pub mod clock;
 mod env;
 mod error;
+mod export;
 pub mod gpu;
 mod guard;
 #[cfg(feature = "http")]
 mod http;
 mod layer;
+#[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+pub mod otlp;
 pub mod output;
 pub mod profile;
 mod record;
@@ -141,6 +145,7 @@ mod switches;
 pub use alloc::CountingAlloc;
 pub use builder::{Builder, ReportTarget};
 pub use error::{Error, Result};
+pub use export::Every;
 pub use guard::{ProfileGuard, ProfileHandle};
 pub use layer::ProfileLayer;
 pub use profile::Snapshot;

@@ -2,11 +2,13 @@
 //! and the sequence that ends it. The guard and every handle share it.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
+use crate::export::{ExportSettings, Exporter};
 use crate::output::{self, Output, Outputs, Table};
 use crate::profile::Snapshot;
 use crate::record::Recorder;
@@ -35,6 +37,12 @@ pub(crate) struct ProfileSession {
     /// The `/metrics` endpoint, while it serves.
     #[cfg(feature = "http")]
     metrics: Mutex<Option<crate::http::MetricsServer>>,
+    /// The export thread (periodic summaries, outputs and OTLP pushes), if a cadence is set.
+    exporter: OnceLock<Exporter>,
+    /// The snapshot at the end of the last [`ProfileSession::interval_snapshot`].
+    interval_start: Mutex<Option<Snapshot>>,
+    /// Whether a periodic re-write failed already (warned about once).
+    periodic_warned: AtomicBool,
 }
 
 impl fmt::Debug for ProfileSession {
@@ -68,6 +76,51 @@ impl ProfileSession {
             finished: Mutex::new(None),
             #[cfg(feature = "http")]
             metrics: Mutex::new(None),
+            exporter: OnceLock::new(),
+            interval_start: Mutex::new(None),
+            periodic_warned: AtomicBool::new(false),
+        }
+    }
+
+    /// Starts the export thread of `session` (once).
+    pub(crate) fn start_exporter(session: &Arc<Self>, settings: ExportSettings) {
+        if let Some(exporter) = Exporter::start(settings, Arc::downgrade(session)) {
+            let _ = session.exporter.set(exporter);
+        }
+    }
+
+    /// The statistics since the previous call (by any handle of this session), or since the
+    /// start for the first: see `ProfileHandle::interval_snapshot`.
+    pub(crate) fn interval_snapshot(&self) -> Snapshot {
+        let mut start = self
+            .interval_start
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let now = self.snapshot();
+        let interval = match start.as_ref() {
+            Some(earlier) => now.since(earlier),
+            None => now.clone(),
+        };
+        *start = Some(now);
+        interval
+    }
+
+    /// Re-writes the outputs whose format is periodic with `snapshot`, unless the session is
+    /// finishing or finished (its final outputs are never overwritten by an older snapshot).
+    /// The first failure is warned about; the final write reports every error.
+    pub(crate) fn write_periodic(&self, snapshot: &Snapshot) {
+        let Ok(done) = self.finished.try_lock() else {
+            return;
+        };
+        if done.is_some() || !self.records {
+            return;
+        }
+        for output in self.outputs.iter().filter(|o| o.format.periodic()) {
+            if let Err(e) = output.write(snapshot) {
+                if !self.periodic_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(target: PERF_TARGET, error = %e, "spanprof could not re-write a periodic output (further failures are reported when the profile ends)");
+                }
+            }
         }
     }
 
@@ -182,6 +235,12 @@ impl ProfileSession {
         for e in &errors {
             // One line per failed output, whoever finishes the session.
             tracing::warn!(target: PERF_TARGET, error = %e, "spanprof could not write an output");
+        }
+        if let Some(exporter) = self.exporter.get() {
+            // The last window's summary and OTLP push, waited for a bounded time.
+            if !exporter.finish(snapshot) {
+                tracing::warn!(target: PERF_TARGET, "spanprof's last export (summary, OTLP push) did not complete in time; left to finish alone");
+            }
         }
         *done = Some(outputs.clone());
         match Error::collect(errors) {

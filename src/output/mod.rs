@@ -30,14 +30,14 @@
 //! To add a format, implement [`Format`] and pass it to
 //! [`Builder::with_output`](crate::Builder::with_output).
 
+#[cfg(feature = "csv")]
+mod csv;
 #[cfg(feature = "flamegraph")]
 mod flamegraph;
 mod folded;
+mod json;
 #[cfg(feature = "pprof")]
 mod pprof;
-#[cfg(feature = "csv")]
-mod csv;
-mod json;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 mod table;
@@ -48,13 +48,13 @@ use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-#[cfg(feature = "flamegraph")]
-pub use flamegraph::{Flamegraph, FLAMEGRAPH_FILE};
-pub use folded::{Folded, FOLDED_FILE};
 #[cfg(feature = "csv")]
 pub use self::csv::{Csv, CSV_FILE};
 #[cfg(feature = "prometheus")]
 pub use self::prometheus::{Prometheus, METRICS_FILE};
+#[cfg(feature = "flamegraph")]
+pub use flamegraph::{Flamegraph, FLAMEGRAPH_FILE};
+pub use folded::{Folded, FOLDED_FILE};
 pub use json::{Json, PROFILE_FILE};
 #[cfg(feature = "pprof")]
 pub use pprof::{Pprof, PPROF_FILE};
@@ -83,6 +83,14 @@ pub trait Format: Send + Sync + fmt::Debug {
     /// # Errors
     /// The writer's errors.
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()>;
+
+    /// Whether the output is also re-written at each window of the export cadence
+    /// ([`Builder::with_every`](crate::Builder::with_every)), with the cumulative snapshot of
+    /// that moment, and not only at the end (default `false`). A file scraped while the program
+    /// runs (a Prometheus text file) says `true`.
+    fn periodic(&self) -> bool {
+        false
+    }
 }
 
 /// Where an output goes.

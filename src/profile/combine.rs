@@ -43,13 +43,18 @@ impl Stat {
     /// histogram exact (differences), percentiles read from the interval's histogram. The
     /// smallest and largest sample of the interval are known only to the histogram's precision
     /// (within 1 part in 128), except the largest when it is larger than every earlier one.
+    /// Totals are always the exact difference, so the intervals between consecutive snapshots
+    /// add up to the last one ([`Stat::merged`]).
     pub fn since(&self, earlier: &Stat) -> Stat {
         let buckets = self.histogram.since(&earlier.histogram);
         let total = self.total_ns.saturating_sub(earlier.total_ns);
         let clamped = self.clamped.saturating_sub(earlier.clamped);
         let mut recorded = buckets.iter().map(|(value, _)| value);
         let Some(lowest) = recorded.next() else {
-            return Stat::new(buckets.to_histogram(), 0, 0, 0, 0);
+            // No sample in the interval. A snapshot taken while a sample is recorded may see its
+            // total before its bucket (or the reverse): the total's difference is kept, so that
+            // consecutive intervals always add up to the whole.
+            return Stat::new(buckets.to_histogram(), total, 0, 0, clamped);
         };
         let highest = recorded.last().unwrap_or(lowest);
         let min = lowest.clamp(self.min_ns, self.max_ns);

@@ -27,6 +27,7 @@
 pub mod buckets;
 mod combine;
 mod hdr;
+mod interval;
 mod json;
 pub mod metrics;
 mod resources;

@@ -36,6 +36,7 @@ use tracing_core::span::{Attributes, Record};
 use tracing_core::{Event, Metadata};
 
 use crate::clock::Clock;
+use crate::export::StepSignal;
 use crate::samplers::{Readings, Timeline};
 use crate::switches::{Resources, Switches};
 use metrics::{EventSites, MetricVisitor, NO_SPAN};
@@ -48,6 +49,7 @@ use shards::{bump, with_local, Frame, Local, NameStats, Shards};
 use spans::{Slot, SlotIn};
 use spans::{
     SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, ENTRIES_WRITING, FLAG_ERRORED, FLAG_MARKED,
+    FLAG_STEP,
 };
 
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
@@ -99,6 +101,8 @@ pub(crate) struct Recorder {
     /// Called inside the brackets of the resource readings: tests make them take time.
     #[cfg(test)]
     reading_hook: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// The step span whose closes drive the export cadence, if it counts steps.
+    steps: Option<Arc<StepSignal>>,
 }
 
 impl fmt::Debug for Recorder {
@@ -175,6 +179,7 @@ impl Recorder {
             costs,
             #[cfg(test)]
             reading_hook: std::sync::OnceLock::new(),
+            steps: None,
         }
     }
 
@@ -184,6 +189,22 @@ impl Recorder {
         #[cfg(test)]
         if let Some(hook) = self.reading_hook.get() {
             hook();
+        }
+    }
+
+    /// Counts the closes of the spans named `steps.name()` for the export cadence (before any
+    /// span is recorded).
+    pub(crate) fn with_steps(mut self, steps: Option<Arc<StepSignal>>) -> Self {
+        self.steps = steps;
+        self
+    }
+
+    /// A step span closed.
+    #[cold]
+    #[inline(never)]
+    fn step_closed(&self) {
+        if let Some(steps) = &self.steps {
+            steps.closed();
         }
     }
 
@@ -255,7 +276,10 @@ impl Recorder {
     #[cold]
     pub(crate) fn decide(&self, meta: &'static Metadata<'static>, dynamic: bool) -> Decision {
         let decision = match self.names.intern(meta.name(), meta.target()) {
-            Some(name) => Decision::record(name, throughput_fields(meta), dynamic),
+            Some(name) => {
+                let step = self.steps.as_ref().is_some_and(|s| s.name() == meta.name());
+                Decision::record(name, throughput_fields(meta), dynamic, step)
+            }
             None => Decision::DROP,
         };
         self.names.remember(meta, decision);
@@ -292,7 +316,8 @@ impl Recorder {
             s.self_ns.store(0, Relaxed);
             s.shared_busy.store(0, Relaxed);
             s.shared_self.store(0, Relaxed);
-            s.flags.store(if marked { FLAG_MARKED } else { 0 }, Relaxed);
+            let marked_flag = if marked { FLAG_MARKED } else { 0 };
+            s.flags.store(marked_flag | decision.step_flag(), Relaxed);
             s.node.store(node, Relaxed);
             if marked {
                 s.put_mark(InstanceMark::read(
@@ -578,6 +603,9 @@ impl Recorder {
             bump(&stats.closed, 1);
         });
         self.tree_close(node, busy, self_ns, wall);
+        if flags & FLAG_STEP != 0 {
+            self.step_closed();
+        }
     }
 
     /// An error-level event: counted for its explicit parent if recorded, else (`contextual`)
@@ -896,7 +924,7 @@ mod tests {
             .collect();
         for (i, meta) in metas.iter().enumerate() {
             rec.names
-                .remember(meta, Decision::record(i as u32 % 64, 0, false));
+                .remember(meta, Decision::record(i as u32 % 64, 0, false, false));
         }
         for (i, meta) in metas.iter().enumerate() {
             let cached = rec

@@ -54,7 +54,7 @@ pub(crate) const FIELD_BYTES: u32 = 2;
 pub(crate) const FIELD_FLOPS: u32 = 4;
 
 /// What to do with spans of one callsite, packed in a `u32`:
-/// bits 0–1 mode, bits 2–4 throughput fields, bits 8.. name index.
+/// bits 0–1 mode, bits 2–4 throughput fields, bit 5 the step span, bits 8.. name index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Decision(u32);
 
@@ -65,9 +65,19 @@ impl Decision {
     const RECORD: u32 = 1;
     const DYNAMIC: u32 = 2;
 
-    pub(crate) fn record(name: u32, fields: u32, dynamic: bool) -> Self {
+    const STEP: u32 = 1 << 5;
+
+    pub(crate) fn record(name: u32, fields: u32, dynamic: bool, step: bool) -> Self {
         let mode = if dynamic { Self::DYNAMIC } else { Self::RECORD };
-        Decision(mode | (fields << 2) | (name << 8))
+        let step = if step { Self::STEP } else { 0 };
+        Decision(mode | (fields << 2) | step | (name << 8))
+    }
+    /// [`super::spans::FLAG_STEP`] if the callsite's spans are step spans (the cadence's), else
+    /// 0: a span flag without a branch.
+    #[inline(always)]
+    pub(crate) fn step_flag(self) -> u8 {
+        const _: () = assert!(super::spans::FLAG_STEP == 4);
+        ((self.0 & Self::STEP) >> 3) as u8
     }
     /// Not recorded: skipped for good, or dropped ([`Decision::is_drop`]).
     #[inline(always)]

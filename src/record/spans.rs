@@ -56,7 +56,7 @@ pub(crate) struct Slot {
     pub(crate) shared_busy: AtomicU64,
     /// Sum of other threads' completed entries' self time, ns.
     pub(crate) shared_self: AtomicU64,
-    /// [`FLAG_MARKED`], [`FLAG_ERRORED`].
+    /// [`FLAG_MARKED`], [`FLAG_ERRORED`], [`FLAG_STEP`].
     pub(crate) flags: AtomicU8,
     /// The span's node in the call tree (`tree::ROOT` when the tree is off).
     pub(crate) node: AtomicU16,
@@ -70,6 +70,8 @@ pub(crate) struct Slot {
 pub(crate) const FLAG_MARKED: u8 = 1;
 /// An error-level event happened inside the span.
 pub(crate) const FLAG_ERRORED: u8 = 2;
+/// The span is a step span of the export cadence: its close is counted (`crate::export`).
+pub(crate) const FLAG_STEP: u8 = 4;
 
 impl Slot {
     const fn new(segment: u8, index: u32) -> Self {

@@ -4,6 +4,7 @@
 //! `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod events;
 pub mod v2;
 
 use std::path::PathBuf;

@@ -1,0 +1,881 @@
+//! OpenTelemetry metrics: the profile's histograms pushed to an OTLP/HTTP collector (feature
+//! `otlp`), periodically and when the profile ends.
+//!
+//! Built with `otlp`, any program pushes when `OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` is set, with no code change; or configure it with
+//! [`Builder::with_otlp`](crate::Builder::with_otlp) and [`OtlpOptions`].
+//!
+//! ```sh
+//! OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 OTEL_SERVICE_NAME=trainer \
+//!   cargo run --release --features otlp --example training_loop
+//! ```
+//!
+//! # What is pushed
+//!
+//! One `ExportMetricsServiceRequest` per push (`POST`, `Content-Type: application/x-protobuf`,
+//! optionally gzip), built from a snapshot on spanprof's export thread. Every metric is
+//! cumulative since the profile started (`start_time_unix_nano`), with the attributes
+//! `span.name` and `span.target` (one data point per span name and target):
+//!
+//! | metric | kind | unit | what |
+//! |---|---|---|---|
+//! | `spanprof.span.busy` | histogram | `s` | busy time of each entry (enter→exit) |
+//! | `spanprof.span.self` | histogram | `s` | self time of each entry (busy minus child spans) |
+//! | `spanprof.span.wall` | histogram | `s` | wall time of each closed instance (creation→close) |
+//! | `spanprof.span.calls` | monotonic sum | `{call}` | completed entries |
+//! | `spanprof.span.instances` | monotonic sum | `{instance}` | closed instances |
+//! | `spanprof.span.errors` | monotonic sum | `{error}` | `error`-level events inside the spans |
+//! | `spanprof.span.items`, `.bytes`, `.flops` | monotonic sum | `{item}`, `By`, `{flop}` | throughput fields, for names that have them |
+//!
+//! Histograms have explicit bounds: [`export_bounds_ns`](crate::profile::buckets::export_bounds_ns)
+//! in seconds (1 µs to 100 s in a 1-2.5-5 series, each at the top of one of spanprof's
+//! histogram buckets), so their bucket counts are the HDR histogram's exactly, not estimates;
+//! sums, counts, minima and maxima are exact too.
+//!
+//! The resource has `service.name` (`OTEL_SERVICE_NAME`, else `service.name` in
+//! `OTEL_RESOURCE_ATTRIBUTES`, else `unknown_service:<program>`), the attributes of
+//! `OTEL_RESOURCE_ATTRIBUTES`, `host.name`, `process.pid` and `telemetry.sdk.*`.
+//!
+//! # Environment
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` | the URL to post to, used as is |
+//! | `OTEL_EXPORTER_OTLP_ENDPOINT` | a base URL: metrics go to its `v1/metrics` |
+//! | `OTEL_EXPORTER_OTLP_HEADERS`, `…_METRICS_HEADERS` | `key=value,key2=value2` (values percent-decoded); the metrics ones win per key |
+//! | `OTEL_EXPORTER_OTLP_TIMEOUT`, `…_METRICS_TIMEOUT` | milliseconds a push may take, retries included (default 10000) |
+//! | `OTEL_EXPORTER_OTLP_COMPRESSION`, `…_METRICS_COMPRESSION` | `gzip` or `none` (default) |
+//! | `OTEL_EXPORTER_OTLP_PROTOCOL`, `…_METRICS_PROTOCOL` | only `http/protobuf` (the default) |
+//! | `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` | the resource |
+//! | `OTEL_METRIC_EXPORT_INTERVAL` | milliseconds between pushes (default 60000), unless [`Builder::with_every`](crate::Builder::with_every) or `SPANPROF_EVERY` sets the cadence |
+//! | `OTEL_SDK_DISABLED=true`, `OTEL_METRICS_EXPORTER=none` | no push |
+//!
+//! The signal-specific variable wins over the generic one, and the variables over
+//! [`OtlpOptions`]. As the OpenTelemetry specification asks, a value spanprof cannot use is a
+//! warning naming the variable, never a failed build (other OpenTelemetry SDKs in the process
+//! read the same variables): a bad timeout, interval or compression falls back to its default;
+//! a protocol other than `http/protobuf` (`grpc`, `http/json`) or an endpoint that is not an
+//! `http://` URL turns the push off. TLS is not built in: to reach an `https://` collector, push
+//! to a local collector or agent over `http://`.
+//!
+//! # Cost and failures
+//!
+//! Pushes run on the export thread, never on the program's threads, and the hot path does not
+//! change. A push that fails to connect, times out, or gets HTTP 429, 502, 503 or 504 is
+//! retried with backoff (100 ms, doubling) until the timeout; a collector that is down costs
+//! that and one warning at [`PERF_TARGET`](crate::PERF_TARGET) (the next is logged after a
+//! push succeeded again). When the profile ends, [`ProfileGuard::finish`](crate::ProfileGuard::finish)
+//! waits for the last push at most the timeout.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric, number_data_point, AggregationTemporality, Histogram, HistogramDataPoint, Metric,
+    NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message;
+
+use crate::error::{Error, Result};
+use crate::profile::buckets::export_bounds_ns;
+use crate::profile::{Snapshot, SpanStats, Stat};
+use crate::PERF_TARGET;
+
+/// Where and how to push OTLP metrics ([`Builder::with_otlp`](crate::Builder::with_otlp)); the
+/// `OTEL_*` variables override it (see [`crate::otlp`]).
+///
+/// ```
+/// use spanprof::otlp::OtlpOptions;
+/// use std::time::Duration;
+/// let options = OtlpOptions::new("http://127.0.0.1:4318/v1/metrics")
+///     .with_header("authorization", "Bearer secret")
+///     .with_timeout(Duration::from_secs(2))
+///     .with_service_name("trainer");
+/// assert_eq!(options.endpoint(), "http://127.0.0.1:4318/v1/metrics");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpOptions {
+    endpoint: String,
+    headers: Vec<(String, String)>,
+    timeout: Duration,
+    gzip: bool,
+    service_name: Option<String>,
+    resource: Vec<(String, String)>,
+}
+
+impl OtlpOptions {
+    /// How long a push may take, retries included, by default: 10 s (the OTLP default).
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Time between pushes by default (`OTEL_METRIC_EXPORT_INTERVAL`'s default): 60 s.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+    /// The longest timeout accepted: 1 h.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+    const ACCEPTED: &'static str =
+        "an http:// URL (TLS is not built in) and a timeout from 1 ms to 1 h";
+
+    /// Pushes to `metrics_endpoint`, the full URL (e.g. `http://127.0.0.1:4318/v1/metrics`),
+    /// used as is, like `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`. It must be an `http://` URL, or
+    /// [`Builder::build`](crate::Builder::build) fails.
+    pub fn new(metrics_endpoint: impl Into<String>) -> Self {
+        Self {
+            endpoint: metrics_endpoint.into(),
+            headers: Vec::new(),
+            timeout: Self::DEFAULT_TIMEOUT,
+            gzip: false,
+            service_name: None,
+            resource: Vec::new(),
+        }
+    }
+
+    /// Adds a header sent with every push (e.g. an API key).
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        set(&mut self.headers, name.into(), value.into());
+        self
+    }
+
+    /// How long one push may take, retries included (default [`Self::DEFAULT_TIMEOUT`]); from
+    /// 1 ms to [`Self::MAX_TIMEOUT`], or [`Builder::build`](crate::Builder::build) fails.
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        Self { timeout, ..self }
+    }
+
+    /// Compresses the requests with gzip (default off).
+    pub fn with_gzip(self, gzip: bool) -> Self {
+        Self { gzip, ..self }
+    }
+
+    /// The `service.name` resource attribute (default `unknown_service:<program>`).
+    pub fn with_service_name(self, name: impl Into<String>) -> Self {
+        Self {
+            service_name: Some(name.into()),
+            ..self
+        }
+    }
+
+    /// Adds a resource attribute (a string).
+    pub fn with_resource_attribute(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        set(&mut self.resource, key.into(), value.into());
+        self
+    }
+
+    /// The URL pushes go to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The body of one push of `snapshot`: an `ExportMetricsServiceRequest`, protobuf-encoded
+    /// (before compression).
+    ///
+    /// ```
+    /// use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    /// use prost::Message;
+    /// # let snapshot = spanprof::profile::Snapshot::from_json(
+    /// #     include_str!("../tests/data/profile-v1-basic.json"), "doc")?;
+    /// let options = spanprof::otlp::OtlpOptions::new("http://127.0.0.1:4318/v1/metrics");
+    /// let request = ExportMetricsServiceRequest::decode(options.encode(&snapshot).as_slice())?;
+    /// let metrics = &request.resource_metrics[0].scope_metrics[0].metrics;
+    /// assert!(metrics.iter().any(|m| m.name == "spanprof.span.busy"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn encode(&self, snapshot: &Snapshot) -> Vec<u8> {
+        request(snapshot, self, &export_bounds_ns()).encode_to_vec()
+    }
+
+    /// The builder's options, checked by their rule.
+    fn checked(self) -> Result<Self> {
+        let timeout_ok = (Duration::from_millis(1)..=Self::MAX_TIMEOUT).contains(&self.timeout);
+        if url_problem(&self.endpoint).is_some() || !timeout_ok {
+            return Err(Error::InvalidSetting {
+                method: "with_otlp",
+                value: format!("{self:?}"),
+                expected: Self::ACCEPTED,
+            });
+        }
+        Ok(self)
+    }
+}
+
+/// Sets `key` in a list of pairs (replacing an earlier value).
+fn set(pairs: &mut Vec<(String, String)>, key: String, value: String) {
+    match pairs.iter_mut().find(|(k, _)| *k == key) {
+        Some(pair) => pair.1 = value,
+        None => pairs.push((key, value)),
+    }
+}
+
+/// Why `url` cannot be pushed to, if it cannot.
+fn url_problem(url: &str) -> Option<&'static str> {
+    let lower = url.to_ascii_lowercase();
+    if lower.starts_with("https://") {
+        Some("https needs TLS, which spanprof's OTLP exporter does not build in; push to an http:// collector or agent")
+    } else if !lower.starts_with("http://") || url.len() <= "http://".len() {
+        Some("not an http:// URL")
+    } else {
+        None
+    }
+}
+
+/// A configuration warning at build time, when no subscriber may be installed yet: logged and
+/// printed on stderr.
+fn warn_config(why: &str) {
+    tracing::warn!(target: PERF_TARGET, "{why}");
+    eprintln!("spanprof: {why}");
+}
+
+/// `%XX` escapes decoded (W3C baggage values, as the OTLP variables spell them).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                // Both digits checked: below 256.
+                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `key=value,key2=value2` pairs (keys and values trimmed, values percent-decoded); an entry
+/// without `=` or with an empty key is warned about and skipped.
+fn parse_pairs(var: &str, text: &str) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    for entry in text.split(',').filter(|e| !e.trim().is_empty()) {
+        match entry.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                set(
+                    &mut pairs,
+                    percent_decode(k.trim()),
+                    percent_decode(v.trim()),
+                );
+            }
+            _ => warn_config(&format!(
+                "spanprof ignores the entry {entry:?} of {var}: expected key=value"
+            )),
+        }
+    }
+    pairs
+}
+
+/// Resolves the OTLP push from the builder's options and the `OTEL_*` variables read through
+/// `get`: the pusher (`None` when no endpoint is configured or the push is off) and the
+/// interval between pushes.
+pub(crate) fn resolve(
+    options: Option<OtlpOptions>,
+    get: &impl Fn(&str) -> Option<OsString>,
+) -> Result<(Option<Pusher>, Option<Duration>)> {
+    let options = options.map(OtlpOptions::checked).transpose()?;
+    let var = |name: &str| {
+        get(name)
+            .map(|v| v.to_string_lossy().trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    // The metrics-specific variable, else the generic one: (variable, value).
+    let either = |signal: &'static str, generic: &'static str| {
+        var(signal)
+            .map(|v| (signal, v))
+            .or_else(|| var(generic).map(|v| (generic, v)))
+    };
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        || var("OTEL_METRICS_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"))
+    {
+        return Ok((None, None));
+    }
+    let endpoint = match (
+        var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+        var("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    ) {
+        (Some(url), _) => Some(("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", url)),
+        (None, Some(base)) => {
+            let slash = if base.ends_with('/') { "" } else { "/" };
+            Some((
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("{base}{slash}v1/metrics"),
+            ))
+        }
+        (None, None) => None,
+    };
+    let Some(mut options) = (match (endpoint, options) {
+        (Some((from, url)), options) => {
+            if let Some(why) = url_problem(&url) {
+                warn_config(&format!(
+                    "spanprof does not push OTLP metrics: {from} gives {url:?}: {why}"
+                ));
+                return Ok((None, None));
+            }
+            Some(OtlpOptions {
+                endpoint: url,
+                ..options.unwrap_or_else(|| OtlpOptions::new(""))
+            })
+        }
+        (None, options) => options,
+    }) else {
+        return Ok((None, None));
+    };
+    if let Some((from, protocol)) = either(
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ) {
+        if protocol != "http/protobuf" {
+            warn_config(&format!(
+                "spanprof does not push OTLP metrics: {from}={protocol} is not supported; \
+                 spanprof pushes over http/protobuf only (unset it or set http/protobuf)"
+            ));
+            return Ok((None, None));
+        }
+    }
+    for generic_then_signal in [
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    ] {
+        if let Some(text) = var(generic_then_signal) {
+            for (k, v) in parse_pairs(generic_then_signal, &text) {
+                set(&mut options.headers, k, v);
+            }
+        }
+    }
+    if let Some((from, ms)) = either(
+        "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ) {
+        match ms.parse::<u64>().map(Duration::from_millis) {
+            Ok(t) if (Duration::from_millis(1)..=OtlpOptions::MAX_TIMEOUT).contains(&t) => {
+                options.timeout = t;
+            }
+            _ => warn_config(&format!(
+                "spanprof ignores {from}={ms:?}: expected milliseconds, 1 to 3600000; the timeout \
+                 stays {} ms",
+                options.timeout.as_millis()
+            )),
+        }
+    }
+    if let Some((from, c)) = either(
+        "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+    ) {
+        match c.to_ascii_lowercase().as_str() {
+            "gzip" => options.gzip = true,
+            "none" => options.gzip = false,
+            _ => warn_config(&format!(
+                "spanprof ignores {from}={c:?}: expected gzip or none"
+            )),
+        }
+    }
+    if let Some(text) = var("OTEL_RESOURCE_ATTRIBUTES") {
+        for (k, v) in parse_pairs("OTEL_RESOURCE_ATTRIBUTES", &text) {
+            set(&mut options.resource, k, v);
+        }
+    }
+    if let Some(name) = var("OTEL_SERVICE_NAME") {
+        options.service_name = Some(name);
+    }
+    let interval = match var("OTEL_METRIC_EXPORT_INTERVAL") {
+        None => OtlpOptions::DEFAULT_INTERVAL,
+        Some(ms) => match ms.parse::<u64>().map(Duration::from_millis) {
+            Ok(t) if crate::Every::Period(t).is_valid() => t,
+            _ => {
+                warn_config(&format!(
+                    "spanprof ignores OTEL_METRIC_EXPORT_INTERVAL={ms:?}: expected milliseconds, \
+                     10 to 86400000; pushes every 60 s"
+                ));
+                OtlpOptions::DEFAULT_INTERVAL
+            }
+        },
+    };
+    Ok((Some(Pusher::new(options)), Some(interval)))
+}
+
+/// The OTLP push, on the export thread.
+pub(crate) struct Pusher {
+    options: OtlpOptions,
+    agent: ureq::Agent,
+    bounds: Vec<u64>,
+    /// Whether the last push failed (the failure was warned about).
+    failing: bool,
+}
+
+impl Pusher {
+    fn new(options: OtlpOptions) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .user_agent(concat!("spanprof/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        Self {
+            options,
+            agent,
+            bounds: export_bounds_ns().to_vec(),
+            failing: false,
+        }
+    }
+
+    /// How long one push may take, retries included.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.options.timeout
+    }
+
+    /// Pushes `snapshot`, retrying with backoff within the timeout; a failure is warned about
+    /// once until a push succeeds again. Returns whether it was accepted.
+    pub(crate) fn push(&mut self, snapshot: &Snapshot) -> bool {
+        let body = request(snapshot, &self.options, &self.bounds).encode_to_vec();
+        let body = if self.options.gzip {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            match gz.write_all(&body).and_then(|()| gz.finish()) {
+                Ok(zipped) => zipped,
+                Err(_) => body,
+            }
+        } else {
+            body
+        };
+        let deadline = Instant::now() + self.options.timeout;
+        let mut backoff = Duration::from_millis(100);
+        let error = loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let (error, retry) = match self.send(&body, remaining) {
+                Ok(()) => {
+                    if self.failing {
+                        self.failing = false;
+                        tracing::info!(target: PERF_TARGET, endpoint = %self.options.endpoint, "spanprof pushes OTLP metrics again");
+                    }
+                    return true;
+                }
+                Err(failure) => failure,
+            };
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if !retry || remaining.is_zero() {
+                break error;
+            }
+            std::thread::sleep(backoff.min(remaining));
+            backoff *= 2;
+        };
+        if !self.failing {
+            self.failing = true;
+            tracing::warn!(
+                target: PERF_TARGET,
+                endpoint = %self.options.endpoint,
+                error = %error,
+                "spanprof could not push OTLP metrics to {}: {error} (retried for up to {} ms; \
+                 it tries again at the next push, and says so once it succeeds)",
+                self.options.endpoint,
+                self.options.timeout.as_millis()
+            );
+        }
+        false
+    }
+
+    /// One POST. `Err((why, retryable))` if not accepted.
+    fn send(&self, body: &[u8], timeout: Duration) -> std::result::Result<(), (String, bool)> {
+        if timeout.is_zero() {
+            return Err(("timed out".to_string(), false));
+        }
+        let mut request = self
+            .agent
+            .post(&self.options.endpoint)
+            .header("Content-Type", "application/x-protobuf");
+        for (k, v) in &self.options.headers {
+            request = request.header(k.as_str(), v.as_str());
+        }
+        if self.options.gzip {
+            request = request.header("Content-Encoding", "gzip");
+        }
+        let response = request
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
+            .send(body);
+        match response {
+            Ok(mut response) => {
+                let status = response.status().as_u16();
+                // Read to the end (the connection is reused), at most 64 KiB.
+                let text = response
+                    .body_mut()
+                    .with_config()
+                    .limit(64 * 1024)
+                    .read_to_string()
+                    .unwrap_or_default();
+                match status {
+                    200..=299 => Ok(()),
+                    429 | 502 | 503 | 504 => Err((format!("HTTP {status}"), true)),
+                    _ => {
+                        let text: String = text.chars().take(200).collect();
+                        Err((format!("HTTP {status} {}", text.trim()), false))
+                    }
+                }
+            }
+            Err(e) => Err((e.to_string(), true)),
+        }
+    }
+}
+
+fn string_kv(key: &str, value: impl Into<String>) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The resource: service name, the configured attributes, host, process and SDK.
+fn resource(snapshot: &Snapshot, options: &OtlpOptions) -> Resource {
+    let program = snapshot
+        .run
+        .command_line
+        .first()
+        .map(|p| {
+            std::path::Path::new(p)
+                .file_name()
+                .map_or_else(|| p.clone(), |n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default();
+    let service = options
+        .service_name
+        .clone()
+        .or_else(|| {
+            options
+                .resource
+                .iter()
+                .find(|(k, _)| k == "service.name")
+                .map(|(_, v)| v.clone())
+        })
+        .unwrap_or_else(|| format!("unknown_service:{program}"));
+    let mut attributes = vec![string_kv("service.name", service)];
+    for (k, v) in &options.resource {
+        if k != "service.name" {
+            attributes.push(string_kv(k, v.as_str()));
+        }
+    }
+    let mut defaults = vec![
+        string_kv("host.name", snapshot.run.host.as_str()),
+        KeyValue {
+            key: "process.pid".to_string(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::IntValue(i64::from(snapshot.run.pid))),
+            }),
+            ..Default::default()
+        },
+        string_kv("telemetry.sdk.name", "spanprof"),
+        string_kv("telemetry.sdk.language", "rust"),
+        string_kv("telemetry.sdk.version", env!("CARGO_PKG_VERSION")),
+    ];
+    defaults.retain(|d| !attributes.iter().any(|a| a.key == d.key));
+    attributes.extend(defaults);
+    Resource {
+        attributes,
+        ..Default::default()
+    }
+}
+
+/// The request of one push: every metric of every span name of `snapshot`.
+fn request(
+    snapshot: &Snapshot,
+    options: &OtlpOptions,
+    bounds: &[u64],
+) -> ExportMetricsServiceRequest {
+    let start = snapshot.run.start_unix_ns;
+    let now = start.saturating_add(snapshot.run.duration_ns);
+    let cumulative = AggregationTemporality::Cumulative as i32;
+    let bounds_s: Vec<f64> = bounds.iter().map(|&b| b as f64 / 1e9).collect();
+    let attributes = |s: &SpanStats| {
+        vec![
+            string_kv("span.name", s.name.as_str()),
+            string_kv("span.target", s.target.as_str()),
+        ]
+    };
+    let histogram = |name: &str, description: &str, stat: fn(&SpanStats) -> &Stat| Metric {
+        name: name.to_string(),
+        description: description.to_string(),
+        unit: "s".to_string(),
+        data: Some(metric::Data::Histogram(Histogram {
+            data_points: snapshot
+                .spans
+                .iter()
+                .map(|s| histogram_point(stat(s), bounds, &bounds_s, attributes(s), start, now))
+                .collect(),
+            aggregation_temporality: cumulative,
+        })),
+        ..Default::default()
+    };
+    let sum = |name: &str, description: &str, unit: &str, value: fn(&SpanStats) -> Option<u64>| {
+        let data_points: Vec<NumberDataPoint> = snapshot
+            .spans
+            .iter()
+            .filter_map(|s| {
+                value(s).map(|v| NumberDataPoint {
+                    attributes: attributes(s),
+                    start_time_unix_nano: start,
+                    time_unix_nano: now,
+                    // Counts above i64::MAX cannot be sent as OTLP integers.
+                    value: Some(number_data_point::Value::AsInt(
+                        i64::try_from(v).unwrap_or(i64::MAX),
+                    )),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        (!data_points.is_empty()).then(|| Metric {
+            name: name.to_string(),
+            description: description.to_string(),
+            unit: unit.to_string(),
+            data: Some(metric::Data::Sum(Sum {
+                data_points,
+                aggregation_temporality: cumulative,
+                is_monotonic: true,
+            })),
+            ..Default::default()
+        })
+    };
+    let mut metrics = vec![
+        histogram(
+            "spanprof.span.busy",
+            "Busy time of each entry (enter to exit) of spans of this name",
+            |s| &s.entry_busy,
+        ),
+        histogram(
+            "spanprof.span.self",
+            "Self time of each entry: busy time minus child spans' busy time",
+            |s| &s.entry_self,
+        ),
+        histogram(
+            "spanprof.span.wall",
+            "Wall time of each closed instance, creation to close",
+            |s| &s.wall,
+        ),
+    ];
+    metrics.extend(
+        [
+            sum("spanprof.span.calls", "Completed entries", "{call}", |s| {
+                Some(s.calls)
+            }),
+            sum(
+                "spanprof.span.instances",
+                "Closed instances",
+                "{instance}",
+                |s| Some(s.instances),
+            ),
+            sum(
+                "spanprof.span.errors",
+                "error-level events inside the spans",
+                "{error}",
+                |s| Some(s.errors),
+            ),
+            sum(
+                "spanprof.span.items",
+                "Sum of the items field",
+                "{item}",
+                |s| s.items,
+            ),
+            sum("spanprof.span.bytes", "Sum of the bytes field", "By", |s| {
+                s.bytes
+            }),
+            sum(
+                "spanprof.span.flops",
+                "Sum of the flops field",
+                "{flop}",
+                |s| s.flops,
+            ),
+        ]
+        .into_iter()
+        .flatten(),
+    );
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(resource(snapshot, options)),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(InstrumentationScope {
+                    name: "spanprof".to_string(),
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                    ..Default::default()
+                }),
+                metrics,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// One histogram data point with exact bucket counts: the samples in (bound i-1, bound i],
+/// read at bucket tops, and the overflow bucket.
+fn histogram_point(
+    stat: &Stat,
+    bounds: &[u64],
+    bounds_s: &[f64],
+    attributes: Vec<KeyValue>,
+    start: u64,
+    now: u64,
+) -> HistogramDataPoint {
+    let count = stat.histogram.len();
+    let mut bucket_counts = Vec::with_capacity(bounds.len() + 1);
+    let mut below = 0;
+    for &bound in bounds {
+        let at_or_below = stat.histogram.count_at_or_below(bound);
+        bucket_counts.push(at_or_below - below);
+        below = at_or_below;
+    }
+    bucket_counts.push(count - below);
+    let seconds = |ns: u64| ns as f64 / 1e9;
+    HistogramDataPoint {
+        attributes,
+        start_time_unix_nano: start,
+        time_unix_nano: now,
+        count,
+        sum: Some(seconds(stat.total_ns)),
+        bucket_counts,
+        explicit_bounds: bounds_s.to_vec(),
+        min: (count > 0).then(|| seconds(stat.min_ns)),
+        max: (count > 0).then(|| seconds(stat.max_ns)),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |var| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == var)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    fn options(pairs: &[(&str, &str)]) -> Option<OtlpOptions> {
+        resolve(None, &env(pairs)).unwrap().0.map(|p| p.options)
+    }
+
+    #[test]
+    fn endpoints_follow_the_specification() {
+        let o = options(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")]).unwrap();
+        assert_eq!(o.endpoint, "http://collector:4318/v1/metrics");
+        let o = options(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/base/")]).unwrap();
+        assert_eq!(o.endpoint, "http://c:4318/base/v1/metrics");
+        let o = options(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://m:9/custom"),
+        ])
+        .unwrap();
+        assert_eq!(o.endpoint, "http://m:9/custom", "used as is");
+        assert!(options(&[]).is_none(), "no endpoint: no push");
+        for off in [
+            ("OTEL_SDK_DISABLED", "true"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json"),
+        ] {
+            assert!(
+                options(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), off]).is_none(),
+                "{off:?}"
+            );
+        }
+        assert!(options(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318")]).is_none());
+        assert!(options(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "c:4318")]).is_none());
+    }
+
+    #[test]
+    fn headers_timeout_compression_and_resource() {
+        let o = options(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "a=1, b = two%20words ,bad"),
+            ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "b=3"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+            ("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "gzip"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=test,service.name=x",
+            ),
+            ("OTEL_SERVICE_NAME", "trainer"),
+        ])
+        .unwrap();
+        assert_eq!(
+            o.headers,
+            [("a".to_string(), "1".to_string()), ("b".into(), "3".into())]
+        );
+        assert_eq!(o.timeout, Duration::from_millis(2500));
+        assert!(o.gzip);
+        assert_eq!(o.service_name.as_deref(), Some("trainer"));
+        let o = options(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "k=v%2Cw"),
+        ])
+        .unwrap();
+        assert_eq!(
+            o.timeout,
+            OtlpOptions::DEFAULT_TIMEOUT,
+            "a bad value: the default"
+        );
+        assert_eq!(o.headers, [("k".to_string(), "v,w".to_string())]);
+        let interval = |v: &str| {
+            resolve(
+                None,
+                &env(&[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                    ("OTEL_METRIC_EXPORT_INTERVAL", v),
+                ]),
+            )
+            .unwrap()
+            .1
+        };
+        assert_eq!(interval("1500"), Some(Duration::from_millis(1500)));
+        assert_eq!(interval("0"), Some(OtlpOptions::DEFAULT_INTERVAL));
+    }
+
+    #[test]
+    fn builder_options_follow_their_rule() {
+        let no_env = env(&[]);
+        assert!(matches!(
+            resolve(Some(OtlpOptions::new("https://c/v1/metrics")), &no_env),
+            Err(Error::InvalidSetting {
+                method: "with_otlp",
+                ..
+            })
+        ));
+        assert!(resolve(
+            Some(OtlpOptions::new("http://c/v1/metrics").with_timeout(Duration::ZERO)),
+            &no_env
+        )
+        .is_err());
+        let (pusher, interval) =
+            resolve(Some(OtlpOptions::new("http://c/v1/metrics")), &no_env).unwrap();
+        assert_eq!(pusher.unwrap().options.endpoint, "http://c/v1/metrics");
+        assert_eq!(interval, Some(OtlpOptions::DEFAULT_INTERVAL));
+        // The variables win over the builder's options.
+        let (pusher, _) = resolve(
+            Some(OtlpOptions::new("http://c/v1/metrics").with_service_name("a")),
+            &env(&[
+                ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://d/x"),
+                ("OTEL_SERVICE_NAME", "b"),
+            ]),
+        )
+        .unwrap();
+        let o = pusher.unwrap().options;
+        assert_eq!(
+            (o.endpoint.as_str(), o.service_name.as_deref()),
+            ("http://d/x", Some("b"))
+        );
+    }
+}
