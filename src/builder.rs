@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::gpu::GpuSource;
 use crate::guard::{ProfileGuard, ProfileHandle};
 use crate::layer::ProfileLayer;
-use crate::output::{Destination, Format, Json, Output, Table};
+use crate::output::{Destination, Format, Html, Json, Output, Table};
 use crate::record::{Recorder, RunSettings};
 use crate::samplers::{self, Readings, Timeline};
 use crate::session::ProfileSession;
@@ -188,7 +188,8 @@ impl Builder {
     }
 
     /// A directory the guard writes its file outputs into when it drops: the JSON profile
-    /// ([`PROFILE_FILE`](crate::output::PROFILE_FILE)). `SPANPROF_OUT` overrides it.
+    /// ([`PROFILE_FILE`](crate::output::PROFILE_FILE)) and the HTML report
+    /// ([`HTML_FILE`](crate::output::HTML_FILE)). `SPANPROF_OUT` overrides it.
     ///
     /// [`Builder::build`] creates it and checks that a file can be written there (an empty path
     /// or a directory that cannot be written is an error then, not when the guard drops).
@@ -382,6 +383,11 @@ impl Builder {
             if let Some(dir) = b.output_dir {
                 outputs.push(Output {
                     format: Box::new(Json),
+                    to: Destination::Dir(dir.clone()),
+                    fallback_to_stderr: false,
+                });
+                outputs.push(Output {
+                    format: Box::new(Html),
                     to: Destination::Dir(dir),
                     fallback_to_stderr: false,
                 });

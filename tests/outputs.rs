@@ -57,7 +57,7 @@ fn a_custom_format_is_written_beside_the_profile() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["calls.txt", "profile.json"]);
+    assert_eq!(names, ["calls.txt", "profile.json", "report.html"]);
 }
 
 #[cfg(target_os = "linux")]

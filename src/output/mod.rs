@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | [`Table`] | `report.txt` | the console report: one row per span name, sorted by self time |
 //! | [`Json`] | [`PROFILE_FILE`] | the JSON profile, full histograms (schema in the README) |
+//! | [`Html`] | [`HTML_FILE`] | a self-contained page for a browser: charts and a sortable table |
 //!
 //! ```
 //! use spanprof::output::{Format, Table};
@@ -24,6 +25,7 @@
 //! To add a format, implement [`Format`] and pass it to
 //! [`Builder::with_output`](crate::Builder::with_output).
 
+mod html;
 mod json;
 mod table;
 pub(crate) mod units;
@@ -32,6 +34,7 @@ use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+pub use html::{Html, HTML_FILE};
 pub use json::{Json, PROFILE_FILE};
 pub use table::{Table, REPORT_FILE};
 

@@ -116,15 +116,7 @@ impl Deref for Row<'_> {
 
 impl<'a> View<'a> {
     fn new(snap: &'a Snapshot, top: usize) -> Self {
-        let mut stats: Vec<&SpanStats> = snap.spans.iter().collect();
-        stats.sort_by(|a, b| {
-            b.entry_self
-                .total_ns
-                .cmp(&a.entry_self.total_ns)
-                .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
-                .then(a.name.cmp(&b.name))
-                .then(a.target.cmp(&b.target))
-        });
+        let stats = by_self_time(snap);
         // The targets of each span name: more than one, and the name is ambiguous alone.
         let mut targets: HashMap<&str, Vec<&str>> = HashMap::new();
         for s in &stats {
@@ -511,11 +503,26 @@ impl<'a> View<'a> {
     }
 }
 
+/// Every span name of `snap`, the most self time first (then busy time, name, target): the
+/// order of the report's rows.
+pub(super) fn by_self_time(snap: &Snapshot) -> Vec<&SpanStats> {
+    let mut stats: Vec<&SpanStats> = snap.spans.iter().collect();
+    stats.sort_by(|a, b| {
+        b.entry_self
+            .total_ns
+            .cmp(&a.entry_self.total_ns)
+            .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
+            .then(a.name.cmp(&b.name))
+            .then(a.target.cmp(&b.target))
+    });
+    stats
+}
+
 /// How many spans of a name had a time clamped to the histograms' highest value, counting each
 /// span once: a span entered once is clamped in all five histograms, and a closed instance with
 /// a clamped entry has a clamped wall time too. Entries of instances still open are in no
 /// instance histogram: the entry count stands for them when it is the larger.
-fn clamped_spans(s: &SpanStats) -> u64 {
+pub(super) fn clamped_spans(s: &SpanStats) -> u64 {
     [
         s.entry_busy.clamped,
         s.entry_self.clamped,
@@ -791,7 +798,7 @@ fn saturate(sum: u128) -> u64 {
 }
 
 /// `part` as a percentage of `whole` (0 when `whole` is 0).
-fn share(part: u128, whole: u128) -> f64 {
+pub(super) fn share(part: u128, whole: u128) -> f64 {
     if whole == 0 {
         0.0
     } else {
@@ -801,7 +808,7 @@ fn share(part: u128, whole: u128) -> f64 {
 
 /// Whether a span name's instances are entered more than once (async tasks at every poll,
 /// long-lived spans): its calls are entries, not instances.
-fn multi_entry(s: &SpanStats) -> bool {
+pub(super) fn multi_entry(s: &SpanStats) -> bool {
     s.calls != s.instances
 }
 
