@@ -625,7 +625,7 @@ fn chromium_draws_the_charts() {
     // Percentile ticks, log-time ticks with units, byte ticks with units.
     for tick in [
         ">99</text>",
-        ">99.9</text>",
+        ">99.5</text>",
         " µs</text>",
         " ms</text>",
         " MiB</text>",

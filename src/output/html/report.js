@@ -152,7 +152,8 @@
   }
 
   // --- Latency per call: percentile curves on a nines scale, log time axis, a chooser.
-  var NINES_TICKS = [[0, "0"], [Math.log10(2), "50"], [1, "90"], [2, "99"], [3, "99.9"], [4, "99.99"]];
+  var NINES_TICKS = [[0, "0"], [Math.log10(2), "50"], [Math.log10(5), "80"], [1, "90"], [Math.log10(20), "95"],
+    [2, "99"], [Math.log10(200), "99.5"], [3, "99.9"], [Math.log10(2000), "99.95"], [4, "99.99"]];
   function latencyChart(node) {
     var spans = data.spans.filter(function (s) { return s.curve.length > 0; });
     var color = {};
@@ -215,16 +216,16 @@
       var box = { x: 72, y: 10, w: width - 72 - 24, h: height - 60 };
       var svg = svgEl("svg", { width: width, height: height, "class": "percentiles", role: "img",
         "aria-label": "latency percentiles per span name" });
-      var lo = Infinity, hi = 0, maxX = 2;
+      var lo = Infinity, hi = 0, maxX = 1;
       shown.forEach(function (s) {
         s.curve.forEach(function (p) { lo = Math.min(lo, Math.max(p[1], 1)); hi = Math.max(hi, p[1]); maxX = Math.max(maxX, p[0]); });
       });
       if (!shown.length) { lo = 1e3; hi = 1e6; }
-      maxX = Math.min(4, Math.ceil(maxX));
+      maxX = Math.min(4, maxX);
       var ds = decades(lo, hi), yLo = Math.log10(ds[0]), yHi = Math.log10(ds[ds.length - 1]);
       function X(n) { return box.x + box.w * n / maxX; }
       function Y(ns) { return box.y + box.h * (1 - (Math.log10(Math.max(ns, 1)) - yLo) / (yHi - yLo)); }
-      var xTicks = NINES_TICKS.filter(function (t) { return t[0] <= maxX; }).map(function (t) {
+      var xTicks = NINES_TICKS.filter(function (t) { return t[0] <= maxX + 1e-9; }).map(function (t) {
         return { pos: X(t[0]), label: t[1] };
       });
       var yTicks = ds.map(function (d) { return { pos: Y(d), label: fmtTime(d, true) }; });
@@ -329,7 +330,10 @@
       });
       if (chart.unit === "%") hi = Math.max(hi, 100);
       if (hi <= lo) hi = lo + 1;
-      var yt = niceTicks(lo, hi * 1.05, 5);
+      // Bytes: round numbers of the unit the largest value is shown in (0, 2, 4 … MiB).
+      var u = 1;
+      if (chart.unit === "bytes") while (u < 1099511627776 && Math.max(Math.abs(lo), hi) / u >= 1024) u *= 1024;
+      var yt = niceTicks(lo / u, hi * 1.05 / u, 5).map(function (v) { return v * u; });
       lo = Math.min(lo, yt[0]); hi = Math.max(hi, yt[yt.length - 1]);
       function X(s) { return box.x + box.w * s / tMax; }
       function Y(v) { return box.y + box.h * (1 - (v - lo) / (hi - lo)); }
