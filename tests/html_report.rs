@@ -9,6 +9,7 @@
 
 mod support;
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -431,6 +432,16 @@ fn a_live_run_writes_the_report_beside_the_profile() {
     assert_eq!(calls("outer"), Some(5.0));
     assert_eq!(calls("inner"), Some(5.0));
     assert_eq!(calls("task"), Some(6.0));
+    for name in ["outer", "inner", "task"] {
+        let p99 = rows
+            .iter()
+            .find(|r| r.1[0].text == name)
+            .map(|r| r.1[column(&heads, "p99")].value.unwrap());
+        assert_eq!(
+            p99,
+            Some(support::span(&snap, name).entry_busy.p99_ns as f64)
+        );
+    }
     assert!(html.contains("<section id=\"instances\">"));
     let task = data(&html)["spans"]
         .as_array()
@@ -468,11 +479,21 @@ fn hundred_names_render() {
 // ---------------------------------------------------------------------------------------------
 // Headless Chromium.
 
-fn chromium() -> Option<PathBuf> {
+/// Chromium, or `None` after a `SKIPPED` line on stderr naming `test`.
+fn chromium(test: &str) -> Option<PathBuf> {
     let path = std::env::var_os("SPANPROF_CHROMIUM")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-    path.is_file().then_some(path)
+    if path.is_file() {
+        return Some(path);
+    }
+    // Straight to stderr: the test harness captures `eprintln!` of passing tests.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {test}: no chromium at {} (apt-get install chromium, or set SPANPROF_CHROMIUM)",
+        path.display()
+    );
+    None
 }
 
 fn out_dir() -> PathBuf {
@@ -563,8 +584,7 @@ fn write_page(name: &str, snap: &Snapshot) -> PathBuf {
 
 #[test]
 fn chromium_draws_the_charts() {
-    let Some(chromium) = chromium() else {
-        eprintln!("SKIPPED: chromium_draws_the_charts: no chromium at /usr/bin/chromium (apt-get install chromium, or set SPANPROF_CHROMIUM)");
+    let Some(chromium) = chromium("chromium_draws_the_charts") else {
         return;
     };
     let snap = detailed();
@@ -576,7 +596,7 @@ fn chromium_draws_the_charts() {
     );
     let order: Vec<&SpanStats> = {
         let mut v: Vec<&SpanStats> = snap.spans.iter().collect();
-        v.sort_by(|a, b| b.entry_self.total_ns.cmp(&a.entry_self.total_ns));
+        v.sort_by_key(|s| std::cmp::Reverse(s.entry_self.total_ns));
         v
     };
     // One bar per span name (12, under the top 20), its self time as in the profile.
@@ -652,8 +672,8 @@ fn chromium_draws_the_charts() {
 
 #[test]
 fn chromium_sorts_and_filters_the_table_and_draws_instances() {
-    let Some(chromium) = chromium() else {
-        eprintln!("SKIPPED: chromium_sorts_and_filters_the_table_and_draws_instances: no chromium at /usr/bin/chromium (apt-get install chromium, or set SPANPROF_CHROMIUM)");
+    let Some(chromium) = chromium("chromium_sorts_and_filters_the_table_and_draws_instances")
+    else {
         return;
     };
     let mut snap = golden();
@@ -715,12 +735,29 @@ fn chromium_sorts_and_filters_the_table_and_draws_instances() {
     }
     assert!(dom.contains(">time per instance (log scale)</text>"));
     assert!(dom.contains("wall: creation to close"));
+
+    // Without its script (as with JavaScript off; --dump-dom itself needs JavaScript): the
+    // metadata and every row of the table, in the report's order, and a line saying the charts
+    // need scripts; no chart.
+    let html = render(&snap);
+    let script = html.rfind("<script>").unwrap();
+    let end = html.rfind("</script>").unwrap() + "</script>".len();
+    let page = out_dir().join("golden-no-script.html");
+    std::fs::write(&page, format!("{}{}", &html[..script], &html[end..])).unwrap();
+    let dom = self::dom(&chromium, &page, "");
+    assert!(!dom.contains("class=\"js\""), "scripts ran");
+    assert!(dom.contains("<dt>host</dt><dd>golden-host</dd>"));
+    assert!(dom.contains("The charts and the table's sorting need JavaScript"));
+    let rows = table_rows(&dom);
+    assert_eq!(rows.len(), snap.spans.len());
+    assert!(rows.iter().all(|r| !r.0));
+    assert_eq!(rows[0].1[0].text, "backward");
+    assert!(tags(&dom, "svg", "").is_empty());
 }
 
 #[test]
 fn chromium_shows_a_hundred_names() {
-    let Some(chromium) = chromium() else {
-        eprintln!("SKIPPED: chromium_shows_a_hundred_names: no chromium at /usr/bin/chromium (apt-get install chromium, or set SPANPROF_CHROMIUM)");
+    let Some(chromium) = chromium("chromium_shows_a_hundred_names") else {
         return;
     };
     let snap = hundred_names();

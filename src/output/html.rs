@@ -12,6 +12,7 @@
 //! `>` and `&` is written as a `\u` escape (so no `</script>` can end the blob), and the script
 //! only ever sets them as text.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -20,7 +21,7 @@ use serde::Serialize;
 use super::table::{by_self_time, clamped_spans, multi_entry, share};
 use super::units::{format_bytes, format_count, format_duration, format_si};
 use super::Format;
-use crate::profile::{ResourceInfo, Sample, Snapshot, SpanStats, Stat};
+use crate::profile::{ResourceInfo, Sample, Snapshot, SpanResources, SpanStats, Stat};
 
 /// Name of the HTML report in an output directory.
 pub const HTML_FILE: &str = "report.html";
@@ -383,11 +384,13 @@ fn table(spans: &[&SpanStats]) -> String {
     for (head, title, _) in &shown_throughput {
         columns.push(col(head, title, true));
     }
-    let res = |s: &SpanStats| s.resources.clone().unwrap_or_default();
-    let has_cpu = spans.iter().any(|s| res(s).cpu.is_some());
-    let has_memory = spans.iter().any(|s| res(s).memory.is_some());
-    let has_heap = spans.iter().any(|s| res(s).heap.is_some());
-    let has_energy = spans.iter().any(|s| res(s).energy_j.is_some());
+    let any = |has: fn(&SpanResources) -> bool| {
+        spans.iter().any(|s| s.resources.as_ref().is_some_and(has))
+    };
+    let has_cpu = any(|r| r.cpu.is_some());
+    let has_memory = any(|r| r.memory.is_some());
+    let has_heap = any(|r| r.heap.is_some());
+    let has_energy = any(|r| r.energy_j.is_some());
     if has_cpu {
         columns.push(col("cpu %", "thread CPU time ÷ busy time", true));
     }
@@ -459,7 +462,8 @@ fn table(spans: &[&SpanStats]) -> String {
                     .map_or_else(missing, |r| number(r, format_si(r))),
             );
         }
-        let r = res(s);
+        let none = SpanResources::default();
+        let r = s.resources.as_ref().unwrap_or(&none);
         if has_cpu {
             cells.push(r.cpu.as_ref().map_or_else(missing, |c| {
                 number(c.utilization_pct, format!("{:.0}%", c.utilization_pct))
@@ -535,8 +539,19 @@ fn escape(s: &str) -> String {
 /// What the script draws, as JSON safe inside a `<script>` element: `<`, `>` and `&` (and the
 /// line separators JavaScript once treated as line ends) as `\u` escapes.
 fn data_json(snap: &Snapshot, spans: &[&SpanStats]) -> String {
+    let all_self: u128 = spans
+        .iter()
+        .map(|s| u128::from(s.entry_self.total_ns))
+        .sum();
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for s in spans {
+        *names.entry(s.name.as_str()).or_default() += 1;
+    }
     let data = Data {
-        spans: spans.iter().map(|s| chart_span(s, spans)).collect(),
+        spans: spans
+            .iter()
+            .map(|s| chart_span(s, all_self, names[s.name.as_str()] > 1))
+            .collect(),
         timeline: snap
             .resources
             .as_ref()
@@ -594,9 +609,8 @@ struct Instance {
     busy: [u64; 4],
 }
 
-fn chart_span(s: &SpanStats, all: &[&SpanStats]) -> ChartSpan {
-    let all_self: u128 = all.iter().map(|s| u128::from(s.entry_self.total_ns)).sum();
-    let twins = all.iter().filter(|o| o.name == s.name).count() > 1;
+/// The chart data of one span name; `twins`: another span name is the same (in another target).
+fn chart_span(s: &SpanStats, all_self: u128, twins: bool) -> ChartSpan {
     let quartet = |st: &Stat| [st.p50_ns, st.p90_ns, st.p99_ns, st.max_ns];
     ChartSpan {
         name: s.name.clone(),
