@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use spanprof::output::{Format, Html, Table, HTML_FILE, PROFILE_FILE};
-use spanprof::profile::SpanStats;
+use spanprof::profile::{GpuSample, SpanStats};
 use spanprof::{ProfileLayer, Snapshot};
 
 const INJECTION: &str = "</script><img src=x onerror=alert(1)>";
@@ -44,10 +44,29 @@ fn render(snap: &Snapshot) -> String {
     String::from_utf8(page).unwrap()
 }
 
-/// A profile of 100 span names: the detailed profile's 12 spans, cycled under new names, with
-/// self times spread out (so the bars differ) and its resource timeline.
-fn hundred_names() -> Snapshot {
+/// The detailed profile with CPU package energy and one GPU in its timeline (as the `full`
+/// preset records them on a machine with RAPL and NVML).
+fn with_gpu() -> Snapshot {
     let mut snap = detailed();
+    let info = snap.resources.as_mut().unwrap();
+    for (i, sample) in info.timeline.iter_mut().enumerate() {
+        let i = i as u64;
+        sample.cpu_energy_uj = Some(1_500_000 * i);
+        sample.gpus = vec![GpuSample {
+            utilization_pct: Some(40 + 10 * i as u32),
+            memory_used_bytes: Some((1 + i) << 30),
+            power_mw: Some(250_000 + 1_000 * i as u32),
+            energy_mj: Some(25_000 * i),
+            ..GpuSample::default()
+        }];
+    }
+    snap
+}
+
+/// A profile of 100 span names: the detailed profile's 12 spans, cycled under new names, with
+/// self times spread out (so the bars differ) and its resource timeline with a GPU.
+fn hundred_names() -> Snapshot {
+    let mut snap = with_gpu();
     let base = snap.spans.clone();
     snap.spans = (0..100)
         .map(|i| {
@@ -271,6 +290,10 @@ fn resource_columns_and_metadata_come_from_the_profile() {
             info.interval_ms,
             info.timeline.len()
         ),
+        format!(
+            "<dt>sampler CPU</dt><dd>264 µs ({:.3}% of the run",
+            100.0 * info.sampler_cpu_ns as f64 / run.duration_ns as f64
+        ),
     ] {
         assert!(html.contains(&needle), "missing {needle}");
     }
@@ -339,6 +362,58 @@ fn embedded_data_equals_the_profiles_figures() {
         assert_eq!(v.as_f64(), s.rss_bytes.map(|b| b as f64));
     }
     assert_eq!(charts[1]["series"][0]["values"][0], Value::Null);
+    // GPU and energy: utilisation in %, memory in bytes, power in W, energy in J.
+    let snap = with_gpu();
+    let data = data_of(&snap);
+    let samples = &snap.resources.as_ref().unwrap().timeline;
+    let charts = data["timeline"]["charts"].as_array().unwrap();
+    let chart = |title: &str| {
+        charts
+            .iter()
+            .find(|c| c["title"] == title)
+            .unwrap_or_else(|| panic!("no chart {title}"))
+    };
+    let values = |title: &str, series: usize| -> Vec<f64> {
+        chart(title)["series"][series]["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    let gpu = |f: fn(&GpuSample) -> f64| samples.iter().map(|s| f(&s.gpus[0])).collect::<Vec<_>>();
+    assert_eq!(chart("GPU power")["axis"], "power (W)");
+    assert_eq!(
+        values("GPU utilisation", 0),
+        gpu(|g| g.utilization_pct.unwrap() as f64)
+    );
+    assert_eq!(
+        values("GPU memory", 0),
+        gpu(|g| g.memory_used_bytes.unwrap() as f64)
+    );
+    assert_eq!(
+        values("GPU power", 0),
+        gpu(|g| g.power_mw.unwrap() as f64 / 1e3)
+    );
+    assert_eq!(
+        chart("Energy since start")["series"][0]["name"],
+        "CPU package"
+    );
+    assert_eq!(
+        values("Energy since start", 0),
+        samples
+            .iter()
+            .map(|s| s.cpu_energy_uj.unwrap() as f64 / 1e6)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        chart("Energy since start")["series"][1]["name"],
+        "GPU 0 energy"
+    );
+    assert_eq!(
+        values("Energy since start", 1),
+        gpu(|g| g.energy_mj.unwrap() as f64 / 1e3)
+    );
     // A profile without resources has no timeline.
     assert_eq!(data_of(&golden())["timeline"], Value::Null);
 }
@@ -769,6 +844,36 @@ fn chromium_shows_a_hundred_names() {
     assert_eq!(tags(&dom, "path", "class=\"curve\"").len(), 5);
     assert_eq!(table_rows(&dom).len(), 100);
     assert!(dom.contains("100 of 100 span names"));
+    // The GPU and energy charts, their axes in W and J.
+    for title in [
+        "power (W)",
+        "energy (J)",
+        "utilisation (%)",
+        "device memory (bytes)",
+    ] {
+        assert!(
+            dom.contains(&format!(">{title}</text>")),
+            "no axis title {title}"
+        );
+    }
+    assert!(dom.contains(" W</text>") && dom.contains(" J</text>") && dom.contains(" GiB</text>"));
+    let series: Vec<String> = tags(&dom, "path", "class=\"series\"")
+        .iter()
+        .map(|t| attr(t, "data-name").unwrap())
+        .collect();
+    assert_eq!(
+        series,
+        [
+            "RSS",
+            "heap",
+            "process CPU",
+            "GPU 0 util",
+            "GPU 0 memory",
+            "GPU 0 power",
+            "CPU package",
+            "GPU 0 energy"
+        ]
+    );
     screenshot(
         &chromium,
         &page,

@@ -248,7 +248,7 @@ fn run_section(snap: &Snapshot) -> String {
         ));
     }
     if let Some(info) = &snap.resources {
-        resource_items(info, &mut items);
+        resource_items(info, run.duration_ns, &mut items);
     }
     let mut html = String::from("<dl class=\"meta\">\n");
     for (key, value) in items {
@@ -259,15 +259,23 @@ fn run_section(snap: &Snapshot) -> String {
 }
 
 /// The samplers' part of the metadata.
-fn resource_items(info: &ResourceInfo, items: &mut Vec<(&str, String)>) {
+fn resource_items(info: &ResourceInfo, run_ns: u64, items: &mut Vec<(&str, String)>) {
     items.push((
         "samplers",
         format!(
-            "{} every {} ms ({} samples kept; sampler CPU {})",
+            "{} every {} ms ({} samples kept)",
             info.samplers.join(", "),
             info.interval_ms,
             info.timeline.len(),
-            format_duration(info.sampler_cpu_ns)
+        ),
+    ));
+    // spanprof's own cost, as far as the profile holds it.
+    items.push((
+        "sampler CPU",
+        format!(
+            "{} ({:.3}% of the run's wall time): the sampler thread's CPU time",
+            format_duration(info.sampler_cpu_ns),
+            share(info.sampler_cpu_ns.into(), run_ns.into())
         ),
     ));
     if let Some(peak) = info.peak_rss_bytes {
