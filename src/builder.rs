@@ -228,7 +228,8 @@ impl Builder {
     /// ([`Builder::with_tree`]), the folded stacks (`profile.folded`), the flamegraph
     /// (`flamegraph.svg`, feature `flamegraph`) and the pprof profile (`profile.pb.gz`, feature
     /// `pprof`); with the default features also `report.csv` (feature `csv`) and `metrics.prom`
-    /// (feature `prometheus`). `SPANPROF_OUT` overrides it.
+    /// (feature `prometheus`), and the HTML report
+    /// ([`HTML_FILE`](crate::output::HTML_FILE)). `SPANPROF_OUT` overrides it.
     ///
     /// [`Builder::build`] creates it and checks that a file can be written there (an empty path
     /// or a directory that cannot be written is an error then, not when the guard drops).

@@ -253,11 +253,16 @@ fn unwritable_output_is_reported_not_fatal() {
     std::fs::write(&blocker, b"a file, not a directory").unwrap();
     tracing::dispatcher::with_default(&dispatch, workload);
     let err = guard.finish().unwrap_err();
-    assert!(matches!(err, Error::Io { .. }));
-    assert!(
-        err.to_string().contains(&blocker.display().to_string()),
-        "{err}"
-    );
+    // Both files of the directory fail (the profile and the HTML report), each named.
+    let Error::Outputs(errors) = &err else {
+        panic!("expected both outputs to fail: {err:?}");
+    };
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    for (e, file) in errors.iter().zip(["profile.json", "report.html"]) {
+        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+        let path = blocker.join("sub").join(file).display().to_string();
+        assert!(e.to_string().contains(&path), "{e}");
+    }
     let _ = std::fs::remove_file(&blocker);
 }
 

@@ -58,7 +58,7 @@ fn a_custom_format_is_written_beside_the_profile() {
         .collect();
     names.sort();
     // The output directory gets every file format the features build.
-    let mut expected = vec!["calls.txt", "profile.json"];
+    let mut expected = vec!["calls.txt", "profile.json", "report.html"];
     if cfg!(feature = "prometheus") {
         expected.push("metrics.prom");
     }

@@ -16,6 +16,7 @@
 //! | `Pprof` | `PPROF_FILE` | the call tree as a gzipped pprof profile (feature `pprof`) |
 //! | `Csv` | `report.csv` | one row per span name, every figure of the report (feature `csv`) |
 //! | `Prometheus` | `metrics.prom` | the Prometheus text exposition (feature `prometheus`) |
+//! | [`Html`] | [`HTML_FILE`] | a self-contained page for a browser: charts and a sortable table |
 //!
 //! ```
 //! use spanprof::output::{Format, Table};
@@ -35,6 +36,7 @@ mod csv;
 #[cfg(feature = "flamegraph")]
 mod flamegraph;
 mod folded;
+mod html;
 mod json;
 #[cfg(feature = "pprof")]
 mod pprof;
@@ -55,6 +57,7 @@ pub use self::prometheus::{Prometheus, METRICS_FILE};
 #[cfg(feature = "flamegraph")]
 pub use flamegraph::{Flamegraph, FLAMEGRAPH_FILE};
 pub use folded::{Folded, FOLDED_FILE};
+pub use html::{Html, HTML_FILE};
 pub use json::{Json, PROFILE_FILE};
 #[cfg(feature = "pprof")]
 pub use pprof::{Pprof, PPROF_FILE};
@@ -209,10 +212,10 @@ impl Outputs {
 }
 
 /// The formats an output directory gets, in the order they are written: the JSON profile,
-/// then `report.csv` and `metrics.prom` where their features are on, and with the call tree
+/// the HTML report, then `report.csv` and `metrics.prom` where their features are on, and with the call tree
 /// (`tree`) its folded stacks, flamegraph and pprof profile.
 pub(crate) fn directory_formats(tree: bool) -> Vec<Box<dyn Format>> {
-    let mut formats: Vec<Box<dyn Format>> = vec![Box::new(Json)];
+    let mut formats: Vec<Box<dyn Format>> = vec![Box::new(Json), Box::new(Html)];
     #[cfg(feature = "csv")]
     formats.push(Box::new(Csv::new()));
     #[cfg(feature = "prometheus")]

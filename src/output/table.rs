@@ -1007,7 +1007,7 @@ fn saturate(sum: u128) -> u64 {
 }
 
 /// `part` as a percentage of `whole` (0 when `whole` is 0).
-fn share(part: u128, whole: u128) -> f64 {
+pub(super) fn share(part: u128, whole: u128) -> f64 {
     if whole == 0 {
         0.0
     } else {
@@ -1017,7 +1017,7 @@ fn share(part: u128, whole: u128) -> f64 {
 
 /// Whether a span name's instances are entered more than once (async tasks at every poll,
 /// long-lived spans): its calls are entries, not instances.
-fn multi_entry(s: &SpanStats) -> bool {
+pub(super) fn multi_entry(s: &SpanStats) -> bool {
     s.calls != s.instances
 }
 

@@ -1,0 +1,848 @@
+//! The HTML report: one self-contained page for a person (inline CSS, JavaScript and SVG; no
+//! network when viewed).
+//!
+//! The page is a list of [`Section`]s rendered in Rust: run metadata and the full table are
+//! plain HTML, so they read without JavaScript. The charts (self time, latency percentiles per
+//! call and per instance, the resource timeline) are drawn as inline SVG by `html/report.js`
+//! from one JSON blob embedded in the page, whose figures are computed here from the snapshot
+//! (percentile curves from the HDR histograms). The script adds sorting and filtering to the
+//! table.
+//!
+//! Span names and targets are user data: in HTML they are escaped, in the JSON blob every `<`,
+//! `>` and `&` is written as a `\u` escape (so no `</script>` can end the blob), and the script
+//! only ever sets them as text.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::table::{clamped_spans, multi_entry, report_order, share};
+use super::units::{format_bytes, format_count, format_duration, format_si};
+use super::Format;
+use crate::profile::{ResourceInfo, Sample, Snapshot, SpanResources, SpanStats, Stat};
+
+/// Name of the HTML report in an output directory.
+pub const HTML_FILE: &str = "report.html";
+
+const STYLE: &str = include_str!("html/report.css");
+const SCRIPT: &str = include_str!("html/report.js");
+
+/// The HTML report of a [`Snapshot`]: metadata, a bar chart of self time, latency percentile
+/// curves (several span names on one chart), latency per instance of spans entered more than
+/// once, the resource timeline when samples exist, and the full table, sortable and
+/// filterable. One file, nothing fetched when it is opened.
+///
+/// The builder writes it into the output directory
+/// ([`Builder::with_output_dir`](crate::Builder::with_output_dir)); it renders a saved profile
+/// as well:
+///
+/// ```
+/// use spanprof::output::{Format, Html};
+/// # let snapshot = spanprof::profile::Snapshot::from_json(
+/// #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
+/// let mut page = Vec::new();
+/// Html.render(&snapshot, &mut page)?;
+/// let page = String::from_utf8(page)?;
+/// assert!(page.starts_with("<!DOCTYPE html>"));
+/// assert!(page.contains("<table"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Html;
+
+impl Format for Html {
+    fn name(&self) -> &'static str {
+        "html"
+    }
+
+    fn file_name(&self) -> &'static str {
+        HTML_FILE
+    }
+
+    fn action(&self) -> &'static str {
+        "writing HTML report"
+    }
+
+    fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(page(snapshot).as_bytes())
+    }
+}
+
+/// One section of the page: a heading and its HTML. The page is the list of them, in order.
+struct Section {
+    /// The element id (charts are drawn into elements inside it by the script).
+    id: &'static str,
+    title: &'static str,
+    /// HTML, already escaped.
+    body: String,
+}
+
+/// The whole page.
+fn page(snap: &Snapshot) -> String {
+    let spans = report_order(snap);
+    let mut html = String::with_capacity(64 * 1024 + 2048 * spans.len());
+    html.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    html.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    let program = program_name(snap);
+    let _ = writeln!(html, "<title>spanprof: {}</title>", escape(&program));
+    let _ = writeln!(html, "<style>\n{STYLE}</style>\n</head>\n<body>");
+    let _ = writeln!(
+        html,
+        "<header><h1>spanprof report: <span class=\"program\">{}</span></h1>\n<p class=\"summary\">{}</p>\n\
+         <p class=\"nojs\">The charts and the table's sorting need JavaScript; every figure is in \
+         the table below.</p></header>",
+        escape(&program),
+        escape(&summary(snap, &spans))
+    );
+    html.push_str("<main>\n");
+    for section in sections(snap, &spans) {
+        let _ = writeln!(
+            html,
+            "<section id=\"{}\">\n<h2>{}</h2>\n{}</section>",
+            section.id, section.title, section.body
+        );
+    }
+    html.push_str("</main>\n");
+    let _ = writeln!(
+        html,
+        "<script type=\"application/json\" id=\"spanprof-data\">{}</script>",
+        data_json(snap, &spans)
+    );
+    let _ = writeln!(html, "<script>\n{SCRIPT}</script>\n</body>\n</html>");
+    html
+}
+
+/// The sections of the page, in order. A chart section holds an element the script draws into
+/// (`chart-…`), found by id.
+fn sections(snap: &Snapshot, spans: &[&SpanStats]) -> Vec<Section> {
+    let mut sections = vec![Section {
+        id: "run",
+        title: "Run",
+        body: run_section(snap),
+    }];
+    if spans.is_empty() {
+        sections.push(Section {
+            id: "spans",
+            title: "Span names",
+            body: format!(
+                "<p>No span was recorded. The console report says why:</p>\n<pre>{}</pre>\n",
+                escape(&super::Table::new().to_string(snap))
+            ),
+        });
+        return sections;
+    }
+    sections.push(Section {
+        id: "self-time",
+        title: "Self time by span name",
+        body: "<p class=\"hint\">Time inside each span name minus time in its child spans, summed \
+               over all calls; the share is of all self time.</p>\n\
+               <div class=\"chart\" id=\"chart-self\"></div>\n"
+            .to_string(),
+    });
+    sections.push(Section {
+        id: "latency",
+        title: "Latency per call",
+        body: "<p class=\"hint\">Busy time of each call (enter to exit) at each percentile, from \
+               the HDR histograms (values within 1%). Pick span names to compare.</p>\n\
+               <div class=\"chart\" id=\"chart-latency\"></div>\n"
+            .to_string(),
+    });
+    if spans.iter().any(|s| multi_entry(s) && s.instances > 0) {
+        sections.push(Section {
+            id: "instances",
+            title: "Latency per instance",
+            body: "<p class=\"hint\">Span names entered more than once per instance (async tasks \
+                   at every poll, long-lived spans): wall = creation to close, busy = sum of \
+                   its calls. Marks at p50, p90, p99; the line ends at the maximum.</p>\n\
+                   <div class=\"chart\" id=\"chart-instances\"></div>\n"
+                .to_string(),
+        });
+    }
+    if let Some(info) = snap.resources.as_ref().filter(|r| !r.timeline.is_empty()) {
+        sections.push(Section {
+            id: "resources",
+            title: "Resources over time",
+            body: format!(
+                "<p class=\"hint\">The sampler's readings, every {} ms (older samples thinned \
+                 out on long runs).</p>\n<div class=\"chart-grid\" id=\"chart-resources\"></div>\n",
+                info.interval_ms
+            ),
+        });
+    }
+    sections.push(Section {
+        id: "spans",
+        title: "All span names",
+        body: table(spans),
+    });
+    sections
+}
+
+/// The program's name: the file name of the command line's first word.
+fn program_name(snap: &Snapshot) -> String {
+    snap.run
+        .command_line
+        .first()
+        .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "profile".to_string())
+}
+
+/// The headline, as the console report's first line.
+fn summary(snap: &Snapshot, spans: &[&SpanStats]) -> String {
+    let all_self: u128 = spans
+        .iter()
+        .map(|s| u128::from(s.entry_self.total_ns))
+        .sum();
+    format!(
+        "{} span name{}, {} inside spans, run {} (preset {})",
+        spans.len(),
+        if spans.len() == 1 { "" } else { "s" },
+        format_duration(u64::try_from(all_self).unwrap_or(u64::MAX)),
+        format_duration(snap.run.duration_ns),
+        snap.run.preset
+    )
+}
+
+/// Metadata: what ran, where, how it was profiled, what was left out, the samplers.
+fn run_section(snap: &Snapshot) -> String {
+    let run = &snap.run;
+    let mut items: Vec<(&str, String)> = vec![
+        ("host", run.host.clone()),
+        ("pid", run.pid.to_string()),
+        ("command line", run.command_line.join(" ")),
+        ("started", run.start_time.clone()),
+        ("duration", format_duration(run.duration_ns)),
+        ("preset", run.preset.clone()),
+        (
+            "span filter",
+            run.filter.clone().unwrap_or_else(|| "none".to_string()),
+        ),
+        (
+            "spanprof",
+            format!("{} (profile schema {})", run.crate_version, snap.version),
+        ),
+    ];
+    let d = &snap.dropped;
+    items.push((
+        "not profiled",
+        format!(
+            "{} spans (open-span table full), {} spans (too many names), {} Chrome trace \
+             windows skipped",
+            d.spans_table_full, d.spans_too_many_names, d.trace_windows_skipped
+        ),
+    ));
+    let clamped = snap
+        .spans
+        .iter()
+        .map(clamped_spans)
+        .fold(0u64, u64::saturating_add);
+    if clamped > 0 {
+        items.push((
+            "clamped",
+            format!(
+                "{clamped} spans over {}: percentiles count them as that (totals, max exact)",
+                format_duration(snap.histograms.highest)
+            ),
+        ));
+    }
+    if let Some(info) = &snap.resources {
+        resource_items(info, run.duration_ns, &mut items);
+    }
+    let mut html = String::from("<dl class=\"meta\">\n");
+    for (key, value) in items {
+        let _ = writeln!(html, "<dt>{}</dt><dd>{}</dd>", key, escape(&value));
+    }
+    html.push_str("</dl>\n");
+    html
+}
+
+/// The samplers' part of the metadata.
+fn resource_items(info: &ResourceInfo, run_ns: u64, items: &mut Vec<(&str, String)>) {
+    items.push((
+        "samplers",
+        format!(
+            "{} every {} ms ({} samples kept)",
+            info.samplers.join(", "),
+            info.interval_ms,
+            info.timeline.len(),
+        ),
+    ));
+    // spanprof's own cost, as far as the profile holds it.
+    items.push((
+        "sampler CPU",
+        format!(
+            "{} ({:.3}% of the run's wall time): the sampler thread's CPU time",
+            format_duration(info.sampler_cpu_ns),
+            share(info.sampler_cpu_ns.into(), run_ns.into())
+        ),
+    ));
+    if let Some(peak) = info.peak_rss_bytes {
+        items.push(("peak RSS", format_bytes(peak as f64)));
+    }
+    if let Some(peak) = info.peak_heap_bytes {
+        items.push(("peak heap", format_bytes(peak as f64)));
+    }
+    let wants = |s: &str| info.samplers.iter().any(|x| x == s);
+    if wants("heap") && !info.heap_allocator {
+        items.push((
+            "heap",
+            "not measured (install spanprof::CountingAlloc as #[global_allocator])".to_string(),
+        ));
+    }
+    for (i, d) in info.gpu_devices.iter().enumerate() {
+        let memory = d
+            .memory_total_bytes
+            .map_or_else(String::new, |m| format!(", {}", format_bytes(m as f64)));
+        items.push(("GPU", format!("{i}: {}{memory}", d.name)));
+    }
+    if let Some(reason) = &info.gpu_unavailable {
+        items.push(("GPU", format!("not available ({reason})")));
+    }
+    if let Some(reason) = &info.cpu_energy_unavailable {
+        items.push(("CPU energy", format!("not available ({reason})")));
+    }
+}
+
+/// One column of the table: its heading, its tooltip and whether it holds numbers.
+struct Column {
+    head: &'static str,
+    title: &'static str,
+    numeric: bool,
+}
+
+/// A cell: the text shown and the value it sorts by (numbers; text cells sort by their text).
+struct Cell {
+    text: String,
+    sort: Option<f64>,
+}
+
+fn text(s: &str) -> Cell {
+    Cell {
+        text: s.to_string(),
+        sort: None,
+    }
+}
+
+fn duration(ns: u64) -> Cell {
+    Cell {
+        text: format_duration(ns),
+        sort: Some(ns as f64),
+    }
+}
+
+fn number(value: f64, shown: String) -> Cell {
+    Cell {
+        text: shown,
+        sort: Some(value),
+    }
+}
+
+fn missing() -> Cell {
+    Cell {
+        text: "-".to_string(),
+        sort: Some(f64::NEG_INFINITY),
+    }
+}
+
+/// The full table, rendered server-side (it reads without JavaScript): every figure of the
+/// console report per span name, throughput and resource columns where any span has them.
+fn table(spans: &[&SpanStats]) -> String {
+    let all_self: u128 = spans
+        .iter()
+        .map(|s| u128::from(s.entry_self.total_ns))
+        .sum();
+    let col = |head, title, numeric| Column {
+        head,
+        title,
+        numeric,
+    };
+    let mut columns = vec![
+        col("name", "span name", false),
+        col("target", "span target (module path unless set)", false),
+        col("calls", "completed entries (enter→exit)", true),
+        col("total", "busy time of all calls", true),
+        col(
+            "self",
+            "self time of all calls (busy minus child spans)",
+            true,
+        ),
+        col("self %", "share of all self time", true),
+        col("mean", "mean busy time per call", true),
+        col("p50", "median busy time per call", true),
+        col("p90", "90th percentile of busy time per call", true),
+        col("p99", "99th percentile of busy time per call", true),
+        col("p99.9", "99.9th percentile of busy time per call", true),
+        col("max", "longest call", true),
+        col("instances", "instances closed", true),
+        col("open", "instances still open", true),
+        col("errors", "error-level events inside the span", true),
+    ];
+    let throughput = [
+        ("items/s", "items field ÷ busy time", 0),
+        ("bytes/s", "bytes field ÷ busy time", 1),
+        ("FLOP/s", "flops field ÷ busy time", 2),
+    ];
+    let fields = |s: &SpanStats| [s.items, s.bytes, s.flops];
+    let shown_throughput: Vec<_> = throughput
+        .iter()
+        .filter(|(_, _, i)| spans.iter().any(|s| fields(s)[*i].is_some()))
+        .collect();
+    for (head, title, _) in &shown_throughput {
+        columns.push(col(head, title, true));
+    }
+    let any = |has: fn(&SpanResources) -> bool| {
+        spans.iter().any(|s| s.resources.as_ref().is_some_and(has))
+    };
+    let has_cpu = any(|r| r.cpu.is_some());
+    let has_memory = any(|r| r.memory.is_some());
+    let has_heap = any(|r| r.heap.is_some());
+    let has_energy = any(|r| r.energy_j.is_some());
+    if has_cpu {
+        columns.push(col("cpu %", "thread CPU time ÷ busy time", true));
+    }
+    if has_memory {
+        columns.push(col(
+            "rss Δ/ins",
+            "RSS at close − RSS at creation, mean per instance",
+            true,
+        ));
+        columns.push(col(
+            "peak rss",
+            "highest RSS while an instance was open",
+            true,
+        ));
+    }
+    if has_heap {
+        columns.push(col("alloc", "heap bytes allocated per call", true));
+        columns.push(col(
+            "kept",
+            "heap allocated minus freed per call, children included",
+            true,
+        ));
+    }
+    if has_energy {
+        columns.push(col("energy", "CPU package plus GPU energy, J", true));
+    }
+
+    let mut html = String::from(
+        "<div class=\"table-tools\"><label>Filter <input type=\"search\" id=\"span-filter\" \
+         placeholder=\"span name or target\"></label> <span id=\"span-count\"></span></div>\n\
+         <div class=\"table-wrap\"><table id=\"span-table\">\n<thead><tr>",
+    );
+    for c in &columns {
+        let _ = write!(
+            html,
+            "<th title=\"{}\" data-type=\"{}\">{}</th>",
+            escape(c.title),
+            if c.numeric { "num" } else { "text" },
+            escape(c.head)
+        );
+    }
+    html.push_str("</tr></thead>\n<tbody>\n");
+    for s in spans {
+        let e = &s.entry_busy;
+        let mut cells = vec![
+            text(&s.name),
+            text(&s.target),
+            number(s.calls as f64, format_count(s.calls)),
+            duration(e.total_ns),
+            duration(s.entry_self.total_ns),
+            {
+                let pct = share(s.entry_self.total_ns.into(), all_self);
+                number(pct, format!("{pct:.1}%"))
+            },
+            number(e.mean_ns, format_duration(e.mean_ns.round() as u64)),
+            duration(e.p50_ns),
+            duration(e.p90_ns),
+            duration(e.p99_ns),
+            duration(e.p999_ns),
+            duration(e.max_ns),
+            number(s.instances as f64, s.instances.to_string()),
+            number(s.open as f64, s.open.to_string()),
+            number(s.errors as f64, s.errors.to_string()),
+        ];
+        for (_, _, i) in &shown_throughput {
+            let sum = fields(s)[*i];
+            cells.push(
+                s.rate(sum)
+                    .map_or_else(missing, |r| number(r, format_si(r))),
+            );
+        }
+        let none = SpanResources::default();
+        let r = s.resources.as_ref().unwrap_or(&none);
+        if has_cpu {
+            cells.push(r.cpu.as_ref().map_or_else(missing, |c| {
+                number(c.utilization_pct, format!("{:.0}%", c.utilization_pct))
+            }));
+        }
+        if has_memory {
+            let m = r.memory.as_ref();
+            cells.push(m.filter(|m| m.instances > 0).map_or_else(missing, |m| {
+                bytes(m.rss_delta_bytes as f64 / m.instances as f64)
+            }));
+            cells.push(m.map_or_else(missing, |m| bytes(m.peak_rss_bytes as f64)));
+        }
+        if has_heap {
+            let h = r.heap.as_ref().filter(|h| h.entries > 0);
+            cells.push(h.map_or_else(missing, |h| {
+                bytes(h.allocated_bytes as f64 / h.entries as f64)
+            }));
+            cells.push(h.map_or_else(missing, |h| {
+                bytes(h.net_retained_bytes as f64 / h.entries as f64)
+            }));
+        }
+        if has_energy {
+            cells.push(
+                r.energy_j
+                    .map_or_else(missing, |j| number(j, format!("{j:.3} J"))),
+            );
+        }
+        html.push_str("<tr>");
+        for (cell, column) in cells.iter().zip(&columns) {
+            match cell.sort {
+                Some(v) if v.is_finite() => {
+                    let _ = write!(html, "<td data-v=\"{v}\">{}</td>", escape(&cell.text));
+                }
+                Some(_) => {
+                    let _ = write!(html, "<td data-v=\"-1e308\">{}</td>", escape(&cell.text));
+                }
+                None => {
+                    let class = if column.head == "name" {
+                        " class=\"name\""
+                    } else {
+                        ""
+                    };
+                    let _ = write!(html, "<td{class}>{}</td>", escape(&cell.text));
+                }
+            }
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</tbody>\n</table></div>\n");
+    html
+}
+
+fn bytes(value: f64) -> Cell {
+    number(value, format_bytes(value))
+}
+
+/// `s` with the characters HTML gives a meaning escaped, for text and attribute values.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// What the script draws, as JSON safe inside a `<script>` element: `<`, `>` and `&` (and the
+/// line separators JavaScript once treated as line ends) as `\u` escapes.
+fn data_json(snap: &Snapshot, spans: &[&SpanStats]) -> String {
+    let all_self: u128 = spans
+        .iter()
+        .map(|s| u128::from(s.entry_self.total_ns))
+        .sum();
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for s in spans {
+        *names.entry(s.name.as_str()).or_default() += 1;
+    }
+    let data = Data {
+        spans: spans
+            .iter()
+            .map(|s| chart_span(s, all_self, names[s.name.as_str()] > 1))
+            .collect(),
+        timeline: snap
+            .resources
+            .as_ref()
+            .filter(|r| !r.timeline.is_empty())
+            .map(timeline),
+    };
+    // Serialising plain numbers and strings cannot fail.
+    let json = serde_json::to_string(&data).unwrap_or_else(|_| "{}".to_string());
+    let mut out = String::with_capacity(json.len() + 64);
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The data the script reads (`spanprof-data`).
+#[derive(Serialize)]
+struct Data {
+    /// Every span name, the most self time first.
+    spans: Vec<ChartSpan>,
+    /// The resource timeline, when samples exist.
+    timeline: Option<Timeline>,
+}
+
+#[derive(Serialize)]
+struct ChartSpan {
+    name: String,
+    target: String,
+    /// The name, with its target where another span name is the same.
+    label: String,
+    calls: u64,
+    self_ns: u64,
+    busy_ns: u64,
+    /// Share of all self time, %.
+    self_pct: f64,
+    /// Busy time per call at percentiles: (nines, ns), nines = -log10(1 - percentile/100).
+    curve: Vec<(f64, u64)>,
+    /// Latency per instance, for span names entered more than once per instance.
+    instance: Option<Instance>,
+}
+
+#[derive(Serialize)]
+struct Instance {
+    instances: u64,
+    /// p50, p90, p99, max of the wall time of instances, ns.
+    wall: [u64; 4],
+    /// The same for busy time.
+    busy: [u64; 4],
+}
+
+/// The chart data of one span name; `twins`: another span name is the same (in another target).
+fn chart_span(s: &SpanStats, all_self: u128, twins: bool) -> ChartSpan {
+    let quartet = |st: &Stat| [st.p50_ns, st.p90_ns, st.p99_ns, st.max_ns];
+    ChartSpan {
+        name: s.name.clone(),
+        target: s.target.clone(),
+        label: if twins {
+            format!("{} ({})", s.name, s.target)
+        } else {
+            s.name.clone()
+        },
+        calls: s.calls,
+        self_ns: s.entry_self.total_ns,
+        busy_ns: s.entry_busy.total_ns,
+        self_pct: share(s.entry_self.total_ns.into(), all_self),
+        curve: percentile_curve(&s.entry_busy),
+        instance: (multi_entry(s) && s.instances > 0).then(|| Instance {
+            instances: s.instances,
+            wall: quartet(&s.wall),
+            busy: quartet(&s.busy),
+        }),
+    }
+}
+
+/// Steps of the percentile curve on the nines scale (0 = p0, 1 = p90, 2 = p99, ...).
+const NINES_STEP: f64 = 0.05;
+/// The curve's end: p99.99.
+const NINES_MAX: f64 = 4.0;
+
+/// The value at each percentile of `stat`'s histogram, from p0 in steps of [`NINES_STEP`] nines
+/// (p50, p90, p99, p99.9 exactly among them) up to the percentile its sample count resolves
+/// (p99.99 at most), where the curve ends at the exact maximum. Values are clamped to the exact
+/// minimum and maximum, as the table's percentiles are.
+pub(crate) fn percentile_curve(stat: &Stat) -> Vec<(f64, u64)> {
+    if stat.count == 0 {
+        return Vec::new();
+    }
+    let histogram = stat.histogram.to_histogram();
+    let max_ns = stat.max_ns.max(stat.min_ns);
+    let mut nines: Vec<f64> = (0..=(NINES_MAX / NINES_STEP).round() as u32)
+        .map(|k| f64::from(k) * NINES_STEP)
+        .collect();
+    nines.push(2f64.log10()); // p50
+    nines.sort_by(f64::total_cmp);
+    // The highest percentile the samples resolve: above 1 - 1/count, only the maximum is left.
+    let top = (stat.count as f64).log10().min(NINES_MAX);
+    let mut curve = Vec::with_capacity(nines.len());
+    for x in nines {
+        if x >= top {
+            curve.push((round3(top), max_ns));
+            break;
+        }
+        // The exact quantiles of the table for whole nines (1 - 10^-2 is not 0.99 in floats).
+        let q = match (x * 20.0).round() as u32 {
+            _ if (x - 2f64.log10()).abs() < 1e-12 => 0.5,
+            20 => 0.9,
+            40 => 0.99,
+            60 => 0.999,
+            _ => 1.0 - 10f64.powf(-x),
+        };
+        let v = histogram.value_at_quantile(q).clamp(stat.min_ns, max_ns);
+        curve.push((round3(x), v));
+    }
+    curve
+}
+
+/// `x` to 3 decimals (the JSON stays short).
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[derive(Serialize)]
+struct Timeline {
+    /// Seconds since profiling started, one per sample.
+    t_s: Vec<f64>,
+    charts: Vec<Chart>,
+}
+
+/// One timeline chart: series sharing a unit.
+#[derive(Serialize)]
+struct Chart {
+    title: &'static str,
+    /// `bytes`, `%`, `W` or `J`: how the script formats the axis.
+    unit: &'static str,
+    /// The axis label, with its unit.
+    axis: &'static str,
+    series: Vec<Series>,
+}
+
+#[derive(Serialize)]
+struct Series {
+    name: String,
+    /// One value per sample, `null` where it was not read.
+    values: Vec<Option<f64>>,
+}
+
+fn timeline(info: &ResourceInfo) -> Timeline {
+    let samples = &info.timeline;
+    let series = |name: String, get: &dyn Fn(&Sample) -> Option<f64>| {
+        let values: Vec<Option<f64>> = samples.iter().map(get).collect();
+        values
+            .iter()
+            .any(Option::is_some)
+            .then_some(Series { name, values })
+    };
+    let devices = samples.iter().map(|s| s.gpus.len()).max().unwrap_or(0);
+    let per_gpu = |what: &str, get: fn(&crate::profile::GpuSample) -> Option<f64>| {
+        (0..devices)
+            .filter_map(|i| {
+                series(format!("GPU {i} {what}"), &|s: &Sample| {
+                    s.gpus.get(i).and_then(get)
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut charts = Vec::new();
+    let mut push = |title, unit, axis, series: Vec<Option<Series>>| {
+        let series: Vec<Series> = series.into_iter().flatten().collect();
+        if !series.is_empty() {
+            charts.push(Chart {
+                title,
+                unit,
+                axis,
+                series,
+            });
+        }
+    };
+    push(
+        "Memory",
+        "bytes",
+        "memory (bytes)",
+        vec![
+            series("RSS".into(), &|s| s.rss_bytes.map(|v| v as f64)),
+            series("heap".into(), &|s| s.heap_bytes.map(|v| v as f64)),
+        ],
+    );
+    push(
+        "Process CPU",
+        "%",
+        "CPU (% of one core)",
+        vec![series("process CPU".into(), &|s| {
+            s.process_cpu_pct.map(f64::from)
+        })],
+    );
+    push(
+        "GPU utilisation",
+        "%",
+        "utilisation (%)",
+        per_gpu("util", |g| g.utilization_pct.map(f64::from))
+            .into_iter()
+            .map(Some)
+            .collect(),
+    );
+    push(
+        "GPU memory",
+        "bytes",
+        "device memory (bytes)",
+        per_gpu("memory", |g| g.memory_used_bytes.map(|v| v as f64))
+            .into_iter()
+            .map(Some)
+            .collect(),
+    );
+    push(
+        "GPU power",
+        "W",
+        "power (W)",
+        per_gpu("power", |g| g.power_mw.map(|mw| f64::from(mw) / 1e3))
+            .into_iter()
+            .map(Some)
+            .collect(),
+    );
+    let mut energy = vec![series("CPU package".into(), &|s| {
+        s.cpu_energy_uj.map(|uj| uj as f64 / 1e6)
+    })];
+    energy.extend(
+        per_gpu("energy", |g| g.energy_mj.map(|mj| mj as f64 / 1e3))
+            .into_iter()
+            .map(Some),
+    );
+    push("Energy since start", "J", "energy (J)", energy);
+    Timeline {
+        t_s: samples.iter().map(|s| s.t_ns as f64 / 1e9).collect(),
+        charts,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_in_html_and_json() {
+        assert_eq!(
+            escape("</script><img src=x onerror=alert(1)> a,\"b\" 'c' &"),
+            "&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt; a,&quot;b&quot; &#39;c&#39; &amp;"
+        );
+    }
+
+    #[test]
+    fn the_curve_holds_the_tables_percentiles_and_ends_at_the_maximum() {
+        let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 1 << 40, 2).unwrap();
+        for v in 1..=10_000u64 {
+            h.record(v * 100).unwrap();
+        }
+        let stat = Stat::new(h, 0, 100, 1_000_000, 0);
+        let curve = percentile_curve(&stat);
+        let at = |x: f64| curve.iter().find(|(n, _)| (n - x).abs() < 1e-3).unwrap().1;
+        assert_eq!(at(2f64.log10()), stat.p50_ns);
+        assert_eq!(at(1.0), stat.p90_ns);
+        assert_eq!(at(2.0), stat.p99_ns);
+        assert_eq!(at(3.0), stat.p999_ns);
+        assert_eq!(curve.last(), Some(&(4.0, 1_000_000)));
+        assert_eq!(curve.first(), Some(&(0.0, 100)));
+        assert!(curve
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+
+        // 8 samples resolve up to p87.5 (0.9 nines): the curve ends there, at the maximum.
+        let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 1 << 40, 2).unwrap();
+        for v in 1..=8u64 {
+            h.record(v * 1000).unwrap();
+        }
+        let curve = percentile_curve(&Stat::new(h, 0, 1000, 8000, 0));
+        let (x, v) = *curve.last().unwrap();
+        assert!((x - 8f64.log10()).abs() < 1e-3 && v == 8000, "{curve:?}");
+        // p0 to p87.4 in steps of 0.05 nines (19), p50, and the end.
+        assert_eq!(curve.len(), 21, "{curve:?}");
+    }
+}
