@@ -405,3 +405,22 @@ fn profiles_of_version_3_read_with_no_metrics() {
     assert_eq!(snap.dropped.metric_values, 0);
     assert_eq!(snap, Snapshot::from_json(&v4, "v4").unwrap());
 }
+
+#[test]
+fn a_metric_histogram_that_disagrees_with_its_figures_is_refused() {
+    let snap = run_with(ProfileLayer::builder(), || {
+        tracing::info!(histogram.size = 5u64);
+        tracing::info!(histogram.size = 9u64);
+    });
+    let json = snap.to_json();
+    assert!(json.contains("\"count\": 2,"), "{json}");
+    let bad = json.replacen("\"count\": 2,", "\"count\": 3,", 1);
+    let err = Snapshot::from_json(&bad, "edited.json")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("edited.json"), "{err}");
+    assert!(
+        err.contains("metrics[0].value.histogram.integers.count"),
+        "{err}"
+    );
+}

@@ -109,12 +109,17 @@ impl EventSites {
         }
     }
 
-    /// The field map of an event callsite: `None` when it has no metric field (the common
-    /// case: one cache probe once the callsite is decided).
+    /// Whether an event callsite is known to have no metric field (the common case): one
+    /// inlined cache probe.
     #[inline(always)]
+    pub(crate) fn has_none(&self, meta: &'static Metadata<'static>) -> bool {
+        self.cache.get(meta) == Some(NO_METRIC_FIELDS)
+    }
+
+    /// The field map of an event callsite: `None` when it has no metric field. Decides the
+    /// callsite on its first event.
     pub(crate) fn fields_of(&self, meta: &'static Metadata<'static>) -> Option<&[u32]> {
         let site = match self.cache.get(meta) {
-            Some(NO_METRIC_FIELDS) => return None,
             Some(site) => site,
             None => self.decide(meta),
         };

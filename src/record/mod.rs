@@ -485,15 +485,19 @@ impl Recorder {
     /// records; events elsewhere are kept under no span.
     #[inline(always)]
     pub(crate) fn event(&self, event: &Event<'_>) {
-        let Some(fields) = self.events.fields_of(event.metadata()) else {
-            return;
-        };
-        if self.recording() {
-            self.metric_event(event, fields);
+        if !self.events.has_none(event.metadata()) {
+            self.metric_event(event);
         }
     }
 
-    fn metric_event(&self, event: &Event<'_>, fields: &[u32]) {
+    #[inline(never)]
+    fn metric_event(&self, event: &Event<'_>) {
+        let Some(fields) = self.events.fields_of(event.metadata()) else {
+            return;
+        };
+        if !self.recording() {
+            return;
+        }
         let now = || self.clock.raw();
         let explicit = event.parent().map(|id| {
             self.table
