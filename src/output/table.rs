@@ -592,6 +592,14 @@ impl<'a> View<'a> {
                 d.trace_windows_skipped
             )?;
         }
+        if d.metric_values > 0 {
+            writeln!(
+                f,
+                "note: {} metric values not recorded: too many metrics or event callsites with \
+                 metric fields",
+                d.metric_values
+            )?;
+        }
         Ok(())
     }
 }

@@ -14,8 +14,9 @@
 //! [`Metric::rejected`].
 //!
 //! Each metric is kept per span name: the span the event occurs in (its explicit parent, else
-//! the innermost span entered on the thread that spanprof profiles), or none ([`Metric::span`]
-//! is `None`) for an event outside every profiled span.
+//! the innermost span entered on the thread that spanprof profiles: a span the filter excludes
+//! counts for the profiled span around it), or none ([`Metric::span`] is `None`) for an event
+//! outside every profiled span or whose explicit parent spanprof does not profile.
 //!
 //! # Units
 //!
