@@ -237,14 +237,17 @@ fn events_in_spans_the_filter_excludes_count_for_the_profiled_span_around() {
             tracing::info!(monotonic_counter.n = 1u64);
         });
         tracing::info_span!("kept").in_scope(|| {
-            tracing::info_span!(target: "elsewhere", "hidden").in_scope(|| {
+            let hidden = tracing::info_span!(target: "elsewhere", "hidden");
+            hidden.in_scope(|| {
                 tracing::info!(monotonic_counter.n = 10u64);
             });
+            // An explicit parent that is not profiled: no span.
+            tracing::info!(parent: &hidden, monotonic_counter.n = 100u64);
         });
     });
     assert!(snap.span("hidden").is_none());
     let n = |span| sum(metric(&snap, "n", MetricKind::MonotonicCounter, span)).integer;
-    assert_eq!((n(None), n(Some("kept"))), (1, 10));
+    assert_eq!((n(None), n(Some("kept"))), (101, 10));
 }
 
 #[test]
