@@ -439,30 +439,9 @@ impl Visit for MetricVisitor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracing_core::callsite::{Callsite, Identifier};
-    use tracing_core::field::FieldSet;
-    use tracing_core::{Interest, Level};
-
-    struct Site;
-    impl Callsite for Site {
-        fn set_interest(&self, _: Interest) {}
-        fn metadata(&self) -> &Metadata<'_> {
-            unreachable!("not registered")
-        }
-    }
-    static SITE: Site = Site;
 
     fn event_meta(fields: &'static [&'static str]) -> &'static Metadata<'static> {
-        Box::leak(Box::new(Metadata::new(
-            "event",
-            "target",
-            Level::INFO,
-            None,
-            None,
-            None,
-            FieldSet::new(fields, Identifier(&SITE)),
-            tracing_core::metadata::Kind::EVENT,
-        )))
+        crate::record::test_callsite::leak(fields, tracing_core::metadata::Kind::EVENT)
     }
 
     #[test]
