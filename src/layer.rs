@@ -322,13 +322,22 @@ where
             return;
         }
         if *event.metadata().level() == Level::ERROR {
-            self.recorder.error_event(
-                event.parent().map(|id| id.into_u64()),
-                event.is_contextual(),
-            );
+            self.error_event(event);
         }
         // Metric fields (`counter.`, `histogram.`, ...): one cache probe for events without.
         self.recorder.event(event);
+    }
+}
+
+impl ProfileLayer {
+    /// An `error`-level event: counted for the span it occurs in (out of line, so that
+    /// `on_event` stays small for every other event).
+    #[inline(never)]
+    fn error_event(&self, event: &Event<'_>) {
+        self.recorder.error_event(
+            event.parent().map(|id| id.into_u64()),
+            event.is_contextual(),
+        );
     }
 }
 

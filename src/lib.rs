@@ -69,6 +69,32 @@
 //! ([`ProfileHandle::set_resources`]). Spans whose calls keep retaining memory are flagged
 //! ([`analysis::leaks`]).
 //!
+//! # Metrics from events
+//!
+//! Event fields named `counter.<name>`, `monotonic_counter.<name>`, `histogram.<name>` or
+//! `gauge.<name>` (the `tracing-opentelemetry` convention) are recorded per span name into
+//! [`Snapshot::metrics`] ([`profile::metrics`]), and shown in the report:
+//!
+//! ```
+//! use spanprof::profile::{MetricKind, MetricValue};
+//! use tracing_subscriber::prelude::*;
+//!
+//! let (layer, guard) = spanprof::ProfileLayer::builder()
+//!     .with_report(spanprof::ReportTarget::Off)
+//!     .build()?;
+//! tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+//!     tracing::info_span!("train_step").in_scope(|| {
+//!         tracing::info!(monotonic_counter.samples = 64u64, histogram.loss = 0.42);
+//!     });
+//! });
+//! let snapshot = guard.snapshot();
+//! let samples = snapshot.metrics_named("samples").next().unwrap();
+//! assert_eq!(samples.kind, MetricKind::MonotonicCounter);
+//! assert_eq!(samples.span.as_deref(), Some("train_step"));
+//! assert!(matches!(&samples.value, MetricValue::Sum(s) if s.integer == 64));
+//! # Ok::<(), spanprof::Error>(())
+//! ```
+//!
 //! ```no_run
 //! #[global_allocator]
 //! static ALLOC: spanprof::CountingAlloc = spanprof::CountingAlloc::system();

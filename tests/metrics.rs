@@ -220,6 +220,15 @@ fn values_a_metric_cannot_take_are_counted_as_rejected() {
     assert_eq!((depth.records, depth.rejected), (1, 1));
     assert_eq!(sum(depth).integer, -2);
     assert_eq!(snap.metrics.len(), 4, "{:?}", snap.metrics);
+    let report = Table::new().to_string(&snap);
+    let rejected = report
+        .lines()
+        .find(|l| l.starts_with("values rejected"))
+        .unwrap_or_else(|| panic!("no rejected line:\n{report}"));
+    assert!(
+        rejected.ends_with("depth 1; done 2; level 2; size 2"),
+        "{rejected}"
+    );
     // The JSON profile holds what JSON can: rejected NaN and infinities are not in it.
     assert_eq!(
         Snapshot::from_json(&snap.to_json(), "metrics").unwrap(),
@@ -237,14 +246,17 @@ fn events_in_spans_the_filter_excludes_count_for_the_profiled_span_around() {
             tracing::info!(monotonic_counter.n = 1u64);
         });
         tracing::info_span!("kept").in_scope(|| {
-            tracing::info_span!(target: "elsewhere", "hidden").in_scope(|| {
+            let hidden = tracing::info_span!(target: "elsewhere", "hidden");
+            hidden.in_scope(|| {
                 tracing::info!(monotonic_counter.n = 10u64);
             });
+            // An explicit parent that is not profiled: no span.
+            tracing::info!(parent: &hidden, monotonic_counter.n = 100u64);
         });
     });
     assert!(snap.span("hidden").is_none());
     let n = |span| sum(metric(&snap, "n", MetricKind::MonotonicCounter, span)).integer;
-    assert_eq!((n(None), n(Some("kept"))), (1, 10));
+    assert_eq!((n(None), n(Some("kept"))), (101, 10));
 }
 
 #[test]
@@ -329,16 +341,53 @@ fn the_report_and_the_json_profile_carry_the_metrics() {
             .unwrap_or_else(|| panic!("no {name} line in:\n{section}"))
             .to_string()
     };
-    let samples = line("samples");
-    assert!(samples.contains("train_step"), "{samples}");
-    assert!(samples.contains("384"), "sum 12 × 32: {samples}");
-    let loss = line("loss");
-    // Values 2/1 .. 2/12: mean 0.517, max 2.
-    assert!(loss.contains("0.517"), "{loss}");
-    assert!(loss.contains("max 2 ") || loss.ends_with("max 2"), "{loss}");
-    let lr = line("learning_rate");
-    assert!(lr.contains("epoch"), "{lr}");
-    assert!(lr.contains("0.0333"), "last 0.1 / 3: {lr}");
+    let cells =
+        |name: &str| -> Vec<String> { line(name).split_whitespace().map(str::to_string).collect() };
+    // name kind span records value p50 p99 min max
+    assert_eq!(
+        cells("samples"),
+        [
+            "samples",
+            "monotonic",
+            "train_step",
+            "12",
+            "384",
+            "-",
+            "-",
+            "-",
+            "-"
+        ],
+        "sum 12 × 32"
+    );
+    // Values 2/1 .. 2/12: mean 0.517, min 0.167, max 2; p50 the 6th smallest, 2/7 (0.286),
+    // to the histogram's precision.
+    let loss = cells("loss");
+    assert_eq!(
+        loss[..5],
+        ["loss", "histogram", "train_step", "12", "0.517"]
+    );
+    assert_eq!(loss[7..], ["0.167", "2"]);
+    let p50: f64 = loss[5].parse().unwrap();
+    assert!((p50 - 2.0 / 7.0).abs() <= 0.29 / 128.0, "{loss:?}");
+    let lr = cells("learning_rate");
+    assert_eq!(
+        lr,
+        [
+            "learning_rate",
+            "gauge",
+            "epoch",
+            "3",
+            "0.0333",
+            "-",
+            "-",
+            "0.0333",
+            "0.100"
+        ],
+        "last 0.1 / 3"
+    );
+    for l in report.lines() {
+        assert!(l.chars().count() <= 100, "{l:?}");
+    }
     // Without metrics, no section.
     let plain = run_with(ProfileLayer::builder(), || {
         tracing::info_span!("work").in_scope(|| {});
@@ -404,4 +453,23 @@ fn profiles_of_version_3_read_with_no_metrics() {
     assert!(snap.metrics.is_empty());
     assert_eq!(snap.dropped.metric_values, 0);
     assert_eq!(snap, Snapshot::from_json(&v4, "v4").unwrap());
+}
+
+#[test]
+fn a_metric_histogram_that_disagrees_with_its_figures_is_refused() {
+    let snap = run_with(ProfileLayer::builder(), || {
+        tracing::info!(histogram.size = 5u64);
+        tracing::info!(histogram.size = 9u64);
+    });
+    let json = snap.to_json();
+    assert!(json.contains("\"count\": 2,"), "{json}");
+    let bad = json.replacen("\"count\": 2,", "\"count\": 3,", 1);
+    let err = Snapshot::from_json(&bad, "edited.json")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("edited.json"), "{err}");
+    assert!(
+        err.contains("metrics[0].value.histogram.integers.count"),
+        "{err}"
+    );
 }

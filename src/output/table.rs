@@ -20,8 +20,9 @@ use crate::profile::{
 pub const REPORT_FILE: &str = "report.txt";
 
 const NAME_WIDTH: usize = 22;
-/// The span column of the metrics section.
-const METRIC_SPAN_WIDTH: usize = 18;
+/// The name and span columns of the metrics section.
+const METRIC_NAME_WIDTH: usize = 20;
+const METRIC_SPAN_WIDTH: usize = 12;
 /// Columns of the report: every line fits a 100-column terminal.
 const REPORT_WIDTH: usize = 100;
 /// Span names whose instrumentation (spanprof's estimated cost in them) is more than this share
@@ -196,6 +197,8 @@ impl<'a> View<'a> {
     fn write(&self, f: &mut String) -> fmt::Result {
         if self.rows.is_empty() {
             self.nothing_recorded(f)?;
+            // Events outside spans may still have carried metrics.
+            self.metrics(f)?;
             return self.notes(f);
         }
         self.spans(f)?;
@@ -362,8 +365,8 @@ impl<'a> View<'a> {
     }
 
     /// Metrics from events (only when there are some), by name, then span name: counters'
-    /// sums, histograms' mean, median, 99th percentile and maximum, gauges' last value and
-    /// extremes, each in the metric's unit.
+    /// sums, histograms' mean, median, 99th percentile and extremes, gauges' last value and
+    /// extremes, each in the metric's unit; then the values refused, per metric.
     fn metrics(&self, f: &mut String) -> fmt::Result {
         if self.snap.metrics.is_empty() {
             return Ok(());
@@ -382,53 +385,70 @@ impl<'a> View<'a> {
         writeln!(f, "metrics (from events)")?;
         writeln!(
             f,
-            "{:<nw$} {:<10} {:<sw$} {:>8}  values",
-            "name",
-            "kind",
-            "span",
-            "records",
-            nw = NAME_WIDTH,
-            sw = METRIC_SPAN_WIDTH
+            "value = sum of a counter, mean of a histogram, last of a gauge; span - = outside spans"
+        )?;
+        let row = |f: &mut String, cells: [&str; 9]| {
+            writeln!(
+                f,
+                "{:<nw$} {:<9} {:<sw$} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                cells[0],
+                cells[1],
+                cells[2],
+                cells[3],
+                cells[4],
+                cells[5],
+                cells[6],
+                cells[7],
+                cells[8],
+                nw = METRIC_NAME_WIDTH,
+                sw = METRIC_SPAN_WIDTH
+            )
+        };
+        row(
+            f,
+            [
+                "name", "kind", "span", "records", "value", "p50", "p99", "min", "max",
+            ],
         )?;
         for m in &metrics[..shown] {
             let unit = m.unit.as_deref();
             let v = |x: f64| format_metric(x, unit);
-            let mut values = match &m.value {
-                MetricValue::Sum(s) => format!("sum {}", v(s.total())),
-                MetricValue::Histogram(h) => {
-                    let (_, max) = h.min_max();
-                    format!(
-                        "mean {}  p50 {}  p99 {}  max {}",
+            let [value, p50, p99, min, max] = match &m.value {
+                MetricValue::Sum(s) => [v(s.total()), dash(), dash(), dash(), dash()],
+                MetricValue::Histogram(h) if h.count() > 0 => {
+                    let (min, max) = h.min_max();
+                    [
                         v(h.mean()),
                         v(h.quantile(0.5)),
                         v(h.quantile(0.99)),
-                        v(max)
-                    )
+                        v(min),
+                        v(max),
+                    ]
                 }
                 MetricValue::Gauge(g) if m.records > 0 => {
-                    format!("last {}  min {}  max {}", v(g.last), v(g.min), v(g.max))
+                    [v(g.last), dash(), dash(), v(g.min), v(g.max)]
                 }
-                _ => dash(),
+                _ => std::array::from_fn(|_| dash()),
             };
-            if m.rejected > 0 {
-                let _ = write!(values, "  ({} rejected)", format_count(m.rejected));
-            }
             let kind = match m.kind {
                 MetricKind::Counter => "counter",
                 MetricKind::MonotonicCounter => "monotonic",
                 MetricKind::Histogram => "histogram",
                 _ => "gauge",
             };
-            writeln!(
+            row(
                 f,
-                "{:<nw$} {:<10} {:<sw$} {:>8}  {}",
-                truncate(&m.name, NAME_WIDTH),
-                kind,
-                truncate(m.span.as_deref().unwrap_or("-"), METRIC_SPAN_WIDTH),
-                format_count(m.records),
-                values,
-                nw = NAME_WIDTH,
-                sw = METRIC_SPAN_WIDTH
+                [
+                    &truncate(&m.name, METRIC_NAME_WIDTH),
+                    kind,
+                    &truncate(m.span.as_deref().unwrap_or("-"), METRIC_SPAN_WIDTH),
+                    &format_count(m.records),
+                    &value,
+                    &p50,
+                    &p99,
+                    &min,
+                    &max,
+                ],
             )?;
         }
         let hidden = metrics.len() - shown;
@@ -438,7 +458,22 @@ impl<'a> View<'a> {
                 "… {hidden} more metrics (raise SPANPROF_TOP to show them)"
             )?;
         }
-        Ok(())
+        let rejected: Vec<String> = metrics
+            .iter()
+            .filter(|m| m.rejected > 0)
+            .map(|m| match &m.span {
+                Some(span) => format!("{} in {span} {}", m.name, format_count(m.rejected)),
+                None => format!("{} {}", m.name, format_count(m.rejected)),
+            })
+            .collect();
+        if rejected.is_empty() {
+            return Ok(());
+        }
+        wrap(
+            f,
+            "values rejected (wrong sign, not finite, not a number): ",
+            &rejected,
+        )
     }
 
     /// Spans whose instances are not one entry each (async tasks entered at every poll,
@@ -672,6 +707,14 @@ impl<'a> View<'a> {
                 f,
                 "note: {} Chrome trace windows skipped: earlier windows were still being written",
                 d.trace_windows_skipped
+            )?;
+        }
+        if d.metric_values > 0 {
+            writeln!(
+                f,
+                "note: {} metric values not recorded: too many metrics or event callsites with \
+                 metric fields",
+                d.metric_values
             )?;
         }
         Ok(())

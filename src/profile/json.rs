@@ -171,6 +171,17 @@ fn check_stats(snapshot: &Snapshot) -> Result<(), String> {
                 .map_err(|(field, what)| format!("tree.nodes[{i}].{name}.{field}: {what}"))?;
         }
     }
+    for (i, metric) in snapshot.metrics.iter().enumerate() {
+        if let super::MetricValue::Histogram(h) = &metric.value {
+            for (name, stat) in [("integers", &h.integers), ("floats", &h.floats)] {
+                if let Some(stat) = stat {
+                    check_stat(stat).map_err(|(field, what)| {
+                        format!("metrics[{i}].value.histogram.{name}.{field}: {what}")
+                    })?;
+                }
+            }
+        }
+    }
     Ok(())
 }
 

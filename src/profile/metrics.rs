@@ -14,8 +14,9 @@
 //! [`Metric::rejected`].
 //!
 //! Each metric is kept per span name: the span the event occurs in (its explicit parent, else
-//! the innermost span entered on the thread that spanprof profiles), or none ([`Metric::span`]
-//! is `None`) for an event outside every profiled span.
+//! the innermost span entered on the thread that spanprof profiles: a span the filter excludes
+//! counts for the profiled span around it), or none ([`Metric::span`] is `None`) for an event
+//! outside every profiled span or whose explicit parent spanprof does not profile.
 //!
 //! # Units
 //!
@@ -212,7 +213,8 @@ pub struct HistogramValue {
 impl HistogramValue {
     /// Values recorded, of both scales.
     pub fn count(&self) -> u64 {
-        self.parts().map(|(s, _)| s.count).sum()
+        self.parts()
+            .fold(0u64, |n, (s, _)| n.saturating_add(s.count))
     }
 
     /// The exact mean of every value, in the metric's unit.
@@ -246,15 +248,15 @@ impl HistogramValue {
             buckets.extend(s.histogram.iter().map(|(v, n)| (v as f64 / scale, n)));
         }
         buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let total: u64 = buckets.iter().map(|&(_, n)| n).sum();
+        let total: u128 = buckets.iter().map(|&(_, n)| u128::from(n)).sum();
         if total == 0 {
             return 0.0;
         }
-        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-        let mut seen = 0;
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u128).max(1);
+        let mut seen = 0u128;
         let (lo, hi) = self.min_max();
         for (value, n) in buckets {
-            seen += n;
+            seen += u128::from(n);
             if seen >= rank {
                 return value.clamp(lo, hi);
             }
@@ -367,6 +369,6 @@ fn merge_stat(into: &mut Option<Stat>, from: &Option<Stat>) {
         stat.total_ns.saturating_add(from.total_ns),
         min,
         max,
-        stat.clamped + from.clamped,
+        stat.clamped.saturating_add(from.clamped),
     );
 }

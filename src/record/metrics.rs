@@ -109,12 +109,17 @@ impl EventSites {
         }
     }
 
-    /// The field map of an event callsite: `None` when it has no metric field (the common
-    /// case: one cache probe once the callsite is decided).
+    /// Whether an event callsite is known to have no metric field (the common case): one
+    /// inlined cache probe.
     #[inline(always)]
+    pub(crate) fn has_none(&self, meta: &'static Metadata<'static>) -> bool {
+        self.cache.get(meta) == Some(NO_METRIC_FIELDS)
+    }
+
+    /// The field map of an event callsite: `None` when it has no metric field. Decides the
+    /// callsite on its first event.
     pub(crate) fn fields_of(&self, meta: &'static Metadata<'static>) -> Option<&[u32]> {
         let site = match self.cache.get(meta) {
-            Some(NO_METRIC_FIELDS) => return None,
             Some(site) => site,
             None => self.decide(meta),
         };
@@ -428,5 +433,64 @@ impl Visit for MetricVisitor<'_> {
     }
     fn record_debug(&mut self, field: &Field, _: &dyn fmt::Debug) {
         self.value(field, Value::Other);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event_meta(fields: &'static [&'static str]) -> &'static Metadata<'static> {
+        crate::record::test_callsite::leak(fields, tracing_core::metadata::Kind::EVENT)
+    }
+
+    #[test]
+    fn a_callsite_is_decided_once_into_a_field_map() {
+        let sites = EventSites::new();
+        let plain = event_meta(&["message", "items"]);
+        assert!(sites.fields_of(plain).is_none());
+        assert!(sites.has_none(plain));
+
+        let meta = event_meta(&["message", "histogram.loss", "gauge.lr", "summary.x"]);
+        assert!(!sites.has_none(meta));
+        let map = sites.fields_of(meta).unwrap().to_vec();
+        assert_eq!(map.len(), 4);
+        assert_eq!((map[0], map[3]), (NOT_METRIC, NOT_METRIC));
+        assert_eq!(unpack(map[1]), (0, MetricKind::Histogram));
+        assert_eq!(unpack(map[2]), (1, MetricKind::Gauge));
+        // A second callsite with the same metric gets the same id; a new kind a new one.
+        let other = event_meta(&["histogram.loss", "counter.loss"]);
+        let map2 = sites.fields_of(other).unwrap().to_vec();
+        assert_eq!(unpack(map2[0]), (0, MetricKind::Histogram));
+        assert_eq!(unpack(map2[1]), (2, MetricKind::Counter));
+        let all = sites.all();
+        assert_eq!(all.len(), 3);
+        assert_eq!((all[0].name, all[0].unit), ("loss", None));
+        // Decided once: the same map again.
+        assert_eq!(sites.fields_of(meta).unwrap(), &map[..]);
+    }
+
+    #[test]
+    fn callsites_past_the_limit_count_their_metric_values_as_dropped() {
+        let sites = EventSites::new();
+        for _ in 0..MAX_METRIC_SITES {
+            assert!(sites
+                .fields_of(event_meta(&["gauge.depth_bytes"]))
+                .is_some());
+        }
+        assert_eq!(sites.all().len(), 1);
+        assert_eq!(sites.all()[0].unit, Some("bytes"));
+        let late = event_meta(&["message", "counter.a", "histogram.b"]);
+        for _ in 0..3 {
+            assert!(sites.fields_of(late).is_none());
+        }
+        assert_eq!(
+            sites.dropped.load(Relaxed),
+            6,
+            "two metric fields, three events"
+        );
+        // Callsites without metric fields are still told apart.
+        assert!(sites.fields_of(event_meta(&["message"])).is_none());
+        assert_eq!(sites.dropped.load(Relaxed), 6);
     }
 }

@@ -635,15 +635,19 @@ impl Recorder {
     /// records; events elsewhere are kept under no span.
     #[inline(always)]
     pub(crate) fn event(&self, event: &Event<'_>) {
-        let Some(fields) = self.events.fields_of(event.metadata()) else {
-            return;
-        };
-        if self.recording() {
-            self.metric_event(event, fields);
+        if !self.events.has_none(event.metadata()) {
+            self.metric_event(event);
         }
     }
 
-    fn metric_event(&self, event: &Event<'_>, fields: &[u32]) {
+    #[inline(never)]
+    fn metric_event(&self, event: &Event<'_>) {
+        let Some(fields) = self.events.fields_of(event.metadata()) else {
+            return;
+        };
+        if !self.recording() {
+            return;
+        }
         let now = || self.clock.raw();
         let explicit = event.parent().map(|id| {
             self.table
@@ -765,12 +769,43 @@ impl Visit for Throughput<'_> {
     fn record_debug(&mut self, _: &Field, _: &dyn fmt::Debug) {}
 }
 
+/// Callsite metadata made at run time, for tests of the callsite caches.
+#[cfg(test)]
+pub(crate) mod test_callsite {
+    use tracing_core::callsite::{Callsite, Identifier};
+    use tracing_core::field::FieldSet;
+    use tracing_core::{Interest, Level, Metadata};
+
+    struct Site;
+    impl Callsite for Site {
+        fn set_interest(&self, _: Interest) {}
+        fn metadata(&self) -> &Metadata<'_> {
+            unreachable!("not registered")
+        }
+    }
+    static SITE: Site = Site;
+
+    /// A new callsite's metadata (leaked: a distinct `'static` address each call).
+    pub(crate) fn leak(
+        fields: &'static [&'static str],
+        kind: tracing_core::metadata::Kind,
+    ) -> &'static Metadata<'static> {
+        Box::leak(Box::new(Metadata::new(
+            "callsite",
+            "target",
+            Level::INFO,
+            None,
+            None,
+            None,
+            FieldSet::new(fields, Identifier(&SITE)),
+            kind,
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tracing_core::callsite::{Callsite, Identifier};
-    use tracing_core::field::FieldSet;
-    use tracing_core::{Interest, Level};
     use tracing_subscriber::prelude::*;
 
     fn recorder() -> Arc<Recorder> {
@@ -896,31 +931,11 @@ mod tests {
         assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
     }
 
-    struct Site;
-    impl Callsite for Site {
-        fn set_interest(&self, _: Interest) {}
-        fn metadata(&self) -> &Metadata<'_> {
-            unreachable!("not registered")
-        }
-    }
-    static SITE: Site = Site;
-
     #[test]
     fn callsites_beyond_the_cache_stay_cached() {
         let rec = recorder();
         let metas: Vec<&'static Metadata<'static>> = (0..3 * 8192)
-            .map(|_| {
-                &*Box::leak(Box::new(Metadata::new(
-                    "span",
-                    "target",
-                    Level::INFO,
-                    None,
-                    None,
-                    None,
-                    FieldSet::new(&[], Identifier(&SITE)),
-                    tracing_core::metadata::Kind::SPAN,
-                )))
-            })
+            .map(|_| test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN))
             .collect();
         for (i, meta) in metas.iter().enumerate() {
             rec.names

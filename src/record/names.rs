@@ -131,8 +131,9 @@ pub(crate) struct Names {
 /// An insert-only, lock-free map from a callsite's `'static` metadata to a `u32` decided once
 /// for it: one probe (a multiply and a few loads) per lookup.
 pub(crate) struct CallsiteCache {
-    keys: Box<[AtomicUsize]>,
-    values: Box<[AtomicU32]>,
+    /// Arrays of the cache's size: a masked slot index needs no bounds check.
+    keys: Box<[AtomicUsize; CALLSITE_SLOTS]>,
+    values: Box<[AtomicU32; CALLSITE_SLOTS]>,
     /// Values of callsites whose probe window in the cache was full (more callsites than the
     /// cache holds): a read lock and a hash away, still far from deciding again.
     overflow: RwLock<HashMap<usize, u32>>,
@@ -155,10 +156,8 @@ fn slot_of(key: usize) -> usize {
 impl CallsiteCache {
     pub(crate) fn new() -> Self {
         Self {
-            keys: (0..CALLSITE_SLOTS)
-                .map(|_| AtomicUsize::new(EMPTY))
-                .collect(),
-            values: (0..CALLSITE_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            keys: Box::new(std::array::from_fn(|_| AtomicUsize::new(EMPTY))),
+            values: Box::new(std::array::from_fn(|_| AtomicU32::new(0))),
             overflow: RwLock::new(HashMap::new()),
             overflowed: AtomicBool::new(false),
         }
@@ -169,7 +168,17 @@ impl CallsiteCache {
     pub(crate) fn get(&self, meta: &'static Metadata<'static>) -> Option<u32> {
         let key = meta as *const Metadata<'static> as usize;
         let start = slot_of(key);
-        for probe in 0..CALLSITE_PROBES {
+        // The home slot inline; the rest of the probe window out of line.
+        match self.keys[start].load(Ordering::Acquire) {
+            k if k == key => Some(self.values[start].load(Ordering::Relaxed)),
+            EMPTY => None,
+            _ => self.get_probing(key, start),
+        }
+    }
+
+    #[inline(never)]
+    fn get_probing(&self, key: usize, start: usize) -> Option<u32> {
+        for probe in 1..CALLSITE_PROBES {
             let slot = (start + probe) & (CALLSITE_SLOTS - 1);
             match self.keys[slot].load(Ordering::Acquire) {
                 k if k == key => return Some(self.values[slot].load(Ordering::Relaxed)),
