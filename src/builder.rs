@@ -14,14 +14,15 @@ use crate::error::{Error, Result};
 use crate::gpu::GpuSource;
 use crate::guard::{ProfileGuard, ProfileHandle};
 use crate::layer::ProfileLayer;
-use crate::output::{Destination, Format, Json, Output, Table};
+use crate::output::{Destination, Format, Json, Output, Selection, Table};
 use crate::record::{Recorder, RunSettings};
 use crate::samplers::{self, Readings, Timeline};
 use crate::session::ProfileSession;
 use crate::switches::{Preset, Resources};
 
 pub use crate::env::{
-    ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_OUT, ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_TOP,
+    ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_OUT, ENV_OUTPUT_FILTER, ENV_PRESET, ENV_REPORT,
+    ENV_SAMPLERS, ENV_TOP,
 };
 
 pub use crate::record::names::MAX_SPAN_NAMES;
@@ -79,6 +80,7 @@ pub enum ReportTarget {
 /// | `SPANPROF_SAMPLERS` | `memory,heap,cpu,gpu,energy`, `none`, `all` | [`Builder::with_resources`] |
 /// | `SPANPROF_INTERVAL_MS` | milliseconds, 1 to 3600000 (1 ms to 1 h) | [`Builder::with_sample_interval`] |
 /// | `SPANPROF_GRID_G_PER_KWH` | a non-negative number | [`Builder::with_grid_intensity`] |
+/// | `SPANPROF_OUTPUT_FILTER` | name globs, `target=GLOB`, `top=N`, comma-separated | [`Builder::with_output_filter`] |
 ///
 /// One rule per option, whichever source gives the value: [`Builder::build`] checks the
 /// builder's values with the same rule the variable's value is checked with, and an invalid
@@ -101,6 +103,8 @@ pub struct Builder {
     interval: Duration,
     gpu_source: GpuSourceSlot,
     grid_g_per_kwh: Option<f64>,
+    /// The span names every output shows.
+    selection: Selection,
     /// Outputs added with [`Builder::with_output`].
     outputs: OutputSlot,
 }
@@ -121,6 +125,7 @@ impl Default for Builder {
             interval: Self::DEFAULT_SAMPLE_INTERVAL,
             gpu_source: GpuSourceSlot::default(),
             grid_g_per_kwh: None,
+            selection: Selection::new(),
             outputs: OutputSlot::default(),
         }
     }
@@ -274,6 +279,20 @@ impl Builder {
 
     /// Builds the layer and its guard.
     ///
+    /// Chooses the span names every output shows (default: all): the report, the JSON
+    /// profile and the outputs of [`Builder::with_output`] render the profile of the selected
+    /// names only ([`Selection::apply`]). Globs must not be empty and `top` must be at least
+    /// 1, or [`Builder::build`] fails. `SPANPROF_OUTPUT_FILTER` overrides it.
+    ///
+    /// ```
+    /// use spanprof::output::Selection;
+    /// let builder = spanprof::ProfileLayer::builder()
+    ///     .with_output_filter(Selection::new().with_name("train_*").with_target("my_app*"));
+    /// ```
+    pub fn with_output_filter(self, selection: Selection) -> Self {
+        Self { selection, ..self }
+    }
+
     /// Reads the `SPANPROF*` variables (unless [`Builder::with_env`] is `false`), checks every
     /// value, creates the output directory and checks that it can be written, and checks the
     /// directory of a report file (if it cannot be written, the report goes to standard error,
@@ -400,6 +419,7 @@ impl Builder {
             chrome,
             outputs,
             table,
+            b.selection,
             records,
         );
         Ok((
@@ -423,6 +443,8 @@ impl Builder {
         if let Some(filter) = self.filter {
             self.filter = Some(rules::filter(filter, Origin::Builder("with_filter"))?);
         }
+        self.selection =
+            rules::output_filter(self.selection, Origin::Builder("with_output_filter"))?;
         Ok(self)
     }
 
@@ -474,6 +496,13 @@ impl Builder {
         if let Some(v) = read(ENV_GRID, rules::GRID)? {
             let g = rules::number(&v, ENV_GRID, rules::GRID)?;
             self.grid_g_per_kwh = Some(rules::grid(g, Origin::Env(ENV_GRID, &v))?);
+        }
+        if let Some(v) = read(ENV_OUTPUT_FILTER, crate::output::SELECTION_EXPECTED)? {
+            let from = Origin::Env(ENV_OUTPUT_FILTER, &v);
+            let selection = v
+                .parse()
+                .map_err(|_| from.invalid(&v, crate::output::SELECTION_EXPECTED))?;
+            self.selection = rules::output_filter(selection, from)?;
         }
         if let Some(v) = read(ENV_OUT, rules::OUT)? {
             self.output_dir = Some(rules::output_dir(
@@ -586,6 +615,13 @@ mod rules {
         match &report {
             ReportTarget::File(path) if blank(path) => Err(from.invalid(path, REPORT)),
             _ => Ok(report),
+        }
+    }
+
+    pub(super) fn output_filter(selection: Selection, from: Origin<'_>) -> Result<Selection> {
+        match selection.check() {
+            Ok(()) => Ok(selection),
+            Err(expected) => Err(from.invalid(&selection, expected)),
         }
     }
 

@@ -26,3 +26,7 @@ pub const ENV_INTERVAL_MS: &str = "SPANPROF_INTERVAL_MS";
 
 /// Environment variable: grid carbon intensity, grams CO2e per kWh (enables CO2e figures).
 pub const ENV_GRID: &str = "SPANPROF_GRID_G_PER_KWH";
+
+/// Environment variable: which span names every output shows (comma-separated name globs,
+/// `target=GLOB`, `top=N`; see [`Selection`](crate::output::Selection)).
+pub const ENV_OUTPUT_FILTER: &str = "SPANPROF_OUTPUT_FILTER";

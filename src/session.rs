@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::output::{self, Output, Outputs, Table};
+use crate::output::{self, Output, Outputs, Selection, Table};
 use crate::profile::Snapshot;
 use crate::record::Recorder;
 use crate::samplers::Sampler;
@@ -25,6 +25,8 @@ pub(crate) struct ProfileSession {
     outputs: Vec<Output>,
     /// The console table as configured (rows shown).
     table: Table,
+    /// The span names every output shows.
+    selection: Selection,
     /// Whether the session records at all (not the off preset): if not, it ends silently.
     records: bool,
     /// What the first finish wrote (the guard's drop, `finish`, or the Ctrl-C handler).
@@ -47,6 +49,7 @@ impl ProfileSession {
         #[cfg(feature = "chrome")] chrome: Option<Arc<crate::chrome::Session>>,
         outputs: Vec<Output>,
         table: Table,
+        selection: Selection,
         records: bool,
     ) -> Self {
         Self {
@@ -56,6 +59,7 @@ impl ProfileSession {
             chrome,
             outputs,
             table,
+            selection,
             records,
             finished: Mutex::new(None),
         }
@@ -115,7 +119,8 @@ impl ProfileSession {
         if self.records {
             summary_event(&snapshot);
         }
-        errors.extend(output::write_all(&self.outputs, &snapshot, &mut outputs));
+        let selected = self.selection.apply(&snapshot);
+        errors.extend(output::write_all(&self.outputs, &selected, &mut outputs));
         if let Some(p) = outputs.profile() {
             tracing::info!(target: crate::PROFILING_TARGET, path = %p.display(), "spanprof wrote the JSON profile");
         }

@@ -10,6 +10,12 @@
 //! |---|---|---|
 //! | [`Table`] | `report.txt` | the console report: one row per span name, sorted by self time |
 //! | [`Json`] | [`PROFILE_FILE`] | the JSON profile, full histograms (schema in the README) |
+//! | [`Markdown`] | [`MARKDOWN_FILE`] | the report as a Markdown table (pull-request comments) |
+//!
+//! [`format_named`] finds a format by its name (`spanprof report --format`). A [`Selection`]
+//! (name globs, target globs, top N) picks the span names every output shows
+//! ([`Builder::with_output_filter`](crate::Builder::with_output_filter),
+//! `SPANPROF_OUTPUT_FILTER`, `spanprof report --filter`).
 //!
 //! ```
 //! use spanprof::output::{Format, Table};
@@ -25,6 +31,8 @@
 //! [`Builder::with_output`](crate::Builder::with_output).
 
 mod json;
+mod markdown;
+mod select;
 mod table;
 pub(crate) mod units;
 
@@ -33,7 +41,11 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 pub use json::{Json, PROFILE_FILE};
+pub use markdown::{Markdown, MARKDOWN_FILE};
+pub use select::Selection;
+pub(crate) use select::{glob_match, SELECTION_EXPECTED};
 pub use table::{Table, REPORT_FILE};
+pub use units::{format_bytes, format_count, format_duration};
 
 use crate::error::{Error, Result};
 use crate::profile::Snapshot;
@@ -57,6 +69,26 @@ pub trait Format: Send + Sync + fmt::Debug {
     /// # Errors
     /// The writer's errors.
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()>;
+}
+
+/// The names [`format_named`] knows, in the order `spanprof report --help` lists them.
+pub const FORMAT_NAMES: &[&str] = &["table", "json", "markdown"];
+
+/// The format called `name` (one of [`FORMAT_NAMES`]), showing at most `top` span names where
+/// it shows rows (the table, Markdown); `None` for an unknown name.
+///
+/// ```
+/// use spanprof::output::format_named;
+/// assert_eq!(format_named("markdown", 10).unwrap().file_name(), "report.md");
+/// assert!(format_named("yaml", 10).is_none());
+/// ```
+pub fn format_named(name: &str, top: usize) -> Option<Box<dyn Format>> {
+    match name {
+        "table" => Some(Box::new(Table::new().with_top(top))),
+        "json" => Some(Box::new(Json)),
+        "markdown" => Some(Box::new(Markdown::new().with_top(top))),
+        _ => None,
+    }
 }
 
 /// Where an output goes.

@@ -10,12 +10,15 @@
 //!
 //! # Versions
 //!
-//! This crate writes schema version [`SCHEMA_VERSION`] (3) and reads versions 1 to 3:
+//! This crate writes schema version [`SCHEMA_VERSION`] (4) and reads versions 1 to 4:
 //! - **1**: timing only.
 //! - **2**: adds `resources` to the profile and to each span.
 //! - **3**: drops the per-span `resources.leak` (leak suspicion is now an analysis of the
 //!   profile, [`crate::analysis::leaks`]) and adds `resources.rss_bytes_at_end` and
 //!   `resources.heap_bytes_at_end`, which that analysis reads.
+//! - **4**: adds the optional `sources`: the runs a merged profile was made from
+//!   ([`Snapshot::merge`]), each with its metadata and resource timeline. Absent in a profile
+//!   of one run.
 //!
 //! An older profile is read into the current model and its `version` becomes the current one.
 
@@ -23,6 +26,7 @@ pub mod buckets;
 mod combine;
 mod hdr;
 mod json;
+mod merge;
 mod resources;
 
 use hdrhistogram::Histogram;
@@ -36,7 +40,7 @@ pub use resources::{
 /// The `schema` field of every profile.
 pub const SCHEMA: &str = "spanprof.profile";
 /// The version of the profile schema this crate writes; it reads this one and every earlier one.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Significant decimal digits kept by every histogram: values are exact to within 1 part in 128
 /// (better than 0.8 %).
@@ -64,7 +68,29 @@ pub struct Snapshot {
     pub spans: Vec<SpanStats>,
     /// What could not be recorded.
     pub dropped: Dropped,
-    /// Resource samplers (absent at the `basic` preset).
+    /// Resource samplers (absent at the `basic` preset). In a merged profile: what every
+    /// source sampled together (peaks, sampler CPU), the timelines staying in [`Source`]s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceInfo>,
+    /// The runs this profile was merged from, in the order given (schema v4; empty for the
+    /// profile of one run). See [`Snapshot::merge`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<Source>,
+}
+
+/// One run a merged profile was made from: its metadata, what it dropped and its resources,
+/// timeline included, as that run's own profile held them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Source {
+    /// Where the run's profile was read from (a path), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// What ran, where and when (host, pid, start time, command line).
+    pub run: RunInfo,
+    /// What that run could not record.
+    pub dropped: Dropped,
+    /// Its resource samplers and timeline (absent at the `basic` preset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceInfo>,
 }

@@ -137,6 +137,7 @@ impl Recorder {
                 trace_windows_skipped: 0,
             },
             resources: self.resource_info(),
+            sources: Vec::new(),
         }
     }
 

@@ -1,0 +1,711 @@
+//! Comparing runs: per span name, a baseline's and a new run's figures, their ratio, and
+//! whether the change is a regression beyond the threshold and beyond the noise between runs.
+//!
+//! # The rules
+//!
+//! **Timing** (the chosen [`Metric`], per span name, matched by name and target):
+//! - each run gives one value; a side's value is the median of its runs' values and its
+//!   *spread* the largest minus the smallest of them;
+//! - the change is `new / base − 1`. Beyond `+threshold` it is a regression, below
+//!   `−threshold` an improvement, otherwise unchanged;
+//! - with **two or more runs on each side**, a change beyond the threshold counts only if the
+//!   shift of the medians is also larger than the spread of either side (the runs of one side
+//!   do not overlap the other's): otherwise it is [`Verdict::WithinNoise`]. This is the rule of
+//!   criterion's "change within noise threshold" and Bencher's thresholds, made of the runs'
+//!   own spread rather than a fixed noise figure;
+//! - with **one run on a side**, there is no spread to compare with: the threshold alone
+//!   decides, and the comparison is marked low-confidence ([`Comparison::low_confidence`]);
+//! - a span name with fewer than `min_calls` calls in a run of either side is
+//!   [`Verdict::TooFewCalls`] (its percentiles are a few samples).
+//!
+//! **Counts** (calls and instances per span name, and allocations and bytes allocated where the
+//! counting allocator ran on both sides) do not depend on the machine's speed: they are
+//! compared exactly, with no noise rule. Any increase beyond `count_threshold_pct` (default 0:
+//! any increase) is a regression when every new run is above every baseline run.
+//!
+//! **Budgets** are absolute limits on the new runs' median (`train_step p99 < 40 ms`);
+//! exceeding one is a regression whatever the baseline.
+//!
+//! Span names found on one side only are listed, and are not regressions.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::output::glob_match;
+use crate::profile::{Snapshot, SpanStats};
+
+/// The timing figure compared, per span name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Metric {
+    /// Median busy time per call (entry).
+    #[default]
+    P50,
+    /// 90th percentile of busy time per call.
+    P90,
+    /// 99th percentile of busy time per call.
+    P99,
+    /// Mean busy time per call.
+    Mean,
+    /// Mean self time per call (busy time minus child spans).
+    SelfTime,
+    /// Total busy time of the span name over the run.
+    Total,
+}
+
+impl Metric {
+    /// Every metric, in the order `--help` lists them.
+    pub const ALL: [Metric; 6] = [
+        Metric::P50,
+        Metric::P90,
+        Metric::P99,
+        Metric::Mean,
+        Metric::SelfTime,
+        Metric::Total,
+    ];
+
+    /// The name on the command line and in policy files: `p50`, `p90`, `p99`, `mean`, `self`,
+    /// `total`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::P50 => "p50",
+            Metric::P90 => "p90",
+            Metric::P99 => "p99",
+            Metric::Mean => "mean",
+            Metric::SelfTime => "self",
+            Metric::Total => "total",
+        }
+    }
+
+    /// This metric of one span name, ns.
+    pub fn of(self, span: &SpanStats) -> f64 {
+        let e = &span.entry_busy;
+        match self {
+            Metric::P50 => e.p50_ns as f64,
+            Metric::P90 => e.p90_ns as f64,
+            Metric::P99 => e.p99_ns as f64,
+            Metric::Mean => e.mean_ns,
+            Metric::SelfTime => span.entry_self.mean_ns,
+            Metric::Total => e.total_ns as f64,
+        }
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Metric {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Metric::ALL
+            .into_iter()
+            .find(|m| m.name() == s.trim())
+            .ok_or_else(|| {
+                format!("unknown metric {s:?}: expected p50, p90, p99, mean, self or total")
+            })
+    }
+}
+
+/// A deterministic count, compared exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Count {
+    /// Completed entries.
+    Calls,
+    /// Closed instances.
+    Instances,
+    /// Heap allocations (counting allocator).
+    Allocations,
+    /// Bytes allocated (counting allocator).
+    AllocatedBytes,
+}
+
+impl Count {
+    /// The name in reports: `calls`, `instances`, `allocations`, `alloc bytes`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Count::Calls => "calls",
+            Count::Instances => "instances",
+            Count::Allocations => "allocations",
+            Count::AllocatedBytes => "alloc bytes",
+        }
+    }
+
+    fn of(self, span: &SpanStats) -> Option<u64> {
+        let heap = || span.resources.as_ref().and_then(|r| r.heap.as_ref());
+        match self {
+            Count::Calls => Some(span.calls),
+            Count::Instances => Some(span.instances),
+            Count::Allocations => heap().map(|h| h.allocations),
+            Count::AllocatedBytes => heap().map(|h| h.allocated_bytes),
+        }
+    }
+}
+
+/// A threshold (and metric) for the span names a glob matches, overriding the defaults.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Rule {
+    /// Glob of span names (`*`, `?`).
+    pub name: String,
+    /// The metric for these names, if not the default.
+    pub metric: Option<Metric>,
+    /// The threshold for these names, %, if not the default.
+    pub threshold_pct: Option<f64>,
+}
+
+impl Rule {
+    /// A rule for the names `glob` matches.
+    pub fn new(glob: impl Into<String>) -> Self {
+        Self {
+            name: glob.into(),
+            metric: None,
+            threshold_pct: None,
+        }
+    }
+
+    /// With this metric.
+    pub fn with_metric(self, metric: Metric) -> Self {
+        Self {
+            metric: Some(metric),
+            ..self
+        }
+    }
+
+    /// With this threshold, %.
+    pub fn with_threshold(self, pct: f64) -> Self {
+        Self {
+            threshold_pct: Some(pct),
+            ..self
+        }
+    }
+}
+
+/// An absolute limit: the new runs' median of `metric` must stay below `max_ns` for the span
+/// names `name` matches.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Budget {
+    /// Glob of span names.
+    pub name: String,
+    /// The metric limited.
+    pub metric: Metric,
+    /// The limit, ns.
+    pub max_ns: f64,
+}
+
+impl Budget {
+    /// `metric` of the names `glob` matches must stay below `max_ns`.
+    pub fn new(glob: impl Into<String>, metric: Metric, max_ns: f64) -> Self {
+        Self {
+            name: glob.into(),
+            metric,
+            max_ns,
+        }
+    }
+}
+
+/// How to compare: the default metric and threshold, per-name rules, budgets.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CompareOptions {
+    /// The timing metric (default [`Metric::P50`]).
+    pub metric: Metric,
+    /// A timing change beyond this, %, is a regression or an improvement (default 10).
+    pub threshold_pct: f64,
+    /// Span names with fewer calls than this in a run are not judged on timing (default 30).
+    pub min_calls: u64,
+    /// A count increase beyond this, %, is a regression (default 0: any increase).
+    pub count_threshold_pct: f64,
+    /// Per-name overrides; the first rule whose glob matches applies.
+    pub rules: Vec<Rule>,
+    /// Absolute limits.
+    pub budgets: Vec<Budget>,
+}
+
+impl Default for CompareOptions {
+    fn default() -> Self {
+        Self {
+            metric: Metric::P50,
+            threshold_pct: Self::DEFAULT_THRESHOLD_PCT,
+            min_calls: Self::DEFAULT_MIN_CALLS,
+            count_threshold_pct: 0.0,
+            rules: Vec::new(),
+            budgets: Vec::new(),
+        }
+    }
+}
+
+impl CompareOptions {
+    /// The default timing threshold, %.
+    pub const DEFAULT_THRESHOLD_PCT: f64 = 10.0;
+    /// The default minimum number of calls per run.
+    pub const DEFAULT_MIN_CALLS: u64 = 30;
+
+    /// The metric and threshold for span name `name`.
+    pub fn for_name(&self, name: &str) -> (Metric, f64) {
+        let rule = self.rules.iter().find(|r| glob_match(&r.name, name));
+        (
+            rule.and_then(|r| r.metric).unwrap_or(self.metric),
+            rule.and_then(|r| r.threshold_pct)
+                .unwrap_or(self.threshold_pct),
+        )
+    }
+}
+
+/// What a change amounts to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Slower (or more) beyond the threshold and the noise: fails a CI check.
+    Regression,
+    /// Beyond the threshold, but not beyond the spread between runs of a side.
+    WithinNoise,
+    /// Faster (or fewer) beyond the threshold and the noise.
+    Improvement,
+    /// Within the threshold.
+    Unchanged,
+    /// Too few calls in a run to judge the timing.
+    TooFewCalls,
+}
+
+impl Verdict {
+    /// The word in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Regression => "regression",
+            Verdict::WithinNoise => "within noise",
+            Verdict::Improvement => "improvement",
+            Verdict::Unchanged => "unchanged",
+            Verdict::TooFewCalls => "too few calls",
+        }
+    }
+}
+
+/// One side's values of a figure over its runs.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Side {
+    /// The value of each run that has the span name, in the order given.
+    pub values: Vec<f64>,
+    /// Their median.
+    pub median: f64,
+    /// Largest minus smallest.
+    pub spread: f64,
+    /// The fewest calls in one of these runs.
+    pub min_calls: u64,
+}
+
+impl Side {
+    fn new(values: Vec<f64>, min_calls: u64) -> Self {
+        let mut sorted = values.clone();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median = match n {
+            0 => 0.0,
+            _ if n % 2 == 1 => sorted[n / 2],
+            _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        };
+        let spread = if n == 0 {
+            0.0
+        } else {
+            sorted[n - 1] - sorted[0]
+        };
+        Self {
+            values,
+            median,
+            spread,
+            min_calls,
+        }
+    }
+}
+
+/// The timing change of one span name.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TimingChange {
+    /// Span name.
+    pub name: String,
+    /// Span target.
+    pub target: String,
+    /// The metric compared.
+    pub metric: Metric,
+    /// The threshold applied, %.
+    pub threshold_pct: f64,
+    /// The baseline runs, ns.
+    pub base: Side,
+    /// The new runs, ns.
+    pub new: Side,
+    /// `new / base` of the medians (1.0 when both are 0; infinite when only base is 0).
+    pub ratio: f64,
+    /// What it amounts to.
+    pub verdict: Verdict,
+}
+
+impl TimingChange {
+    /// The change in %, `(ratio − 1) × 100`: positive is slower.
+    pub fn change_pct(&self) -> f64 {
+        (self.ratio - 1.0) * 100.0
+    }
+}
+
+/// The change of one deterministic count of one span name.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CountChange {
+    /// Span name.
+    pub name: String,
+    /// Span target.
+    pub target: String,
+    /// What is counted.
+    pub count: Count,
+    /// The baseline runs' median.
+    pub base: f64,
+    /// The new runs' median.
+    pub new: f64,
+    /// [`Verdict::Regression`], [`Verdict::Improvement`] or [`Verdict::Unchanged`].
+    pub verdict: Verdict,
+}
+
+/// A budget checked against one span name.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct BudgetCheck {
+    /// Span name.
+    pub name: String,
+    /// Span target.
+    pub target: String,
+    /// The metric limited.
+    pub metric: Metric,
+    /// The limit, ns.
+    pub max_ns: f64,
+    /// The new runs' median, ns.
+    pub value_ns: f64,
+    /// Whether the value is within the limit.
+    pub within: bool,
+}
+
+/// The comparison of baseline runs with new runs.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Comparison {
+    /// Baseline runs.
+    pub base_runs: usize,
+    /// New runs.
+    pub new_runs: usize,
+    /// One run on a side: verdicts rest on the threshold alone, not on the spread between runs.
+    pub low_confidence: bool,
+    /// Timing, per span name found on both sides: regressions first, then by change.
+    pub timings: Vec<TimingChange>,
+    /// Counts that differ, per span name found on both sides.
+    pub counts: Vec<CountChange>,
+    /// Every budget, per span name it matches in the new runs.
+    pub budgets: Vec<BudgetCheck>,
+    /// (name, target) of span names found only in the baseline runs.
+    pub only_in_base: Vec<(String, String)>,
+    /// (name, target) of span names found only in the new runs.
+    pub only_in_new: Vec<(String, String)>,
+}
+
+impl Comparison {
+    /// Whether anything regressed: a timing or a count, or a budget exceeded (the CLI's exit
+    /// status 1).
+    pub fn regressed(&self) -> bool {
+        self.timings
+            .iter()
+            .any(|t| t.verdict == Verdict::Regression)
+            || self.counts.iter().any(|c| c.verdict == Verdict::Regression)
+            || self.budgets.iter().any(|b| !b.within)
+    }
+}
+
+type Key = (String, String);
+
+/// Every span name's stats in each run of a side.
+fn by_name(runs: &[Snapshot]) -> BTreeMap<Key, Vec<&SpanStats>> {
+    let mut map: BTreeMap<Key, Vec<&SpanStats>> = BTreeMap::new();
+    for run in runs {
+        for s in &run.spans {
+            map.entry((s.name.clone(), s.target.clone()))
+                .or_default()
+                .push(s);
+        }
+    }
+    map
+}
+
+/// Compares baseline runs with new runs (see the module's rules).
+///
+/// ```
+/// use spanprof::analysis::{compare, CompareOptions, Verdict};
+/// # let base = spanprof::profile::Snapshot::from_json(
+/// #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
+/// let same = compare(&[base.clone()], &[base.clone()], &CompareOptions::default());
+/// assert!(!same.regressed());
+/// assert!(same.low_confidence);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) -> Comparison {
+    let (b, n) = (by_name(base), by_name(new));
+    let several = base.len() >= 2 && new.len() >= 2;
+    let mut timings = Vec::new();
+    let mut counts = Vec::new();
+    for (key, base_stats) in &b {
+        let Some(new_stats) = n.get(key) else {
+            continue;
+        };
+        let (metric, threshold_pct) = options.for_name(&key.0);
+        let side = |stats: &[&SpanStats]| {
+            Side::new(
+                stats.iter().map(|s| metric.of(s)).collect(),
+                stats.iter().map(|s| s.calls).min().unwrap_or(0),
+            )
+        };
+        let (bs, ns) = (side(base_stats), side(new_stats));
+        let ratio = ratio(bs.median, ns.median);
+        let beyond = (ratio - 1.0).abs() * 100.0 > threshold_pct;
+        let shift = (ns.median - bs.median).abs();
+        let verdict = if bs.min_calls < options.min_calls || ns.min_calls < options.min_calls {
+            Verdict::TooFewCalls
+        } else if !beyond {
+            Verdict::Unchanged
+        } else if several && shift <= bs.spread.max(ns.spread) {
+            Verdict::WithinNoise
+        } else if ratio > 1.0 {
+            Verdict::Regression
+        } else {
+            Verdict::Improvement
+        };
+        timings.push(TimingChange {
+            name: key.0.clone(),
+            target: key.1.clone(),
+            metric,
+            threshold_pct,
+            base: bs,
+            new: ns,
+            ratio,
+            verdict,
+        });
+        for count in [
+            Count::Calls,
+            Count::Instances,
+            Count::Allocations,
+            Count::AllocatedBytes,
+        ] {
+            let values = |stats: &[&SpanStats]| -> Option<Vec<f64>> {
+                stats
+                    .iter()
+                    .map(|s| count.of(s).map(|v| v as f64))
+                    .collect()
+            };
+            let (Some(bv), Some(nv)) = (values(base_stats), values(new_stats)) else {
+                continue;
+            };
+            let (bside, nside) = (Side::new(bv.clone(), 0), Side::new(nv.clone(), 0));
+            if bside.median == nside.median && bside.spread == 0.0 && nside.spread == 0.0 {
+                continue;
+            }
+            let (bmin, bmax) = min_max(&bv);
+            let (nmin, nmax) = min_max(&nv);
+            let limit = 1.0 + options.count_threshold_pct / 100.0;
+            let verdict = if nmin > bmax * limit {
+                Verdict::Regression
+            } else if nmax * limit < bmin {
+                Verdict::Improvement
+            } else {
+                Verdict::Unchanged
+            };
+            counts.push(CountChange {
+                name: key.0.clone(),
+                target: key.1.clone(),
+                count,
+                base: bside.median,
+                new: nside.median,
+                verdict,
+            });
+        }
+    }
+    timings.sort_by(|a, b| {
+        a.verdict
+            .cmp(&b.verdict)
+            .then(b.ratio.total_cmp(&a.ratio))
+            .then(a.name.cmp(&b.name))
+    });
+    counts.sort_by(|a, b| a.verdict.cmp(&b.verdict).then(a.name.cmp(&b.name)));
+    let mut budgets = Vec::new();
+    for budget in &options.budgets {
+        for (key, stats) in n.iter().filter(|(k, _)| glob_match(&budget.name, &k.0)) {
+            let value = Side::new(stats.iter().map(|s| budget.metric.of(s)).collect(), 0).median;
+            budgets.push(BudgetCheck {
+                name: key.0.clone(),
+                target: key.1.clone(),
+                metric: budget.metric,
+                max_ns: budget.max_ns,
+                value_ns: value,
+                within: value < budget.max_ns,
+            });
+        }
+    }
+    let only = |a: &BTreeMap<Key, Vec<&SpanStats>>, b: &BTreeMap<Key, Vec<&SpanStats>>| {
+        a.keys().filter(|k| !b.contains_key(*k)).cloned().collect()
+    };
+    Comparison {
+        base_runs: base.len(),
+        new_runs: new.len(),
+        low_confidence: !several,
+        timings,
+        counts,
+        budgets,
+        only_in_base: only(&b, &n),
+        only_in_new: only(&n, &b),
+    }
+}
+
+fn ratio(base: f64, new: f64) -> f64 {
+    if base == new {
+        1.0
+    } else if base == 0.0 {
+        f64::INFINITY
+    } else {
+        new / base
+    }
+}
+
+fn min_max(values: &[f64]) -> (f64, f64) {
+    values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Snapshot {
+        Snapshot::from_json(
+            include_str!("../../tests/data/profile-v1-basic.json"),
+            "test data",
+        )
+        .unwrap()
+    }
+
+    /// `snapshot` with the p50 of span `name` scaled by `factor` and its calls set.
+    fn scaled(snapshot: &Snapshot, name: &str, factor: f64) -> Snapshot {
+        let mut s = snapshot.clone();
+        for span in s.spans.iter_mut().filter(|sp| sp.name == name) {
+            span.entry_busy.p50_ns = (span.entry_busy.p50_ns as f64 * factor) as u64;
+        }
+        s
+    }
+
+    fn busiest(s: &Snapshot) -> String {
+        s.spans
+            .iter()
+            .filter(|sp| sp.calls >= CompareOptions::DEFAULT_MIN_CALLS)
+            .max_by_key(|sp| sp.entry_busy.p50_ns)
+            .expect("a span with enough calls")
+            .name
+            .clone()
+    }
+
+    fn verdict_of(c: &Comparison, name: &str) -> Verdict {
+        c.timings.iter().find(|t| t.name == name).unwrap().verdict
+    }
+
+    #[test]
+    fn one_run_per_side_uses_the_threshold_and_says_low_confidence() {
+        let b = base();
+        let name = busiest(&b);
+        let opts = CompareOptions::default();
+        let slow = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.2)], &opts);
+        assert!(slow.low_confidence);
+        assert_eq!(verdict_of(&slow, &name), Verdict::Regression);
+        assert!(slow.regressed());
+        let t = slow.timings.iter().find(|t| t.name == name).unwrap();
+        assert!((t.change_pct() - 20.0).abs() < 0.5, "{}", t.change_pct());
+        let noise = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.05)], &opts);
+        assert_eq!(verdict_of(&noise, &name), Verdict::Unchanged);
+        assert!(!noise.regressed());
+        let fast = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 0.5)], &opts);
+        assert_eq!(verdict_of(&fast, &name), Verdict::Improvement);
+        assert!(!fast.regressed());
+    }
+
+    #[test]
+    fn several_runs_need_a_shift_beyond_the_spread() {
+        let b = base();
+        let name = busiest(&b);
+        let opts = CompareOptions::default();
+        // Base runs spread over ±15 %: a 20 % shift of the median is within their noise.
+        let noisy = [scaled(&b, &name, 0.85), b.clone(), scaled(&b, &name, 1.15)];
+        let new = [
+            scaled(&b, &name, 1.18),
+            scaled(&b, &name, 1.2),
+            scaled(&b, &name, 1.22),
+        ];
+        let c = compare(&noisy, &new, &opts);
+        assert!(!c.low_confidence);
+        assert_eq!(verdict_of(&c, &name), Verdict::WithinNoise);
+        assert!(!c.regressed());
+        // Tight base runs: the same shift is a regression.
+        let tight = [scaled(&b, &name, 0.99), b.clone(), scaled(&b, &name, 1.01)];
+        let c = compare(&tight, &new, &opts);
+        assert_eq!(verdict_of(&c, &name), Verdict::Regression);
+        let t = c.timings.iter().find(|t| t.name == name).unwrap();
+        assert_eq!(t.base.values.len(), 3);
+        assert!((t.base.spread / t.base.median - 0.02).abs() < 0.001);
+    }
+
+    #[test]
+    fn counts_are_exact_and_names_on_one_side_are_listed() {
+        let b = base();
+        let name = busiest(&b);
+        let mut more = b.clone();
+        let span = more.spans.iter_mut().find(|s| s.name == name).unwrap();
+        span.calls += 1;
+        more.spans.retain(|s| s.name == name);
+        let c = compare(
+            std::slice::from_ref(&b),
+            &[more],
+            &CompareOptions::default(),
+        );
+        let calls = c
+            .counts
+            .iter()
+            .find(|x| x.name == name && x.count == Count::Calls)
+            .unwrap();
+        assert_eq!(calls.verdict, Verdict::Regression);
+        assert_eq!(calls.new - calls.base, 1.0);
+        assert!(c.regressed());
+        assert_eq!(c.only_in_base.len(), b.spans.len() - 1);
+        assert!(c.only_in_new.is_empty());
+    }
+
+    #[test]
+    fn rules_and_budgets() {
+        let b = base();
+        let name = busiest(&b);
+        let p50 = b.span(&name).unwrap().entry_busy.p50_ns as f64;
+        let mut opts = CompareOptions::default();
+        opts.rules
+            .push(Rule::new(name.clone()).with_threshold(30.0));
+        let c = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.2)], &opts);
+        assert_eq!(verdict_of(&c, &name), Verdict::Unchanged);
+        opts.budgets
+            .push(Budget::new(name.clone(), Metric::P50, p50 * 1.1));
+        let c = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.2)], &opts);
+        assert_eq!(c.budgets.len(), 1);
+        assert!(!c.budgets[0].within);
+        assert!((c.budgets[0].value_ns - p50 * 1.2).abs() <= 1.0);
+        assert!(c.regressed());
+        assert_eq!("self".parse::<Metric>(), Ok(Metric::SelfTime));
+        assert!("p75".parse::<Metric>().unwrap_err().contains("p75"));
+    }
+}
