@@ -15,8 +15,15 @@
 //!   own spread rather than a fixed noise figure;
 //! - with **one run on a side**, there is no spread to compare with: the threshold alone
 //!   decides, and the comparison is marked low-confidence ([`Comparison::low_confidence`]);
+//! - a change must also move the value by at least `min_shift_ns` (1 µs by default): spans of
+//!   a few microseconds move by more than any threshold with the caches and the neighbours of
+//!   a shared machine;
 //! - a span name with fewer than `min_calls` calls in a run of either side is
 //!   [`Verdict::TooFewCalls`] (its percentiles are a few samples).
+//!
+//! [`Comparison::overall_ratio`] is the median change of every span name judged: far from 1,
+//! the machine itself was faster or slower between the runs, and a one-run comparison says
+//! little.
 //!
 //! **Counts** (calls and instances per span name, and allocations and bytes allocated where the
 //! counting allocator ran on both sides) do not depend on the machine's speed: they are
@@ -220,6 +227,8 @@ pub struct CompareOptions {
     pub threshold_pct: f64,
     /// Span names with fewer calls than this in a run are not judged on timing (default 30).
     pub min_calls: u64,
+    /// A timing change smaller than this, ns, is no change (default 1 µs).
+    pub min_shift_ns: f64,
     /// A count increase beyond this, %, is a regression (default 0: any increase).
     pub count_threshold_pct: f64,
     /// Per-name overrides; the first rule whose glob matches applies.
@@ -234,6 +243,7 @@ impl Default for CompareOptions {
             metric: Metric::P50,
             threshold_pct: Self::DEFAULT_THRESHOLD_PCT,
             min_calls: Self::DEFAULT_MIN_CALLS,
+            min_shift_ns: Self::DEFAULT_MIN_SHIFT_NS,
             count_threshold_pct: 0.0,
             rules: Vec::new(),
             budgets: Vec::new(),
@@ -246,6 +256,8 @@ impl CompareOptions {
     pub const DEFAULT_THRESHOLD_PCT: f64 = 10.0;
     /// The default minimum number of calls per run.
     pub const DEFAULT_MIN_CALLS: u64 = 30;
+    /// The default smallest timing change that counts, ns (1 µs).
+    pub const DEFAULT_MIN_SHIFT_NS: f64 = 1_000.0;
 
     /// The metric and threshold for span name `name`.
     pub fn for_name(&self, name: &str) -> (Metric, f64) {
@@ -400,6 +412,9 @@ pub struct Comparison {
     pub new_runs: usize,
     /// One run on a side: verdicts rest on the threshold alone, not on the spread between runs.
     pub low_confidence: bool,
+    /// The median `new / base` ratio of every span name judged on timing (1.0 when none): far
+    /// from 1, every span moved together, as when the machine was busier during one run.
+    pub overall_ratio: f64,
     /// Timing, per span name found on both sides: regressions first, then by change.
     pub timings: Vec<TimingChange>,
     /// Counts that differ, per span name found on both sides.
@@ -468,8 +483,8 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
         };
         let (bs, ns) = (side(base_stats), side(new_stats));
         let ratio = ratio(bs.median, ns.median);
-        let beyond = (ratio - 1.0).abs() * 100.0 > threshold_pct;
         let shift = (ns.median - bs.median).abs();
+        let beyond = (ratio - 1.0).abs() * 100.0 > threshold_pct && shift >= options.min_shift_ns;
         let verdict = if bs.min_calls < options.min_calls || ns.min_calls < options.min_calls {
             Verdict::TooFewCalls
         } else if !beyond {
@@ -554,10 +569,21 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
     let only = |a: &BTreeMap<Key, Vec<&SpanStats>>, b: &BTreeMap<Key, Vec<&SpanStats>>| {
         a.keys().filter(|k| !b.contains_key(*k)).cloned().collect()
     };
+    let mut judged: Vec<f64> = timings
+        .iter()
+        .filter(|t| t.verdict != Verdict::TooFewCalls && t.ratio.is_finite())
+        .map(|t| t.ratio)
+        .collect();
+    let overall_ratio = if judged.is_empty() {
+        1.0
+    } else {
+        Side::new(std::mem::take(&mut judged), 0).median
+    };
     Comparison {
         base_runs: base.len(),
         new_runs: new.len(),
         low_confidence: !several,
+        overall_ratio,
         timings,
         counts,
         budgets,

@@ -17,6 +17,9 @@ pub const HEAVY_TAIL_MIN_CALLS: u64 = 100;
 pub const SPAN_COST_NS: f64 = 125.0;
 /// Instrumentation costing at least this share of a span's own busy time is worth a look.
 pub const INSTRUMENTATION_MIN_SHARE_PCT: f64 = 5.0;
+/// Fewest entries before a span name's allocations per call are judged (a span entered once,
+/// around the whole run, allocates everything its children do).
+pub const ALLOCATIONS_MIN_CALLS: u64 = 30;
 /// A GPU below this utilisation while a span runs is idle.
 pub const GPU_IDLE_PCT: f64 = 20.0;
 /// At most this many findings of each kind.
@@ -65,7 +68,8 @@ pub enum Finding {
         /// Estimated instrumentation cost ([`SPAN_COST_NS`] per instance) over busy time, %.
         cost_share_pct: f64,
     },
-    /// A span name allocating much per call (counting allocator).
+    /// A span name allocating much per call (counting allocator; child spans included), over
+    /// at least [`ALLOCATIONS_MIN_CALLS`] entries.
     Allocations {
         /// Span name.
         name: String,
@@ -179,7 +183,7 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         .iter()
         .filter_map(|s| {
             let heap = s.resources.as_ref()?.heap.as_ref()?;
-            (heap.entries > 0 && heap.allocations > 0).then(|| {
+            (heap.entries >= ALLOCATIONS_MIN_CALLS && heap.allocations > 0).then(|| {
                 let n = heap.entries as f64;
                 (
                     heap.allocations as f64 / n,
@@ -328,7 +332,7 @@ mod tests {
                 if *utilization_pct == 3.0 && (*wall_share_pct - 50.0).abs() < 0.01
         )));
         if let Some(heap) = s.spans[0].resources.as_ref().and_then(|r| r.heap.as_ref()) {
-            if heap.allocations > 0 && heap.entries > 0 {
+            if heap.allocations > 0 && heap.entries >= ALLOCATIONS_MIN_CALLS {
                 let per = heap.allocations as f64 / heap.entries as f64;
                 assert!(found.iter().any(
                     |f| matches!(f, Finding::Allocations { per_call, .. } if *per_call == per)

@@ -339,4 +339,15 @@ mod tests {
         );
         assert!(Snapshot::merge(&[], &[]).is_none());
     }
+
+    #[test]
+    fn profiles_of_one_run_have_no_sources_and_version_3_reads() {
+        let v4 = include_str!("../../tests/data/golden-profile.json");
+        assert!(v4.contains("\"version\": 4") && !v4.contains("\"sources\""));
+        let v3 =
+            Snapshot::from_json(&v4.replace("\"version\": 4", "\"version\": 3"), "v3").unwrap();
+        assert!(v3.sources.is_empty());
+        assert_eq!(v3.version, SCHEMA_VERSION);
+        assert_eq!(v3, Snapshot::from_json(v4, "v4").unwrap());
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! spanprof report PROFILE.json [--format table|json|markdown] [--top N] [--filter SELECTION]
-//! spanprof compare BASE.json... -- NEW.json... [--metric p50] [--threshold 10%] [--policy FILE]
+//! spanprof compare [--metric p50] [--threshold 10%] [--policy FILE] BASE.json... -- NEW.json...
 //! spanprof merge A.json B.json... -o ALL.json
 //! spanprof top PROFILE.json [--format text|markdown]
 //! ```
@@ -48,10 +48,11 @@ enum Command {
         #[arg(long)]
         filter: Vec<String>,
     },
-    /// Compares baseline runs with new runs: `spanprof compare BASE... -- NEW...`.
+    /// Compares baseline runs with new runs: `spanprof compare [OPTIONS] BASE... -- NEW...`
+    /// (options before `--`: everything after it is a new run).
     ///
     /// Timing: per span name, the median of each side's runs; a change beyond the threshold
-    /// is a regression, but with two or more runs per side only if the shift of the medians
+    /// (and --min-shift) is a regression, but with two or more runs per side only if the shift of the medians
     /// is larger than the spread (max - min) of either side's runs; with one run per side the
     /// verdict is low-confidence. Span names with fewer than --min-calls calls in a run are
     /// not judged. Calls, instances and allocations are compared exactly. Exit status 1 on a
@@ -72,6 +73,9 @@ enum Command {
         /// Fewest calls per run before a span name's timing is judged [default: 30].
         #[arg(long)]
         min_calls: Option<u64>,
+        /// Smallest timing change that counts, e.g. `1us`, `0ns` [default: 1us].
+        #[arg(long, value_parser = policy::parse_duration_ns)]
+        min_shift: Option<f64>,
         /// A TOML policy file: thresholds per metric and per name glob, budgets.
         #[arg(long)]
         policy: Option<PathBuf>,
@@ -206,6 +210,7 @@ fn run(command: Command) -> Result<ExitCode, BadInput> {
             metric,
             threshold,
             min_calls,
+            min_shift,
             policy,
             format,
         } => {
@@ -221,6 +226,9 @@ fn run(command: Command) -> Result<ExitCode, BadInput> {
             }
             if let Some(n) = min_calls {
                 options.min_calls = n;
+            }
+            if let Some(ns) = min_shift {
+                options.min_shift_ns = ns;
             }
             let base_runs = base
                 .iter()

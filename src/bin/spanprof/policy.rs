@@ -4,6 +4,7 @@
 //! metric = "p50"            # p50, p90, p99, mean, self, total
 //! threshold = "10%"         # timing change that counts
 //! min_calls = 30            # fewest calls per run before a name's timing is judged
+//! min_shift = "1us"         # smallest timing change that counts
 //! count_threshold = "0%"    # calls, instances, allocations: any increase
 //!
 //! [[rule]]                  # the first rule whose glob matches a span name applies
@@ -31,6 +32,7 @@ struct File {
     metric: Option<String>,
     threshold: Option<Pct>,
     min_calls: Option<u64>,
+    min_shift: Option<String>,
     count_threshold: Option<Pct>,
     #[serde(default)]
     rule: Vec<RuleEntry>,
@@ -83,6 +85,13 @@ pub(crate) fn parse_pct(text: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("{text:?} is not a percentage, 0 or more (e.g. 5%)"))
 }
 
+/// `40ms`, `1us`, `0ns`: a duration in nanoseconds.
+pub(crate) fn parse_duration_ns(text: &str) -> Result<f64, String> {
+    humantime::parse_duration(text.trim())
+        .map(|d| d.as_nanos() as f64)
+        .map_err(|e| format!("{text:?} is not a duration like 40ms or 1us ({e})"))
+}
+
 /// Reads a policy file into compare options.
 pub(crate) fn read(path: &Path) -> Result<CompareOptions, BadInput> {
     let bad = |what: String| BadInput(format!("invalid policy {}: {what}", path.display()));
@@ -99,6 +108,10 @@ pub(crate) fn read(path: &Path) -> Result<CompareOptions, BadInput> {
     }
     if let Some(n) = file.min_calls {
         options.min_calls = n;
+    }
+    if let Some(shift) = &file.min_shift {
+        options.min_shift_ns =
+            parse_duration_ns(shift).map_err(|e| bad(format!("min_shift: {e}")))?;
     }
     if let Some(t) = &file.count_threshold {
         options.count_threshold_pct = t
@@ -119,13 +132,11 @@ pub(crate) fn read(path: &Path) -> Result<CompareOptions, BadInput> {
         options.rules.push(rule);
     }
     for b in &file.budget {
-        let max = humantime::parse_duration(b.max.trim())
-            .map_err(|e| bad(format!("budget {:?} max {:?}: {e}", b.name, b.max)))?;
-        options.budgets.push(Budget::new(
-            b.name.clone(),
-            metric(&b.metric)?,
-            max.as_nanos() as f64,
-        ));
+        let max =
+            parse_duration_ns(&b.max).map_err(|e| bad(format!("budget {:?} max: {e}", b.name)))?;
+        options
+            .budgets
+            .push(Budget::new(b.name.clone(), metric(&b.metric)?, max));
     }
     Ok(options)
 }

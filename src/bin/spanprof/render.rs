@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use spanprof::analysis::{CompareOptions, Comparison, Finding, Verdict};
+use spanprof::analysis::{CompareOptions, Comparison, Finding, Side, Verdict};
 use spanprof::output::{format_bytes, format_count, format_duration};
 use spanprof::profile::Snapshot;
 
@@ -10,6 +10,15 @@ use crate::TextFormat;
 
 fn dur(ns: f64) -> String {
     format_duration(ns.max(0.0).round() as u64)
+}
+
+/// A side's spread, or `—` for one run (no spread to measure).
+fn spread(side: &Side) -> String {
+    if side.values.len() < 2 {
+        "—".to_string()
+    } else {
+        dur(side.spread)
+    }
 }
 
 fn change(ratio: f64) -> String {
@@ -113,11 +122,12 @@ fn plural(n: usize, word: &str) -> String {
 pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextFormat) -> String {
     let mut f = String::new();
     let title = format!(
-        "spanprof compare: {} vs {}; metric {}, threshold {} %, at least {} calls per run",
+        "spanprof compare: {} vs {}; metric {}, threshold {} % and {}, at least {} calls per run",
         plural(c.base_runs, "baseline run"),
         plural(c.new_runs, "new run"),
         options.metric,
         options.threshold_pct,
+        dur(options.min_shift_ns),
         options.min_calls
     );
     match format {
@@ -133,6 +143,14 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
             f,
             "low confidence: one run on a side, so the threshold alone decides (give 2 or more runs \
              per side to compare the change with the spread between runs)"
+        );
+    }
+    if (c.overall_ratio - 1.0).abs() * 100.0 > options.threshold_pct / 2.0 {
+        let _ = writeln!(
+            f,
+            "note: every span name moved by a median {}: the machine may have been busier or \
+             idler during one side's runs",
+            change(c.overall_ratio)
         );
     }
     let regressions: Vec<String> = c
@@ -203,8 +221,8 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
             dur(x.base.median),
             dur(x.new.median),
             change(x.ratio),
-            dur(x.base.spread),
-            dur(x.new.spread),
+            spread(&x.base),
+            spread(&x.new),
             x.verdict.name().to_string(),
         ]);
     }
@@ -332,7 +350,7 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding], format: TextFo
                 bytes_per_call,
                 ..
             } => format!(
-                "allocations: {} makes {per_call:.1} allocations ({}) per call ({} calls)",
+                "allocations: {} makes {per_call:.1} allocations ({}) per call, child spans included ({} calls)",
                 code(format, name),
                 format_bytes(*bytes_per_call),
                 format_count(*entries)
