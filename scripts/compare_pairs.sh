@@ -35,11 +35,18 @@ row() {
   local forward flagged
   forward=$(printf '%s\n' "$text" | awk -F '  +' '$1 == "forward" { print $3 " | " $4 " | " $5 " | " $8; exit }')
   flagged=$(printf '%s\n' "$text" | sed -n 's/^result: REGRESSION in //p')
-  printf '| %s | %s | %s | %s |\n' "$label" "$forward" "$status" "${flagged:-—}"
+  # The largest change of another span name judged on timing (enough calls): the noise.
+  other=$(printf '%s\n' "$text" | awk -F '  +' '
+    NF >= 8 && $1 != "forward" && $1 != "name" && $8 != "too few calls" {
+      c = $5; sub(/ %/, "", c); a = c < 0 ? -c : c
+      if (a >= best) { best = a; row = $1 " " $5 }
+    }
+    END { print row }')
+  printf '| %s | %s | %s | %s | %s |\n' "$label" "$forward" "$other" "$status" "${flagged:-—}"
 }
 
-echo "| pair | forward p50 base | forward p50 new | change | verdict | exit | flagged |"
-echo "|---|--:|--:|--:|---|--:|---|"
+echo "| pair | forward p50 base | forward p50 new | change | verdict | largest other change | exit | flagged |"
+echo "|---|--:|--:|--:|---|---|--:|---|"
 for i in $(seq 1 "$PAIRS"); do
   # Interleaved, so a drift of the machine's speed hits both kinds alike.
   train "$dir/base$i"

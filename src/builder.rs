@@ -895,7 +895,19 @@ mod tests {
     #[test]
     fn builder_and_environment_follow_one_rule() {
         let builder_err = |b: Builder| b.checked().unwrap_err();
-        let cases: [(Builder, &str, &str, &str); 8] = [
+        let cases: [(Builder, &str, &str, &str); 10] = [
+            (
+                Builder::default().with_output_filter(Selection::new().with_top(0)),
+                "with_output_filter",
+                "SPANPROF_OUTPUT_FILTER",
+                "top=0",
+            ),
+            (
+                Builder::default().with_output_filter(Selection::new().with_name("")),
+                "with_output_filter",
+                "SPANPROF_OUTPUT_FILTER",
+                "a,,b",
+            ),
             (
                 Builder::default().with_top(0),
                 "with_top",
@@ -975,6 +987,7 @@ mod tests {
             ENV_SAMPLERS,
             ENV_INTERVAL_MS,
             ENV_GRID,
+            ENV_OUTPUT_FILTER,
         ] {
             for v in ["", "  "] {
                 let e = err(&[(var, v)]);
@@ -990,8 +1003,16 @@ mod tests {
                 ("SPANPROF_OUT", " out/dir "),
                 ("SPANPROF_REPORT", " r.txt\n"),
                 ("SPANPROF_TOP", " 3 "),
+                ("SPANPROF_OUTPUT_FILTER", " train_*, target=app ,top=4 "),
             ]))
             .unwrap();
+        assert_eq!(
+            b.selection,
+            Selection::new()
+                .with_name("train_*")
+                .with_target("app")
+                .with_top(4)
+        );
         assert_eq!(b.output_dir, Some(PathBuf::from("out/dir")));
         assert_eq!(b.report, ReportTarget::File("r.txt".into()));
         assert_eq!(b.top, 3);

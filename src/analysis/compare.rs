@@ -223,7 +223,7 @@ impl Budget {
 pub struct CompareOptions {
     /// The timing metric (default [`Metric::P50`]).
     pub metric: Metric,
-    /// A timing change beyond this, %, is a regression or an improvement (default 10).
+    /// A timing change beyond this, %, is a regression or an improvement (default 15).
     pub threshold_pct: f64,
     /// Span names with fewer calls than this in a run are not judged on timing (default 30).
     pub min_calls: u64,
@@ -253,7 +253,7 @@ impl Default for CompareOptions {
 
 impl CompareOptions {
     /// The default timing threshold, %.
-    pub const DEFAULT_THRESHOLD_PCT: f64 = 10.0;
+    pub const DEFAULT_THRESHOLD_PCT: f64 = 15.0;
     /// The default minimum number of calls per run.
     pub const DEFAULT_MIN_CALLS: u64 = 30;
     /// The default smallest timing change that counts, ns (1 µs).

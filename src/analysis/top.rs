@@ -256,11 +256,7 @@ mod tests {
     use crate::profile::{GpuUse, SpanResources};
 
     fn detailed() -> Snapshot {
-        Snapshot::from_json(
-            include_str!("../../tests/data/profile-v2-detailed.json"),
-            "test data",
-        )
-        .unwrap()
+        crate::profile::detailed_test_profile()
     }
 
     #[test]

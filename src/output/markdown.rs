@@ -48,14 +48,7 @@ impl Markdown {
     /// The report as Markdown text.
     pub fn to_string(&self, snapshot: &Snapshot) -> String {
         let mut spans: Vec<&SpanStats> = snapshot.spans.iter().collect();
-        spans.sort_by(|a, b| {
-            b.entry_self
-                .total_ns
-                .cmp(&a.entry_self.total_ns)
-                .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
-                .then(a.name.cmp(&b.name))
-                .then(a.target.cmp(&b.target))
-        });
+        spans.sort_by(|a, b| super::by_self_time(a, b));
         let all_self: u128 = spans
             .iter()
             .map(|s| u128::from(s.entry_self.total_ns))

@@ -48,7 +48,7 @@ pub use table::{Table, REPORT_FILE};
 pub use units::{format_bytes, format_count, format_duration};
 
 use crate::error::{Error, Result};
-use crate::profile::Snapshot;
+use crate::profile::{Snapshot, SpanStats};
 
 /// A way to render a profile: the console table, the JSON profile, ...
 pub trait Format: Send + Sync + fmt::Debug {
@@ -69,6 +69,17 @@ pub trait Format: Send + Sync + fmt::Debug {
     /// # Errors
     /// The writer's errors.
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()>;
+}
+
+/// The order of every report: most self time first, then most busy time, then by name and
+/// target (a total order, so equal figures print the same way every time).
+pub(crate) fn by_self_time(a: &SpanStats, b: &SpanStats) -> std::cmp::Ordering {
+    b.entry_self
+        .total_ns
+        .cmp(&a.entry_self.total_ns)
+        .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
+        .then(a.name.cmp(&b.name))
+        .then(a.target.cmp(&b.target))
 }
 
 /// The names [`format_named`] knows, in the order `spanprof report --help` lists them.

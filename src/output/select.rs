@@ -93,14 +93,7 @@ impl Selection {
         selected.spans.retain(|s| self.matches(&s.name, &s.target));
         if let Some(top) = self.top {
             let mut ranked: Vec<&SpanStats> = selected.spans.iter().collect();
-            ranked.sort_by(|a, b| {
-                b.entry_self
-                    .total_ns
-                    .cmp(&a.entry_self.total_ns)
-                    .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
-                    .then(a.name.cmp(&b.name))
-                    .then(a.target.cmp(&b.target))
-            });
+            ranked.sort_by(|a, b| super::by_self_time(a, b));
             let kept: Vec<(String, String)> = ranked
                 .iter()
                 .take(top)
@@ -237,11 +230,7 @@ mod tests {
 
     #[test]
     fn apply_keeps_matching_names_then_the_top_by_self_time() {
-        let snapshot = Snapshot::from_json(
-            include_str!("../../tests/data/profile-v2-detailed.json"),
-            "test data",
-        )
-        .unwrap();
+        let snapshot = crate::profile::detailed_test_profile();
         let mut by_self: Vec<&SpanStats> = snapshot.spans.iter().collect();
         by_self.sort_by_key(|s| std::cmp::Reverse(s.entry_self.total_ns));
         let first = &by_self[0].name;

@@ -117,14 +117,7 @@ impl Deref for Row<'_> {
 impl<'a> View<'a> {
     fn new(snap: &'a Snapshot, top: usize) -> Self {
         let mut stats: Vec<&SpanStats> = snap.spans.iter().collect();
-        stats.sort_by(|a, b| {
-            b.entry_self
-                .total_ns
-                .cmp(&a.entry_self.total_ns)
-                .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
-                .then(a.name.cmp(&b.name))
-                .then(a.target.cmp(&b.target))
-        });
+        stats.sort_by(|a, b| super::by_self_time(a, b));
         // The targets of each span name: more than one, and the name is ambiguous alone.
         let mut targets: HashMap<&str, Vec<&str>> = HashMap::new();
         for s in &stats {

@@ -287,11 +287,7 @@ mod tests {
     use super::*;
 
     fn detailed() -> Snapshot {
-        Snapshot::from_json(
-            include_str!("../../tests/data/profile-v2-detailed.json"),
-            "test data",
-        )
-        .unwrap()
+        crate::profile::detailed_test_profile()
     }
 
     #[test]

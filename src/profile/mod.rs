@@ -306,3 +306,14 @@ impl Snapshot {
             .find(|s| s.name == name && s.target == target)
     }
 }
+
+/// The schema v2 profile of `tests/data` (preset `detailed`), read into the current model: the
+/// fixture of the unit tests.
+#[cfg(test)]
+pub(crate) fn detailed_test_profile() -> Snapshot {
+    Snapshot::from_json(
+        include_str!("../../tests/data/profile-v2-detailed.json"),
+        "test data",
+    )
+    .expect("the test profile reads")
+}

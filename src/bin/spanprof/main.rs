@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! spanprof report PROFILE.json [--format table|json|markdown] [--top N] [--filter SELECTION]
-//! spanprof compare [--metric p50] [--threshold 10%] [--policy FILE] BASE.json... -- NEW.json...
+//! spanprof compare [--metric p50] [--threshold 15%] [--policy FILE] BASE.json... -- NEW.json...
 //! spanprof merge A.json B.json... -o ALL.json
 //! spanprof top PROFILE.json [--format text|markdown]
 //! ```
@@ -67,7 +67,7 @@ enum Command {
         /// The timing figure compared [default: p50, or the policy's].
         #[arg(long)]
         metric: Option<MetricArg>,
-        /// The change that counts, e.g. `5%` [default: 10%, or the policy's].
+        /// The change that counts, e.g. `5%` [default: 15%, or the policy's].
         #[arg(long, value_parser = policy::parse_pct)]
         threshold: Option<f64>,
         /// Fewest calls per run before a span name's timing is judged [default: 30].

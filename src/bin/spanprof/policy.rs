@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! metric = "p50"            # p50, p90, p99, mean, self, total
-//! threshold = "10%"         # timing change that counts
+//! threshold = "15%"         # timing change that counts
 //! min_calls = 30            # fewest calls per run before a name's timing is judged
 //! min_shift = "1us"         # smallest timing change that counts
 //! count_threshold = "0%"    # calls, instances, allocations: any increase
