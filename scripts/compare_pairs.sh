@@ -38,8 +38,8 @@ row() {
   # The largest change of another span name judged on timing (enough calls): the noise.
   other=$(printf '%s\n' "$text" | awk -F '  +' '
     NF >= 8 && $1 != "forward" && $1 != "name" && $8 != "too few calls" {
-      c = $5; sub(/ %/, "", c); a = c < 0 ? -c : c
-      if (a >= best) { best = a; row = $1 " " $5 }
+      c = $5; sub(/ %/, "", c); c = c + 0; a = c < 0 ? -c : c
+      if (row == "" || a > best) { best = a; row = $1 " " $5 }
     }
     END { print row }')
   printf '| %s | %s | %s | %s | %s |\n' "$label" "$forward" "$other" "$status" "${flagged:-—}"

@@ -197,6 +197,8 @@ fn report_on_a_saved_profile_equals_the_live_output() {
         std::fs::read_to_string(dir.join("report.md")).unwrap()
     );
     assert!(md.stdout.contains("| `inner_a` |"), "{}", md.stdout);
+    let json = spanprof(&["report", p, "--format", "json"]);
+    assert_eq!(json.stdout, std::fs::read_to_string(&profile).unwrap());
 }
 
 #[test]
