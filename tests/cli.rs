@@ -319,6 +319,40 @@ fn compare_policy_thresholds_and_budgets() {
     assert!(strict
         .stdout
         .contains("metric self, threshold 1 % and 1.00 µs"));
+    // More metrics per name: forward's p99 judged beside its p50, with the figures of the files.
+    std::fs::write(&policy, "[thresholds]\np99 = \"1%\"\n").unwrap();
+    let tails = spanprof(&[
+        "compare",
+        "--policy",
+        p,
+        "cli-base.json",
+        "--",
+        "cli-slow.json",
+    ]);
+    let (b99, s99) = (
+        read("cli-base.json")
+            .span("forward")
+            .unwrap()
+            .entry_busy
+            .p99_ns,
+        read("cli-slow.json")
+            .span("forward")
+            .unwrap()
+            .entry_busy
+            .p99_ns,
+    );
+    let row = tails
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("forward ") && l.contains(" p99 "))
+        .unwrap_or_else(|| panic!("{}", tails.stdout));
+    assert!(
+        row.contains(&format!(
+            "{:+.1} %",
+            (s99 as f64 / b99 as f64 - 1.0) * 100.0
+        )),
+        "{row}"
+    );
     std::fs::write(&policy, "threshold = \"fast\"\n").unwrap();
     let bad = spanprof(&[
         "compare",

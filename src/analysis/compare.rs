@@ -231,7 +231,11 @@ pub struct CompareOptions {
     pub min_shift_ns: f64,
     /// A count increase beyond this, %, is a regression (default 0: any increase).
     pub count_threshold_pct: f64,
-    /// Per-name overrides; the first rule whose glob matches applies.
+    /// More metrics every span name is judged on, each with its threshold, % (e.g. p99 at 25 %
+    /// beside the default p50 at 15 %).
+    pub thresholds: Vec<(Metric, f64)>,
+    /// Per-name overrides of the metric and threshold; the first rule whose glob matches
+    /// applies.
     pub rules: Vec<Rule>,
     /// Absolute limits.
     pub budgets: Vec<Budget>,
@@ -245,6 +249,7 @@ impl Default for CompareOptions {
             min_calls: Self::DEFAULT_MIN_CALLS,
             min_shift_ns: Self::DEFAULT_MIN_SHIFT_NS,
             count_threshold_pct: 0.0,
+            thresholds: Vec::new(),
             rules: Vec::new(),
             budgets: Vec::new(),
         }
@@ -259,14 +264,18 @@ impl CompareOptions {
     /// The default smallest timing change that counts, ns (1 µs).
     pub const DEFAULT_MIN_SHIFT_NS: f64 = 1_000.0;
 
-    /// The metric and threshold for span name `name`.
-    pub fn for_name(&self, name: &str) -> (Metric, f64) {
+    /// The metrics and thresholds span name `name` is judged on: its rule's (or the default)
+    /// metric and threshold, then every other metric of [`CompareOptions::thresholds`].
+    pub fn for_name(&self, name: &str) -> Vec<(Metric, f64)> {
         let rule = self.rules.iter().find(|r| glob_match(&r.name, name));
-        (
+        let primary = (
             rule.and_then(|r| r.metric).unwrap_or(self.metric),
             rule.and_then(|r| r.threshold_pct)
                 .unwrap_or(self.threshold_pct),
-        )
+        );
+        let mut all = vec![primary];
+        all.extend(self.thresholds.iter().filter(|(m, _)| *m != primary.0));
+        all
     }
 }
 
@@ -474,38 +483,40 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
         let Some(new_stats) = n.get(key) else {
             continue;
         };
-        let (metric, threshold_pct) = options.for_name(&key.0);
-        let side = |stats: &[&SpanStats]| {
-            Side::new(
-                stats.iter().map(|s| metric.of(s)).collect(),
-                stats.iter().map(|s| s.calls).min().unwrap_or(0),
-            )
-        };
-        let (bs, ns) = (side(base_stats), side(new_stats));
-        let ratio = ratio(bs.median, ns.median);
-        let shift = (ns.median - bs.median).abs();
-        let beyond = (ratio - 1.0).abs() * 100.0 > threshold_pct && shift >= options.min_shift_ns;
-        let verdict = if bs.min_calls < options.min_calls || ns.min_calls < options.min_calls {
-            Verdict::TooFewCalls
-        } else if !beyond {
-            Verdict::Unchanged
-        } else if several && shift <= bs.spread.max(ns.spread) {
-            Verdict::WithinNoise
-        } else if ratio > 1.0 {
-            Verdict::Regression
-        } else {
-            Verdict::Improvement
-        };
-        timings.push(TimingChange {
-            name: key.0.clone(),
-            target: key.1.clone(),
-            metric,
-            threshold_pct,
-            base: bs,
-            new: ns,
-            ratio,
-            verdict,
-        });
+        for (metric, threshold_pct) in options.for_name(&key.0) {
+            let side = |stats: &[&SpanStats]| {
+                Side::new(
+                    stats.iter().map(|s| metric.of(s)).collect(),
+                    stats.iter().map(|s| s.calls).min().unwrap_or(0),
+                )
+            };
+            let (bs, ns) = (side(base_stats), side(new_stats));
+            let ratio = ratio(bs.median, ns.median);
+            let shift = (ns.median - bs.median).abs();
+            let beyond =
+                (ratio - 1.0).abs() * 100.0 > threshold_pct && shift >= options.min_shift_ns;
+            let verdict = if bs.min_calls < options.min_calls || ns.min_calls < options.min_calls {
+                Verdict::TooFewCalls
+            } else if !beyond {
+                Verdict::Unchanged
+            } else if several && shift <= bs.spread.max(ns.spread) {
+                Verdict::WithinNoise
+            } else if ratio > 1.0 {
+                Verdict::Regression
+            } else {
+                Verdict::Improvement
+            };
+            timings.push(TimingChange {
+                name: key.0.clone(),
+                target: key.1.clone(),
+                metric,
+                threshold_pct,
+                base: bs,
+                new: ns,
+                ratio,
+                verdict,
+            });
+        }
         for count in [
             Count::Calls,
             Count::Instances,
@@ -733,5 +744,41 @@ mod tests {
         assert!(c.regressed());
         assert_eq!("self".parse::<Metric>(), Ok(Metric::SelfTime));
         assert!("p75".parse::<Metric>().unwrap_err().contains("p75"));
+    }
+
+    #[test]
+    fn each_metric_of_the_thresholds_is_judged_too() {
+        let b = base();
+        let name = busiest(&b);
+        let mut slow_tail = b.clone();
+        for span in slow_tail.spans.iter_mut().filter(|sp| sp.name == name) {
+            span.entry_busy.p99_ns *= 2;
+        }
+        let mut opts = CompareOptions::default();
+        let c = compare(
+            std::slice::from_ref(&b),
+            std::slice::from_ref(&slow_tail),
+            &opts,
+        );
+        assert!(!c.regressed(), "p50 alone does not see the tail");
+        opts.thresholds.push((Metric::P99, 50.0));
+        let c = compare(
+            std::slice::from_ref(&b),
+            std::slice::from_ref(&slow_tail),
+            &opts,
+        );
+        let rows: Vec<(Metric, Verdict)> = c
+            .timings
+            .iter()
+            .filter(|t| t.name == name)
+            .map(|t| (t.metric, t.verdict))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (Metric::P99, Verdict::Regression),
+                (Metric::P50, Verdict::Unchanged)
+            ]
+        );
     }
 }

@@ -7,6 +7,9 @@
 //! min_shift = "1us"         # smallest timing change that counts
 //! count_threshold = "0%"    # calls, instances, allocations: any increase
 //!
+//! [thresholds]              # more metrics judged for every span name, each its threshold
+//! p99 = "25%"
+//!
 //! [[rule]]                  # the first rule whose glob matches a span name applies
 //! name = "train_*"
 //! metric = "p99"
@@ -34,6 +37,8 @@ struct File {
     min_calls: Option<u64>,
     min_shift: Option<String>,
     count_threshold: Option<Pct>,
+    #[serde(default)]
+    thresholds: std::collections::BTreeMap<String, Pct>,
     #[serde(default)]
     rule: Vec<RuleEntry>,
     #[serde(default)]
@@ -117,6 +122,12 @@ pub(crate) fn read(path: &Path) -> Result<CompareOptions, BadInput> {
         options.count_threshold_pct = t
             .value()
             .map_err(|e| bad(format!("count_threshold: {e}")))?;
+    }
+    for (name, pct) in &file.thresholds {
+        let pct = pct
+            .value()
+            .map_err(|e| bad(format!("thresholds.{name}: {e}")))?;
+        options.thresholds.push((metric(name)?, pct));
     }
     for r in &file.rule {
         let mut rule = Rule::new(r.name.clone());
