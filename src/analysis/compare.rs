@@ -323,6 +323,14 @@ pub struct Side {
 }
 
 impl Side {
+    /// `metric` of each run's statistics of one span name.
+    fn of(stats: &[&SpanStats], metric: Metric) -> Self {
+        Self::new(
+            stats.iter().map(|s| metric.of(s)).collect(),
+            stats.iter().map(|s| s.calls).min().unwrap_or(0),
+        )
+    }
+
     fn new(values: Vec<f64>, min_calls: u64) -> Self {
         let mut sorted = values.clone();
         sorted.sort_by(f64::total_cmp);
@@ -484,38 +492,16 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
             continue;
         };
         for (metric, threshold_pct) in options.for_name(&key.0) {
-            let side = |stats: &[&SpanStats]| {
-                Side::new(
-                    stats.iter().map(|s| metric.of(s)).collect(),
-                    stats.iter().map(|s| s.calls).min().unwrap_or(0),
-                )
-            };
-            let (bs, ns) = (side(base_stats), side(new_stats));
-            let ratio = ratio(bs.median, ns.median);
-            let shift = (ns.median - bs.median).abs();
-            let beyond =
-                (ratio - 1.0).abs() * 100.0 > threshold_pct && shift >= options.min_shift_ns;
-            let verdict = if bs.min_calls < options.min_calls || ns.min_calls < options.min_calls {
-                Verdict::TooFewCalls
-            } else if !beyond {
-                Verdict::Unchanged
-            } else if several && shift <= bs.spread.max(ns.spread) {
-                Verdict::WithinNoise
-            } else if ratio > 1.0 {
-                Verdict::Regression
-            } else {
-                Verdict::Improvement
-            };
-            timings.push(TimingChange {
-                name: key.0.clone(),
-                target: key.1.clone(),
+            let (bs, ns) = (Side::of(base_stats, metric), Side::of(new_stats, metric));
+            timings.push(judge_timing(
+                key,
                 metric,
                 threshold_pct,
-                base: bs,
-                new: ns,
-                ratio,
-                verdict,
-            });
+                bs,
+                ns,
+                several,
+                options,
+            ));
         }
         for count in [
             Count::Calls,
@@ -523,37 +509,7 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
             Count::Allocations,
             Count::AllocatedBytes,
         ] {
-            let values = |stats: &[&SpanStats]| -> Option<Vec<f64>> {
-                stats
-                    .iter()
-                    .map(|s| count.of(s).map(|v| v as f64))
-                    .collect()
-            };
-            let (Some(bv), Some(nv)) = (values(base_stats), values(new_stats)) else {
-                continue;
-            };
-            let (bside, nside) = (Side::new(bv.clone(), 0), Side::new(nv.clone(), 0));
-            if bside.median == nside.median && bside.spread == 0.0 && nside.spread == 0.0 {
-                continue;
-            }
-            let (bmin, bmax) = min_max(&bv);
-            let (nmin, nmax) = min_max(&nv);
-            let limit = 1.0 + options.count_threshold_pct / 100.0;
-            let verdict = if nmin > bmax * limit {
-                Verdict::Regression
-            } else if nmax * limit < bmin {
-                Verdict::Improvement
-            } else {
-                Verdict::Unchanged
-            };
-            counts.push(CountChange {
-                name: key.0.clone(),
-                target: key.1.clone(),
-                count,
-                base: bside.median,
-                new: nside.median,
-                verdict,
-            });
+            counts.extend(judge_count(key, count, base_stats, new_stats, options));
         }
     }
     timings.sort_by(|a, b| {
@@ -566,7 +522,7 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
     let mut budgets = Vec::new();
     for budget in &options.budgets {
         for (key, stats) in n.iter().filter(|(k, _)| glob_match(&budget.name, &k.0)) {
-            let value = Side::new(stats.iter().map(|s| budget.metric.of(s)).collect(), 0).median;
+            let value = Side::of(stats, budget.metric).median;
             budgets.push(BudgetCheck {
                 name: key.0.clone(),
                 target: key.1.clone(),
@@ -580,7 +536,7 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
     let only = |a: &BTreeMap<Key, Vec<&SpanStats>>, b: &BTreeMap<Key, Vec<&SpanStats>>| {
         a.keys().filter(|k| !b.contains_key(*k)).cloned().collect()
     };
-    let mut judged: Vec<f64> = timings
+    let judged: Vec<f64> = timings
         .iter()
         .filter(|t| t.verdict != Verdict::TooFewCalls && t.ratio.is_finite())
         .map(|t| t.ratio)
@@ -588,7 +544,7 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
     let overall_ratio = if judged.is_empty() {
         1.0
     } else {
-        Side::new(std::mem::take(&mut judged), 0).median
+        Side::new(judged, 0).median
     };
     Comparison {
         base_runs: base.len(),
@@ -601,6 +557,81 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
         only_in_base: only(&b, &n),
         only_in_new: only(&n, &b),
     }
+}
+
+/// The timing rule (see the module's docs) for one span name and metric.
+fn judge_timing(
+    key: &Key,
+    metric: Metric,
+    threshold_pct: f64,
+    bs: Side,
+    ns: Side,
+    several: bool,
+    options: &CompareOptions,
+) -> TimingChange {
+    let ratio = ratio(bs.median, ns.median);
+    let shift = (ns.median - bs.median).abs();
+    let beyond = (ratio - 1.0).abs() * 100.0 > threshold_pct && shift >= options.min_shift_ns;
+    let verdict = if bs.min_calls < options.min_calls || ns.min_calls < options.min_calls {
+        Verdict::TooFewCalls
+    } else if !beyond {
+        Verdict::Unchanged
+    } else if several && shift <= bs.spread.max(ns.spread) {
+        Verdict::WithinNoise
+    } else if ratio > 1.0 {
+        Verdict::Regression
+    } else {
+        Verdict::Improvement
+    };
+    TimingChange {
+        name: key.0.clone(),
+        target: key.1.clone(),
+        metric,
+        threshold_pct,
+        base: bs,
+        new: ns,
+        ratio,
+        verdict,
+    }
+}
+
+/// The exact rule for one count of one span name: `None` when it did not change (or was not
+/// counted on both sides).
+fn judge_count(
+    key: &Key,
+    count: Count,
+    base_stats: &[&SpanStats],
+    new_stats: &[&SpanStats],
+    options: &CompareOptions,
+) -> Option<CountChange> {
+    let values = |stats: &[&SpanStats]| -> Option<Vec<f64>> {
+        stats
+            .iter()
+            .map(|s| count.of(s).map(|v| v as f64))
+            .collect()
+    };
+    let (bv, nv) = (values(base_stats)?, values(new_stats)?);
+    let (bmin, bmax) = min_max(&bv);
+    let (nmin, nmax) = min_max(&nv);
+    if bmin == bmax && nmin == nmax && bmin == nmin {
+        return None;
+    }
+    let limit = 1.0 + options.count_threshold_pct / 100.0;
+    let verdict = if nmin > bmax * limit {
+        Verdict::Regression
+    } else if nmax * limit < bmin {
+        Verdict::Improvement
+    } else {
+        Verdict::Unchanged
+    };
+    Some(CountChange {
+        name: key.0.clone(),
+        target: key.1.clone(),
+        count,
+        base: Side::new(bv, 0).median,
+        new: Side::new(nv, 0).median,
+        verdict,
+    })
 }
 
 fn ratio(base: f64, new: f64) -> f64 {
