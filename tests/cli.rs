@@ -481,6 +481,48 @@ fn merging_per_process_profiles_equals_one_profile_of_the_same_work() {
     );
 }
 
+#[test]
+fn merge_of_two_example_runs_reports_their_sum() {
+    let dir = support::temp_dir("cli-merge-example");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("both.json");
+    let o = out.to_str().unwrap();
+    let ran = spanprof(&["merge", "cli-base.json", "cli-base2.json", "-o", o]);
+    assert_eq!(ran.status, 0, "{}", ran.stderr);
+    assert_eq!(
+        ran.stderr,
+        format!("spanprof: merged 2 profiles (12 span names) into {o}\n")
+    );
+    let (a, b, both) = (
+        read("cli-base.json"),
+        read("cli-base2.json"),
+        Snapshot::read_json(&out).unwrap(),
+    );
+    for s in &both.spans {
+        let (x, y) = (a.span(&s.name).unwrap(), b.span(&s.name).unwrap());
+        assert_eq!(s.calls, x.calls + y.calls, "{}", s.name);
+        assert_eq!(
+            s.entry_busy.total_ns,
+            x.entry_busy.total_ns + y.entry_busy.total_ns
+        );
+        assert_eq!(
+            s.entry_busy.max_ns,
+            x.entry_busy.max_ns.max(y.entry_busy.max_ns)
+        );
+    }
+    let sources: Vec<(&str, u32)> = both
+        .sources
+        .iter()
+        .map(|s| (s.origin.as_deref().unwrap(), s.run.pid))
+        .collect();
+    assert_eq!(
+        sources,
+        [("cli-base.json", a.run.pid), ("cli-base2.json", b.run.pid)]
+    );
+    let report = spanprof(&["report", o]);
+    golden("merge-report.txt", &report.stdout);
+}
+
 /// Writes `contents` to a file named `name` in a fresh directory; returns its path.
 fn bad_file(name: &str, contents: &[u8]) -> PathBuf {
     let dir = support::temp_dir("cli-bad");
