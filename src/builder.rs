@@ -15,7 +15,7 @@ use crate::export::{Every, ExportSettings, StepSignal};
 use crate::gpu::GpuSource;
 use crate::guard::{ProfileGuard, ProfileHandle};
 use crate::layer::ProfileLayer;
-use crate::output::{Destination, Format, Output, Table};
+use crate::output::{Destination, Format, Output, Selection, Table};
 use crate::record::{Recorder, RunSettings};
 use crate::samplers::{self, Readings, Timeline};
 use crate::session::ProfileSession;
@@ -24,8 +24,8 @@ use crate::switches::{Preset, Resources};
 #[cfg(feature = "http")]
 pub use crate::env::ENV_METRICS_ADDR;
 pub use crate::env::{
-    ENV_EVERY, ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_MAX_OVERHEAD, ENV_OUT, ENV_PRESET,
-    ENV_REPORT, ENV_SAMPLERS, ENV_STEP, ENV_TOP,
+    ENV_EVERY, ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_MAX_OVERHEAD, ENV_OUT, ENV_OUTPUT_FILTER,
+    ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_STEP, ENV_TOP,
 };
 
 pub use crate::record::metrics::{MAX_METRICS, MAX_METRIC_SITES};
@@ -85,6 +85,7 @@ pub enum ReportTarget {
 /// | `SPANPROF_SAMPLERS` | `memory,heap,cpu,gpu,energy`, `none`, `all` | [`Builder::with_resources`] |
 /// | `SPANPROF_INTERVAL_MS` | milliseconds, 1 to 3600000 (1 ms to 1 h) | [`Builder::with_sample_interval`] |
 /// | `SPANPROF_GRID_G_PER_KWH` | a non-negative number | [`Builder::with_grid_intensity`] |
+/// | `SPANPROF_OUTPUT_FILTER` | name globs, `target=GLOB`, `top=N`, comma-separated | [`Builder::with_output_filter`] |
 /// | `SPANPROF_MAX_OVERHEAD` | a percentage over 0, up to 100 (`5`, `2.5%`), or `off` | [`Builder::with_max_overhead`] |
 /// | `SPANPROF_METRICS_ADDR` | `host:port` or a port (feature `http`) | `Builder::with_metrics_addr` |
 /// | `SPANPROF_EVERY` | a duration (`30s`, `500ms`) or steps (`100 steps`), see [`Every`] | [`Builder::with_every`] |
@@ -118,6 +119,8 @@ pub struct Builder {
     tree: bool,
     /// The back-off's threshold, %.
     max_overhead_pct: Option<f64>,
+    /// The span names every output shows.
+    selection: Selection,
     /// Outputs added with [`Builder::with_output`].
     outputs: OutputSlot,
     /// Where the `/metrics` endpoint listens, if it is served.
@@ -147,6 +150,7 @@ impl Default for Builder {
             grid_g_per_kwh: None,
             tree: true,
             max_overhead_pct: Some(Self::DEFAULT_MAX_OVERHEAD_PCT),
+            selection: Selection::new(),
             outputs: OutputSlot::default(),
             #[cfg(feature = "http")]
             metrics_addr: None,
@@ -421,6 +425,20 @@ impl Builder {
 
     /// Builds the layer and its guard.
     ///
+    /// Chooses the span names every output shows (default: all): the report, the JSON
+    /// profile and the outputs of [`Builder::with_output`] render the profile of the selected
+    /// names only ([`Selection::apply`]). Globs must not be empty and `top` must be at least
+    /// 1, or [`Builder::build`] fails. `SPANPROF_OUTPUT_FILTER` overrides it.
+    ///
+    /// ```
+    /// use spanprof::output::Selection;
+    /// let builder = spanprof::ProfileLayer::builder()
+    ///     .with_output_filter(Selection::new().with_name("train_*").with_target("my_app*"));
+    /// ```
+    pub fn with_output_filter(self, selection: Selection) -> Self {
+        Self { selection, ..self }
+    }
+
     /// Reads the `SPANPROF*` variables (unless [`Builder::with_env`] is `false`), checks every
     /// value, creates the output directory and checks that it can be written, and checks the
     /// directory of a report file (if it cannot be written, the report goes to standard error,
@@ -583,6 +601,7 @@ impl Builder {
             chrome,
             outputs,
             table,
+            b.selection,
             records,
         ));
         if let (Some(every), true) = (every, records) {
@@ -640,6 +659,8 @@ impl Builder {
             )?;
             self.every = Some(every);
         }
+        self.selection =
+            rules::output_filter(self.selection, Origin::Builder("with_output_filter"))?;
         Ok(self)
     }
 
@@ -712,6 +733,13 @@ impl Builder {
         #[cfg(feature = "http")]
         if let Some(v) = read(ENV_METRICS_ADDR, rules::METRICS_ADDR)? {
             self.metrics_addr = Some(rules::metrics_addr(&v)?);
+        }
+        if let Some(v) = read(ENV_OUTPUT_FILTER, crate::output::SELECTION_EXPECTED)? {
+            let from = Origin::Env(ENV_OUTPUT_FILTER, &v);
+            let selection = v
+                .parse()
+                .map_err(|_| from.invalid(&v, crate::output::SELECTION_EXPECTED))?;
+            self.selection = rules::output_filter(selection, from)?;
         }
         if let Some(v) = read(ENV_OUT, rules::OUT)? {
             self.output_dir = Some(rules::output_dir(
@@ -879,6 +907,13 @@ mod rules {
         match &report {
             ReportTarget::File(path) if blank(path) => Err(from.invalid(path, REPORT)),
             _ => Ok(report),
+        }
+    }
+
+    pub(super) fn output_filter(selection: Selection, from: Origin<'_>) -> Result<Selection> {
+        match selection.check() {
+            Ok(()) => Ok(selection),
+            Err(expected) => Err(from.invalid(&selection, expected)),
         }
     }
 
@@ -1194,7 +1229,19 @@ mod tests {
     #[test]
     fn builder_and_environment_follow_one_rule() {
         let builder_err = |b: Builder| b.checked().unwrap_err();
-        let cases: [(Builder, &str, &str, &str); 8] = [
+        let cases: [(Builder, &str, &str, &str); 10] = [
+            (
+                Builder::default().with_output_filter(Selection::new().with_top(0)),
+                "with_output_filter",
+                "SPANPROF_OUTPUT_FILTER",
+                "top=0",
+            ),
+            (
+                Builder::default().with_output_filter(Selection::new().with_name("")),
+                "with_output_filter",
+                "SPANPROF_OUTPUT_FILTER",
+                "a,,b",
+            ),
             (
                 Builder::default().with_top(0),
                 "with_top",
@@ -1274,6 +1321,7 @@ mod tests {
             ENV_SAMPLERS,
             ENV_INTERVAL_MS,
             ENV_GRID,
+            ENV_OUTPUT_FILTER,
         ] {
             for v in ["", "  "] {
                 let e = err(&[(var, v)]);
@@ -1289,8 +1337,16 @@ mod tests {
                 ("SPANPROF_OUT", " out/dir "),
                 ("SPANPROF_REPORT", " r.txt\n"),
                 ("SPANPROF_TOP", " 3 "),
+                ("SPANPROF_OUTPUT_FILTER", " train_*, target=app ,top=4 "),
             ]))
             .unwrap();
+        assert_eq!(
+            b.selection,
+            Selection::new()
+                .with_name("train_*")
+                .with_target("app")
+                .with_top(4)
+        );
         assert_eq!(b.output_dir, Some(PathBuf::from("out/dir")));
         assert_eq!(b.report, ReportTarget::File("r.txt".into()));
         assert_eq!(b.top, 3);

@@ -43,3 +43,7 @@ pub const ENV_EVERY: &str = "SPANPROF_EVERY";
 /// Environment variable: the name of the step span whose closes `SPANPROF_EVERY=N steps`
 /// counts, e.g. `train_step`.
 pub const ENV_STEP: &str = "SPANPROF_STEP";
+
+/// Environment variable: which span names every output shows (comma-separated name globs,
+/// `target=GLOB`, `top=N`; see [`Selection`](crate::output::Selection)).
+pub const ENV_OUTPUT_FILTER: &str = "SPANPROF_OUTPUT_FILTER";

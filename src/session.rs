@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::export::{ExportSettings, Exporter};
-use crate::output::{self, Output, Outputs, Table};
+use crate::output::{self, Output, Outputs, Selection, Table};
 use crate::profile::Snapshot;
 use crate::record::Recorder;
 use crate::samplers::Sampler;
@@ -30,6 +30,8 @@ pub(crate) struct ProfileSession {
     outputs: Vec<Output>,
     /// The console table as configured (rows shown).
     table: Table,
+    /// The span names every output shows.
+    selection: Selection,
     /// Whether the session records at all (not the off preset): if not, it ends silently.
     records: bool,
     /// What the first finish wrote (the guard's drop, `finish`, or the Ctrl-C handler).
@@ -62,6 +64,7 @@ impl ProfileSession {
         #[cfg(feature = "chrome")] chrome: Option<Arc<crate::chrome::Session>>,
         outputs: Vec<Output>,
         table: Table,
+        selection: Selection,
         records: bool,
     ) -> Self {
         Self {
@@ -72,6 +75,7 @@ impl ProfileSession {
             chrome,
             outputs,
             table,
+            selection,
             records,
             finished: Mutex::new(None),
             #[cfg(feature = "http")]
@@ -228,7 +232,8 @@ impl ProfileSession {
         if self.records {
             summary_event(&snapshot);
         }
-        errors.extend(output::write_all(&self.outputs, &snapshot, &mut outputs));
+        let selected = self.selection.apply(&snapshot);
+        errors.extend(output::write_all(&self.outputs, &selected, &mut outputs));
         if let Some(p) = outputs.profile() {
             tracing::info!(target: crate::PROFILING_TARGET, path = %p.display(), "spanprof wrote the JSON profile");
         }

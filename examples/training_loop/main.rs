@@ -32,6 +32,9 @@
 //! SPANPROF=full cargo run --release --example training_loop -- --out /tmp/prof
 //! # then open /tmp/prof/traces/train_step_steps_16-18.json in https://ui.perfetto.dev
 //!
+//! # a 20 % slower forward pass, for `spanprof compare` to flag
+//! cargo run --release --example training_loop -- --slowdown 20 --out /tmp/slow
+//!
 //! # the same workload with the same registry and EnvFilter, but without spanprof:
 //! # compare its "training took" line with a profiled run to see spanprof's overhead
 //! cargo run --release --example training_loop -- --no-profile
@@ -56,10 +59,12 @@ use workload::Trainer;
 const DEFAULT_EPOCHS: usize = 10;
 
 const USAGE: &str = "\
-usage: training_loop [--out DIR] [--epochs N] [--trace] [--no-profile]
+usage: training_loop [--out DIR] [--epochs N] [--slowdown PCT] [--trace] [--no-profile]
 
   --out DIR      where spanprof writes profile.json and report.html (default: target/spanprof)
   --epochs N     number of training epochs (default: 10)
+  --slowdown PCT make every forward pass PCT % slower (busy-waiting): a regression
+                 for `spanprof compare` to find
   --trace        also write Chrome / Perfetto traces of train_step 16-18 and 25-27
                  into DIR/traces/ (on too with SPANPROF=full)
   --no-profile   run the same workload without spanprof, to measure its overhead";
@@ -114,7 +119,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         None
     };
 
-    let mut trainer = Trainer::new(args.epochs);
+    let mut trainer = Trainer::new(args.epochs, args.slowdown_pct);
     let start = Instant::now();
     train(&mut trainer);
     let elapsed = start.elapsed();
@@ -157,6 +162,7 @@ fn train(trainer: &mut Trainer) {
 struct Args {
     out_dir: PathBuf,
     epochs: usize,
+    slowdown_pct: f64,
     profile: bool,
     trace: bool,
 }
@@ -166,6 +172,7 @@ impl Args {
         let mut args = Args {
             out_dir: PathBuf::from("target/spanprof"),
             epochs: DEFAULT_EPOCHS,
+            slowdown_pct: 0.0,
             profile: true,
             // `SPANPROF=full` (spanprof's preset variable) turns the traces on too.
             trace: std::env::var("SPANPROF").is_ok_and(|v| v.trim().eq_ignore_ascii_case("full")),
@@ -181,6 +188,17 @@ impl Args {
                     args.epochs =
                         value.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
                             format!("--epochs: `{value}` is not a positive integer")
+                        })?;
+                }
+                "--slowdown" => {
+                    let value = argv.next().ok_or("--slowdown needs a percentage")?;
+                    args.slowdown_pct = value
+                        .trim_end_matches('%')
+                        .parse()
+                        .ok()
+                        .filter(|p: &f64| p.is_finite() && *p >= 0.0)
+                        .ok_or_else(|| {
+                            format!("--slowdown: `{value}` is not a percentage, 0 or more")
                         })?;
                 }
                 "--no-profile" => args.profile = false,

@@ -486,16 +486,22 @@ struct Activations {
 /// A multi-layer perceptron with ReLU between layers.
 struct Mlp {
     layers: Vec<Linear>,
+    /// Extra busy time added to each forward pass, as a percentage of its own time
+    /// (`--slowdown PCT`: a regression to detect with `spanprof compare`).
+    slowdown_pct: f64,
 }
 
 impl Mlp {
-    fn new(sizes: &[usize], rng: &mut Rng) -> Self {
+    fn new(sizes: &[usize], slowdown_pct: f64, rng: &mut Rng) -> Self {
         let layers = sizes
             .windows(2)
             .enumerate()
             .map(|(i, w)| Linear::new(i, w[0], w[1], rng))
             .collect();
-        Mlp { layers }
+        Mlp {
+            layers,
+            slowdown_pct,
+        }
     }
 
     fn num_params(&self) -> usize {
@@ -516,6 +522,7 @@ impl Mlp {
 
     #[instrument(skip_all, fields(flops = self.forward_flops(x.rows)))]
     fn forward(&self, x: Matrix) -> Activations {
+        let start = Instant::now();
         let mut inputs = Vec::with_capacity(self.layers.len());
         let mut h = x;
         for (i, layer) in self.layers.iter().enumerate() {
@@ -524,6 +531,13 @@ impl Mlp {
                 relu_in_place(&mut out);
             }
             inputs.push(std::mem::replace(&mut h, out));
+        }
+        if self.slowdown_pct > 0.0 {
+            // Busy-waits for the extra share of the pass's own time: PCT % slower.
+            let until = start.elapsed().mul_f64(1.0 + self.slowdown_pct / 100.0);
+            while start.elapsed() < until {
+                std::hint::spin_loop();
+            }
         }
         Activations { inputs, logits: h }
     }
@@ -687,10 +701,11 @@ pub struct EpochStats {
 impl Trainer {
     /// Generates the data sets (the `generate_dataset` span) and builds the model, creating
     /// its long-lived `linear` spans.
-    pub fn new(epochs: usize) -> Self {
+    /// `slowdown_pct` makes every forward pass that much slower (0: as fast as it is).
+    pub fn new(epochs: usize, slowdown_pct: f64) -> Self {
         let mut rng = Rng::new(SEED);
         let (train_set, test_set) = generate_dataset(&mut rng);
-        let model = Mlp::new(&LAYER_SIZES, &mut rng);
+        let model = Mlp::new(&LAYER_SIZES, slowdown_pct, &mut rng);
         Trainer {
             epochs,
             optimizer: Adam::new(&model),

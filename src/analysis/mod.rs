@@ -1,10 +1,25 @@
 //! Analyses of a profile: functions of a [`Snapshot`](crate::profile::Snapshot) that return
 //! structured findings. They read nothing but the snapshot, so a saved profile is analysed
-//! exactly as the live one was; outputs turn the findings into words.
+//! exactly as the live one was; outputs (and the `spanprof` command) turn the findings into
+//! words.
+//!
+//! - [`leaks`]: span names suspected of leaking memory;
+//! - [`compare`]: baseline runs against new runs, with regressions beyond the noise;
+//! - [`top`]: the bottlenecks of one profile.
 
+mod compare;
 mod leaks;
+mod top;
 
+pub use compare::{
+    compare, Budget, BudgetCheck, CompareOptions, Comparison, Count, CountChange, Metric, Rule,
+    Side, TimingChange, Verdict,
+};
 pub use leaks::{
     leaks, Leak, LeakSource, LEAK_MIN_CALLS, LEAK_MIN_HEAP_BYTES, LEAK_MIN_RSS_BYTES,
     LEAK_MIN_SHARE,
+};
+pub use top::{
+    top, Finding, ALLOCATIONS_MIN_CALLS, DOMINANT_SELF_SHARE_PCT, FINDINGS_PER_KIND, GPU_IDLE_PCT,
+    HEAVY_TAIL_MIN_CALLS, HEAVY_TAIL_RATIO, INSTRUMENTATION_MIN_SHARE_PCT, SPAN_COST_NS,
 };

@@ -17,6 +17,12 @@
 //! | `Csv` | `report.csv` | one row per span name, every figure of the report (feature `csv`) |
 //! | `Prometheus` | `metrics.prom` | the Prometheus text exposition (feature `prometheus`) |
 //! | [`Html`] | [`HTML_FILE`] | a self-contained page for a browser: charts and a sortable table |
+//! | [`Markdown`] | [`MARKDOWN_FILE`] | the report as a Markdown table (pull-request comments) |
+//!
+//! [`format_named`] finds a format by its name (`spanprof report --format`). A [`Selection`]
+//! (name globs, target globs, top N) picks the span names every output shows
+//! ([`Builder::with_output_filter`](crate::Builder::with_output_filter),
+//! `SPANPROF_OUTPUT_FILTER`, `spanprof report --filter`).
 //!
 //! ```
 //! use spanprof::output::{Format, Table};
@@ -38,10 +44,12 @@ mod flamegraph;
 mod folded;
 mod html;
 mod json;
+mod markdown;
 #[cfg(feature = "pprof")]
 mod pprof;
 #[cfg(feature = "prometheus")]
 mod prometheus;
+mod select;
 mod table;
 mod tree;
 pub(crate) mod units;
@@ -59,13 +67,17 @@ pub use flamegraph::{Flamegraph, FLAMEGRAPH_FILE};
 pub use folded::{Folded, FOLDED_FILE};
 pub use html::{Html, HTML_FILE};
 pub use json::{Json, PROFILE_FILE};
+pub use markdown::{Markdown, MARKDOWN_FILE};
 #[cfg(feature = "pprof")]
 pub use pprof::{Pprof, PPROF_FILE};
+pub use select::Selection;
+pub(crate) use select::{glob_match, SELECTION_EXPECTED};
 pub use table::{Table, REPORT_FILE};
 pub use tree::{TreeView, TREE_FILE};
+pub use units::{format_bytes, format_count, format_duration};
 
 use crate::error::{Error, Result};
-use crate::profile::Snapshot;
+use crate::profile::{Snapshot, SpanStats};
 
 /// A way to render a profile: the console table, the JSON profile, ...
 pub trait Format: Send + Sync + fmt::Debug {
@@ -93,6 +105,63 @@ pub trait Format: Send + Sync + fmt::Debug {
     /// runs (a Prometheus text file) says `true`.
     fn periodic(&self) -> bool {
         false
+    }
+}
+
+/// The order of every report: most self time first, then most busy time, then by name and
+/// target (a total order, so equal figures print the same way every time).
+pub(crate) fn by_self_time(a: &SpanStats, b: &SpanStats) -> std::cmp::Ordering {
+    b.entry_self
+        .total_ns
+        .cmp(&a.entry_self.total_ns)
+        .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
+        .then(a.name.cmp(&b.name))
+        .then(a.target.cmp(&b.target))
+}
+
+/// The names [`format_named`] knows, in the order `spanprof report --help` lists them.
+pub const FORMAT_NAMES: &[&str] = &[
+    "table",
+    "json",
+    "markdown",
+    "html",
+    #[cfg(feature = "csv")]
+    "csv",
+    #[cfg(feature = "prometheus")]
+    "prom",
+    "tree",
+    "folded",
+    #[cfg(feature = "flamegraph")]
+    "flamegraph",
+    #[cfg(feature = "pprof")]
+    "pprof",
+];
+
+/// The format called `name` (one of [`FORMAT_NAMES`]), showing at most `top` span names where
+/// it shows rows (the table, Markdown); `None` for an unknown name.
+///
+/// ```
+/// use spanprof::output::format_named;
+/// assert_eq!(format_named("markdown", 10).unwrap().file_name(), "report.md");
+/// assert!(format_named("yaml", 10).is_none());
+/// ```
+pub fn format_named(name: &str, top: usize) -> Option<Box<dyn Format>> {
+    match name {
+        "table" => Some(Box::new(Table::new().with_top(top))),
+        "json" => Some(Box::new(Json)),
+        "markdown" => Some(Box::new(Markdown::new().with_top(top))),
+        "html" => Some(Box::new(Html)),
+        #[cfg(feature = "csv")]
+        "csv" => Some(Box::new(Csv::new())),
+        #[cfg(feature = "prometheus")]
+        "prom" => Some(Box::new(Prometheus::new())),
+        "tree" => Some(Box::new(TreeView::new())),
+        "folded" => Some(Box::new(Folded)),
+        #[cfg(feature = "flamegraph")]
+        "flamegraph" => Some(Box::new(Flamegraph::new())),
+        #[cfg(feature = "pprof")]
+        "pprof" => Some(Box::new(Pprof)),
+        _ => None,
     }
 }
 

@@ -725,14 +725,7 @@ impl<'a> View<'a> {
 /// name, target).
 pub(crate) fn report_order(snap: &Snapshot) -> Vec<&SpanStats> {
     let mut stats: Vec<&SpanStats> = snap.spans.iter().collect();
-    stats.sort_by(|a, b| {
-        b.entry_self
-            .total_ns
-            .cmp(&a.entry_self.total_ns)
-            .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
-            .then(a.name.cmp(&b.name))
-            .then(a.target.cmp(&b.target))
-    });
+    stats.sort_by(|a, b| super::by_self_time(a, b));
     stats
 }
 

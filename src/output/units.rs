@@ -37,7 +37,7 @@ const SI_PREFIXES: [Unit; 6] = [
 /// Formats nanoseconds in human units with three significant digits (`812 ns`, `1.25 ms`).
 /// Seconds go up to `999 s`, minutes to `999 min` and hours to `999 h`, then days: at most 8
 /// characters up to `u64::MAX` ns (`213504 d`).
-pub(crate) fn format_duration(ns: u64) -> String {
+pub fn format_duration(ns: u64) -> String {
     // Whole nanoseconds: no decimals in the base unit.
     let (text, unit) = scale(ns as f64, &TIME_UNITS, 1000.0, 0);
     format!("{text} {unit}")
@@ -45,7 +45,7 @@ pub(crate) fn format_duration(ns: u64) -> String {
 
 /// Formats a byte count in binary units (`812 B`, `1.25 MiB`); negative values keep their sign.
 /// A unit holds values up to 1023 (`1023 KiB`), then the next one takes over.
-pub(crate) fn format_bytes(bytes: f64) -> String {
+pub fn format_bytes(bytes: f64) -> String {
     let sign = if bytes < 0.0 { "-" } else { "" };
     let (text, unit) = scale(bytes.abs(), &BYTE_UNITS, 1024.0, 0);
     format!("{sign}{text} {unit}")
@@ -65,7 +65,7 @@ pub(crate) fn format_si(value: f64) -> String {
 }
 
 /// Exact counts where they fit a 7-character column, SI prefixes beyond.
-pub(crate) fn format_count(n: u64) -> String {
+pub fn format_count(n: u64) -> String {
     if n < 10_000_000 {
         n.to_string()
     } else {

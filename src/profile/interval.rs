@@ -84,6 +84,7 @@ impl Snapshot {
                     None => m.clone(),
                 })
                 .collect(),
+            sources: self.sources.clone(),
         }
     }
 }

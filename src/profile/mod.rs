@@ -20,7 +20,9 @@
 //!   spanprof's own cost (`overhead`, and `overhead_ns` per
 //!   span), the entries whose CPU time was sampled out (`resources.cpu.skipped_entries`), and
 //!   `metrics`, the metrics events recorded ([`metrics`]; empty in profiles of earlier
-//!   versions).
+//!   versions),
+//!   and `sources`, the runs a merged profile was made from ([`Snapshot::merge`]), each with
+//!   its metadata and resource timeline (absent in a profile of one run).
 //!
 //! An older profile is read into the current model and its `version` becomes the current one.
 
@@ -29,6 +31,7 @@ mod combine;
 mod hdr;
 mod interval;
 mod json;
+mod merge;
 pub mod metrics;
 mod resources;
 mod tree;
@@ -74,7 +77,8 @@ pub struct Snapshot {
     pub spans: Vec<SpanStats>,
     /// What could not be recorded.
     pub dropped: Dropped,
-    /// Resource samplers (absent at the `basic` preset).
+    /// Resource samplers (absent at the `basic` preset). In a merged profile: what every
+    /// source sampled together (peaks, sampler CPU), the timelines staying in [`Source`]s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceInfo>,
     /// Statistics per call path (absent when the tree was not recorded; schema version 4).
@@ -92,6 +96,27 @@ pub struct Snapshot {
     /// Empty (and absent from the JSON) when no event had one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<Metric>,
+    /// The runs this profile was merged from, in the order given (schema v4; empty for the
+    /// profile of one run). See [`Snapshot::merge`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<Source>,
+}
+
+/// One run a merged profile was made from: its metadata, what it dropped and its resources,
+/// timeline included, as that run's own profile held them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Source {
+    /// Where the run's profile was read from (a path), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// What ran, where and when (host, pid, start time, command line).
+    pub run: RunInfo,
+    /// What that run could not record.
+    pub dropped: Dropped,
+    /// Its resource samplers and timeline (absent at the `basic` preset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceInfo>,
 }
 
 /// One step of the automatic back-off
@@ -389,4 +414,15 @@ impl Snapshot {
             .iter()
             .find(|s| s.name == name && s.target == target)
     }
+}
+
+/// The schema v2 profile of `tests/data` (preset `detailed`), read into the current model: the
+/// fixture of the unit tests.
+#[cfg(test)]
+pub(crate) fn detailed_test_profile() -> Snapshot {
+    Snapshot::from_json(
+        include_str!("../../tests/data/profile-v2-detailed.json"),
+        "test data",
+    )
+    .expect("the test profile reads")
 }

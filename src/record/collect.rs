@@ -158,6 +158,7 @@ impl Recorder {
             overhead,
             backoff: Vec::new(),
             metrics: self.metrics(&all_shards, &names),
+            sources: Vec::new(),
         }
     }
 

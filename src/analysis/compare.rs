@@ -1,0 +1,815 @@
+//! Comparing runs: per span name, a baseline's and a new run's figures, their ratio, and
+//! whether the change is a regression beyond the threshold and beyond the noise between runs.
+//!
+//! # The rules
+//!
+//! **Timing** (the chosen [`Metric`], per span name, matched by name and target):
+//! - each run gives one value; a side's value is the median of its runs' values and its
+//!   *spread* the largest minus the smallest of them;
+//! - the change is `new / base − 1`. Beyond `+threshold` it is a regression, below
+//!   `−threshold` an improvement, otherwise unchanged;
+//! - with **two or more runs on each side**, a change beyond the threshold counts only if the
+//!   shift of the medians is also larger than the spread of either side (the runs of one side
+//!   do not overlap the other's): otherwise it is [`Verdict::WithinNoise`]. This is the rule of
+//!   criterion's "change within noise threshold" and Bencher's thresholds, made of the runs'
+//!   own spread rather than a fixed noise figure;
+//! - with **one run on a side**, there is no spread to compare with: the threshold alone
+//!   decides, and the comparison is marked low-confidence ([`Comparison::low_confidence`]);
+//! - a change must also move the value by at least `min_shift_ns` (1 µs by default): spans of
+//!   a few microseconds move by more than any threshold with the caches and the neighbours of
+//!   a shared machine;
+//! - a span name with fewer than `min_calls` calls in a run of either side is
+//!   [`Verdict::TooFewCalls`] (its percentiles are a few samples).
+//!
+//! [`Comparison::overall_ratio`] is the median change of every span name judged: far from 1,
+//! the machine itself was faster or slower between the runs, and a one-run comparison says
+//! little.
+//!
+//! **Counts** (calls and instances per span name, and allocations and bytes allocated where the
+//! counting allocator ran on both sides) do not depend on the machine's speed: they are
+//! compared exactly, with no noise rule. Any increase beyond `count_threshold_pct` (default 0:
+//! any increase) is a regression when every new run is above every baseline run.
+//!
+//! **Budgets** are absolute limits on the new runs' median (`train_step p99 < 40 ms`);
+//! exceeding one is a regression whatever the baseline.
+//!
+//! Span names found on one side only are listed, and are not regressions.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::output::glob_match;
+use crate::profile::{Snapshot, SpanStats};
+
+/// The timing figure compared, per span name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Metric {
+    /// Median busy time per call (entry).
+    #[default]
+    P50,
+    /// 90th percentile of busy time per call.
+    P90,
+    /// 99th percentile of busy time per call.
+    P99,
+    /// Mean busy time per call.
+    Mean,
+    /// Mean self time per call (busy time minus child spans).
+    SelfTime,
+    /// Total busy time of the span name over the run.
+    Total,
+}
+
+impl Metric {
+    /// Every metric, in the order `--help` lists them.
+    pub const ALL: [Metric; 6] = [
+        Metric::P50,
+        Metric::P90,
+        Metric::P99,
+        Metric::Mean,
+        Metric::SelfTime,
+        Metric::Total,
+    ];
+
+    /// The name on the command line and in policy files: `p50`, `p90`, `p99`, `mean`, `self`,
+    /// `total`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::P50 => "p50",
+            Metric::P90 => "p90",
+            Metric::P99 => "p99",
+            Metric::Mean => "mean",
+            Metric::SelfTime => "self",
+            Metric::Total => "total",
+        }
+    }
+
+    /// This metric of one span name, ns.
+    pub fn of(self, span: &SpanStats) -> f64 {
+        let e = &span.entry_busy;
+        match self {
+            Metric::P50 => e.p50_ns as f64,
+            Metric::P90 => e.p90_ns as f64,
+            Metric::P99 => e.p99_ns as f64,
+            Metric::Mean => e.mean_ns,
+            Metric::SelfTime => span.entry_self.mean_ns,
+            Metric::Total => e.total_ns as f64,
+        }
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Metric {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Metric::ALL
+            .into_iter()
+            .find(|m| m.name() == s.trim())
+            .ok_or_else(|| {
+                format!("unknown metric {s:?}: expected p50, p90, p99, mean, self or total")
+            })
+    }
+}
+
+/// A deterministic count, compared exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Count {
+    /// Completed entries.
+    Calls,
+    /// Closed instances.
+    Instances,
+    /// Heap allocations (counting allocator).
+    Allocations,
+    /// Bytes allocated (counting allocator).
+    AllocatedBytes,
+}
+
+impl Count {
+    /// The name in reports: `calls`, `instances`, `allocations`, `alloc bytes`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Count::Calls => "calls",
+            Count::Instances => "instances",
+            Count::Allocations => "allocations",
+            Count::AllocatedBytes => "alloc bytes",
+        }
+    }
+
+    fn of(self, span: &SpanStats) -> Option<u64> {
+        let heap = || span.resources.as_ref().and_then(|r| r.heap.as_ref());
+        match self {
+            Count::Calls => Some(span.calls),
+            Count::Instances => Some(span.instances),
+            Count::Allocations => heap().map(|h| h.allocations),
+            Count::AllocatedBytes => heap().map(|h| h.allocated_bytes),
+        }
+    }
+}
+
+/// A threshold (and metric) for the span names a glob matches, overriding the defaults.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Rule {
+    /// Glob of span names (`*`, `?`).
+    pub name: String,
+    /// The metric for these names, if not the default.
+    pub metric: Option<Metric>,
+    /// The threshold for these names, %, if not the default.
+    pub threshold_pct: Option<f64>,
+}
+
+impl Rule {
+    /// A rule for the names `glob` matches.
+    pub fn new(glob: impl Into<String>) -> Self {
+        Self {
+            name: glob.into(),
+            metric: None,
+            threshold_pct: None,
+        }
+    }
+
+    /// With this metric.
+    pub fn with_metric(self, metric: Metric) -> Self {
+        Self {
+            metric: Some(metric),
+            ..self
+        }
+    }
+
+    /// With this threshold, %.
+    pub fn with_threshold(self, pct: f64) -> Self {
+        Self {
+            threshold_pct: Some(pct),
+            ..self
+        }
+    }
+}
+
+/// An absolute limit: the new runs' median of `metric` must stay below `max_ns` for the span
+/// names `name` matches.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Budget {
+    /// Glob of span names.
+    pub name: String,
+    /// The metric limited.
+    pub metric: Metric,
+    /// The limit, ns.
+    pub max_ns: f64,
+}
+
+impl Budget {
+    /// `metric` of the names `glob` matches must stay below `max_ns`.
+    pub fn new(glob: impl Into<String>, metric: Metric, max_ns: f64) -> Self {
+        Self {
+            name: glob.into(),
+            metric,
+            max_ns,
+        }
+    }
+}
+
+/// How to compare: the default metric and threshold, per-name rules, budgets.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CompareOptions {
+    /// The timing metric (default [`Metric::P50`]).
+    pub metric: Metric,
+    /// A timing change beyond this, %, is a regression or an improvement (default 15).
+    pub threshold_pct: f64,
+    /// Span names with fewer calls than this in a run are not judged on timing (default 30).
+    pub min_calls: u64,
+    /// A timing change smaller than this, ns, is no change (default 1 µs).
+    pub min_shift_ns: f64,
+    /// A count increase beyond this, %, is a regression (default 0: any increase).
+    pub count_threshold_pct: f64,
+    /// More metrics every span name is judged on, each with its threshold, % (e.g. p99 at 25 %
+    /// beside the default p50 at 15 %).
+    pub thresholds: Vec<(Metric, f64)>,
+    /// Per-name overrides of the metric and threshold; the first rule whose glob matches
+    /// applies.
+    pub rules: Vec<Rule>,
+    /// Absolute limits.
+    pub budgets: Vec<Budget>,
+}
+
+impl Default for CompareOptions {
+    fn default() -> Self {
+        Self {
+            metric: Metric::P50,
+            threshold_pct: Self::DEFAULT_THRESHOLD_PCT,
+            min_calls: Self::DEFAULT_MIN_CALLS,
+            min_shift_ns: Self::DEFAULT_MIN_SHIFT_NS,
+            count_threshold_pct: 0.0,
+            thresholds: Vec::new(),
+            rules: Vec::new(),
+            budgets: Vec::new(),
+        }
+    }
+}
+
+impl CompareOptions {
+    /// The default timing threshold, %.
+    pub const DEFAULT_THRESHOLD_PCT: f64 = 15.0;
+    /// The default minimum number of calls per run.
+    pub const DEFAULT_MIN_CALLS: u64 = 30;
+    /// The default smallest timing change that counts, ns (1 µs).
+    pub const DEFAULT_MIN_SHIFT_NS: f64 = 1_000.0;
+
+    /// The metrics and thresholds span name `name` is judged on: its rule's (or the default)
+    /// metric and threshold, then every other metric of [`CompareOptions::thresholds`].
+    pub fn for_name(&self, name: &str) -> Vec<(Metric, f64)> {
+        let rule = self.rules.iter().find(|r| glob_match(&r.name, name));
+        let primary = (
+            rule.and_then(|r| r.metric).unwrap_or(self.metric),
+            rule.and_then(|r| r.threshold_pct)
+                .unwrap_or(self.threshold_pct),
+        );
+        let mut all = vec![primary];
+        all.extend(self.thresholds.iter().filter(|(m, _)| *m != primary.0));
+        all
+    }
+}
+
+/// What a change amounts to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Slower (or more) beyond the threshold and the noise: fails a CI check.
+    Regression,
+    /// Beyond the threshold, but not beyond the spread between runs of a side.
+    WithinNoise,
+    /// Faster (or fewer) beyond the threshold and the noise.
+    Improvement,
+    /// Within the threshold.
+    Unchanged,
+    /// Too few calls in a run to judge the timing.
+    TooFewCalls,
+}
+
+impl Verdict {
+    /// The word in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Regression => "regression",
+            Verdict::WithinNoise => "within noise",
+            Verdict::Improvement => "improvement",
+            Verdict::Unchanged => "unchanged",
+            Verdict::TooFewCalls => "too few calls",
+        }
+    }
+}
+
+/// One side's values of a figure over its runs.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Side {
+    /// The value of each run that has the span name, in the order given.
+    pub values: Vec<f64>,
+    /// Their median.
+    pub median: f64,
+    /// Largest minus smallest.
+    pub spread: f64,
+    /// The fewest calls in one of these runs.
+    pub min_calls: u64,
+}
+
+impl Side {
+    /// `metric` of each run's statistics of one span name.
+    fn of(stats: &[&SpanStats], metric: Metric) -> Self {
+        Self::new(
+            stats.iter().map(|s| metric.of(s)).collect(),
+            stats.iter().map(|s| s.calls).min().unwrap_or(0),
+        )
+    }
+
+    fn new(values: Vec<f64>, min_calls: u64) -> Self {
+        let mut sorted = values.clone();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median = match n {
+            0 => 0.0,
+            _ if n % 2 == 1 => sorted[n / 2],
+            _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        };
+        let spread = if n == 0 {
+            0.0
+        } else {
+            sorted[n - 1] - sorted[0]
+        };
+        Self {
+            values,
+            median,
+            spread,
+            min_calls,
+        }
+    }
+}
+
+/// The timing change of one span name.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TimingChange {
+    /// Span name.
+    pub name: String,
+    /// Span target.
+    pub target: String,
+    /// The metric compared.
+    pub metric: Metric,
+    /// The threshold applied, %.
+    pub threshold_pct: f64,
+    /// The baseline runs, ns.
+    pub base: Side,
+    /// The new runs, ns.
+    pub new: Side,
+    /// `new / base` of the medians (1.0 when both are 0; infinite when only base is 0).
+    pub ratio: f64,
+    /// What it amounts to.
+    pub verdict: Verdict,
+}
+
+impl TimingChange {
+    /// The change in %, `(ratio − 1) × 100`: positive is slower.
+    pub fn change_pct(&self) -> f64 {
+        (self.ratio - 1.0) * 100.0
+    }
+}
+
+/// The change of one deterministic count of one span name.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CountChange {
+    /// Span name.
+    pub name: String,
+    /// Span target.
+    pub target: String,
+    /// What is counted.
+    pub count: Count,
+    /// The baseline runs' median.
+    pub base: f64,
+    /// The new runs' median.
+    pub new: f64,
+    /// [`Verdict::Regression`], [`Verdict::Improvement`] or [`Verdict::Unchanged`].
+    pub verdict: Verdict,
+}
+
+/// A budget checked against one span name.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct BudgetCheck {
+    /// Span name.
+    pub name: String,
+    /// Span target.
+    pub target: String,
+    /// The metric limited.
+    pub metric: Metric,
+    /// The limit, ns.
+    pub max_ns: f64,
+    /// The new runs' median, ns.
+    pub value_ns: f64,
+    /// Whether the value is within the limit.
+    pub within: bool,
+}
+
+/// The comparison of baseline runs with new runs.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Comparison {
+    /// Baseline runs.
+    pub base_runs: usize,
+    /// New runs.
+    pub new_runs: usize,
+    /// One run on a side: verdicts rest on the threshold alone, not on the spread between runs.
+    pub low_confidence: bool,
+    /// The median `new / base` ratio of every span name judged on timing (1.0 when none): far
+    /// from 1, every span moved together, as when the machine was busier during one run.
+    pub overall_ratio: f64,
+    /// Timing, per span name found on both sides: regressions first, then by change.
+    pub timings: Vec<TimingChange>,
+    /// Counts that differ, per span name found on both sides.
+    pub counts: Vec<CountChange>,
+    /// Every budget, per span name it matches in the new runs.
+    pub budgets: Vec<BudgetCheck>,
+    /// (name, target) of span names found only in the baseline runs.
+    pub only_in_base: Vec<(String, String)>,
+    /// (name, target) of span names found only in the new runs.
+    pub only_in_new: Vec<(String, String)>,
+}
+
+impl Comparison {
+    /// Whether anything regressed: a timing or a count, or a budget exceeded (the CLI's exit
+    /// status 1).
+    pub fn regressed(&self) -> bool {
+        self.timings
+            .iter()
+            .any(|t| t.verdict == Verdict::Regression)
+            || self.counts.iter().any(|c| c.verdict == Verdict::Regression)
+            || self.budgets.iter().any(|b| !b.within)
+    }
+}
+
+type Key = (String, String);
+
+/// Every span name's stats in each run of a side.
+fn by_name(runs: &[Snapshot]) -> BTreeMap<Key, Vec<&SpanStats>> {
+    let mut map: BTreeMap<Key, Vec<&SpanStats>> = BTreeMap::new();
+    for run in runs {
+        for s in &run.spans {
+            map.entry((s.name.clone(), s.target.clone()))
+                .or_default()
+                .push(s);
+        }
+    }
+    map
+}
+
+/// Compares baseline runs with new runs (see the module's rules).
+///
+/// ```
+/// use spanprof::analysis::{compare, CompareOptions, Verdict};
+/// # let base = spanprof::profile::Snapshot::from_json(
+/// #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
+/// let same = compare(&[base.clone()], &[base.clone()], &CompareOptions::default());
+/// assert!(!same.regressed());
+/// assert!(same.low_confidence);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) -> Comparison {
+    let (b, n) = (by_name(base), by_name(new));
+    let several = base.len() >= 2 && new.len() >= 2;
+    let mut timings = Vec::new();
+    let mut counts = Vec::new();
+    for (key, base_stats) in &b {
+        let Some(new_stats) = n.get(key) else {
+            continue;
+        };
+        for (metric, threshold_pct) in options.for_name(&key.0) {
+            let (bs, ns) = (Side::of(base_stats, metric), Side::of(new_stats, metric));
+            timings.push(judge_timing(
+                key,
+                metric,
+                threshold_pct,
+                bs,
+                ns,
+                several,
+                options,
+            ));
+        }
+        for count in [
+            Count::Calls,
+            Count::Instances,
+            Count::Allocations,
+            Count::AllocatedBytes,
+        ] {
+            counts.extend(judge_count(key, count, base_stats, new_stats, options));
+        }
+    }
+    timings.sort_by(|a, b| {
+        a.verdict
+            .cmp(&b.verdict)
+            .then(b.ratio.total_cmp(&a.ratio))
+            .then(a.name.cmp(&b.name))
+    });
+    counts.sort_by(|a, b| a.verdict.cmp(&b.verdict).then(a.name.cmp(&b.name)));
+    let mut budgets = Vec::new();
+    for budget in &options.budgets {
+        for (key, stats) in n.iter().filter(|(k, _)| glob_match(&budget.name, &k.0)) {
+            let value = Side::of(stats, budget.metric).median;
+            budgets.push(BudgetCheck {
+                name: key.0.clone(),
+                target: key.1.clone(),
+                metric: budget.metric,
+                max_ns: budget.max_ns,
+                value_ns: value,
+                within: value < budget.max_ns,
+            });
+        }
+    }
+    let only = |a: &BTreeMap<Key, Vec<&SpanStats>>, b: &BTreeMap<Key, Vec<&SpanStats>>| {
+        a.keys().filter(|k| !b.contains_key(*k)).cloned().collect()
+    };
+    let judged: Vec<f64> = timings
+        .iter()
+        .filter(|t| t.verdict != Verdict::TooFewCalls && t.ratio.is_finite())
+        .map(|t| t.ratio)
+        .collect();
+    let overall_ratio = if judged.is_empty() {
+        1.0
+    } else {
+        Side::new(judged, 0).median
+    };
+    Comparison {
+        base_runs: base.len(),
+        new_runs: new.len(),
+        low_confidence: !several,
+        overall_ratio,
+        timings,
+        counts,
+        budgets,
+        only_in_base: only(&b, &n),
+        only_in_new: only(&n, &b),
+    }
+}
+
+/// The timing rule (see the module's docs) for one span name and metric.
+fn judge_timing(
+    key: &Key,
+    metric: Metric,
+    threshold_pct: f64,
+    bs: Side,
+    ns: Side,
+    several: bool,
+    options: &CompareOptions,
+) -> TimingChange {
+    let ratio = ratio(bs.median, ns.median);
+    let shift = (ns.median - bs.median).abs();
+    let beyond = (ratio - 1.0).abs() * 100.0 > threshold_pct && shift >= options.min_shift_ns;
+    let verdict = if bs.min_calls < options.min_calls || ns.min_calls < options.min_calls {
+        Verdict::TooFewCalls
+    } else if !beyond {
+        Verdict::Unchanged
+    } else if several && shift <= bs.spread.max(ns.spread) {
+        Verdict::WithinNoise
+    } else if ratio > 1.0 {
+        Verdict::Regression
+    } else {
+        Verdict::Improvement
+    };
+    TimingChange {
+        name: key.0.clone(),
+        target: key.1.clone(),
+        metric,
+        threshold_pct,
+        base: bs,
+        new: ns,
+        ratio,
+        verdict,
+    }
+}
+
+/// The exact rule for one count of one span name: `None` when it did not change (or was not
+/// counted on both sides).
+fn judge_count(
+    key: &Key,
+    count: Count,
+    base_stats: &[&SpanStats],
+    new_stats: &[&SpanStats],
+    options: &CompareOptions,
+) -> Option<CountChange> {
+    let values = |stats: &[&SpanStats]| -> Option<Vec<f64>> {
+        stats
+            .iter()
+            .map(|s| count.of(s).map(|v| v as f64))
+            .collect()
+    };
+    let (bv, nv) = (values(base_stats)?, values(new_stats)?);
+    let (bmin, bmax) = min_max(&bv);
+    let (nmin, nmax) = min_max(&nv);
+    if bmin == bmax && nmin == nmax && bmin == nmin {
+        return None;
+    }
+    let limit = 1.0 + options.count_threshold_pct / 100.0;
+    let verdict = if nmin > bmax * limit {
+        Verdict::Regression
+    } else if nmax * limit < bmin {
+        Verdict::Improvement
+    } else {
+        Verdict::Unchanged
+    };
+    Some(CountChange {
+        name: key.0.clone(),
+        target: key.1.clone(),
+        count,
+        base: Side::new(bv, 0).median,
+        new: Side::new(nv, 0).median,
+        verdict,
+    })
+}
+
+fn ratio(base: f64, new: f64) -> f64 {
+    if base == new {
+        1.0
+    } else if base == 0.0 {
+        f64::INFINITY
+    } else {
+        new / base
+    }
+}
+
+fn min_max(values: &[f64]) -> (f64, f64) {
+    values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Snapshot {
+        Snapshot::from_json(
+            include_str!("../../tests/data/profile-v1-basic.json"),
+            "test data",
+        )
+        .unwrap()
+    }
+
+    /// `snapshot` with the p50 of span `name` scaled by `factor` and its calls set.
+    fn scaled(snapshot: &Snapshot, name: &str, factor: f64) -> Snapshot {
+        let mut s = snapshot.clone();
+        for span in s.spans.iter_mut().filter(|sp| sp.name == name) {
+            span.entry_busy.p50_ns = (span.entry_busy.p50_ns as f64 * factor) as u64;
+        }
+        s
+    }
+
+    fn busiest(s: &Snapshot) -> String {
+        s.spans
+            .iter()
+            .filter(|sp| sp.calls >= CompareOptions::DEFAULT_MIN_CALLS)
+            .max_by_key(|sp| sp.entry_busy.p50_ns)
+            .expect("a span with enough calls")
+            .name
+            .clone()
+    }
+
+    fn verdict_of(c: &Comparison, name: &str) -> Verdict {
+        c.timings.iter().find(|t| t.name == name).unwrap().verdict
+    }
+
+    #[test]
+    fn one_run_per_side_uses_the_threshold_and_says_low_confidence() {
+        let b = base();
+        let name = busiest(&b);
+        let opts = CompareOptions::default();
+        let slow = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.2)], &opts);
+        assert!(slow.low_confidence);
+        assert_eq!(verdict_of(&slow, &name), Verdict::Regression);
+        assert!(slow.regressed());
+        let t = slow.timings.iter().find(|t| t.name == name).unwrap();
+        assert!((t.change_pct() - 20.0).abs() < 0.5, "{}", t.change_pct());
+        let noise = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.05)], &opts);
+        assert_eq!(verdict_of(&noise, &name), Verdict::Unchanged);
+        assert!(!noise.regressed());
+        let fast = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 0.5)], &opts);
+        assert_eq!(verdict_of(&fast, &name), Verdict::Improvement);
+        assert!(!fast.regressed());
+    }
+
+    #[test]
+    fn several_runs_need_a_shift_beyond_the_spread() {
+        let b = base();
+        let name = busiest(&b);
+        let opts = CompareOptions::default();
+        // Base runs spread over ±15 %: a 20 % shift of the median is within their noise.
+        let noisy = [scaled(&b, &name, 0.85), b.clone(), scaled(&b, &name, 1.15)];
+        let new = [
+            scaled(&b, &name, 1.18),
+            scaled(&b, &name, 1.2),
+            scaled(&b, &name, 1.22),
+        ];
+        let c = compare(&noisy, &new, &opts);
+        assert!(!c.low_confidence);
+        assert_eq!(verdict_of(&c, &name), Verdict::WithinNoise);
+        assert!(!c.regressed());
+        // Tight base runs: the same shift is a regression.
+        let tight = [scaled(&b, &name, 0.99), b.clone(), scaled(&b, &name, 1.01)];
+        let c = compare(&tight, &new, &opts);
+        assert_eq!(verdict_of(&c, &name), Verdict::Regression);
+        let t = c.timings.iter().find(|t| t.name == name).unwrap();
+        assert_eq!(t.base.values.len(), 3);
+        assert!((t.base.spread / t.base.median - 0.02).abs() < 0.001);
+    }
+
+    #[test]
+    fn counts_are_exact_and_names_on_one_side_are_listed() {
+        let b = base();
+        let name = busiest(&b);
+        let mut more = b.clone();
+        let span = more.spans.iter_mut().find(|s| s.name == name).unwrap();
+        span.calls += 1;
+        more.spans.retain(|s| s.name == name);
+        let c = compare(
+            std::slice::from_ref(&b),
+            &[more],
+            &CompareOptions::default(),
+        );
+        let calls = c
+            .counts
+            .iter()
+            .find(|x| x.name == name && x.count == Count::Calls)
+            .unwrap();
+        assert_eq!(calls.verdict, Verdict::Regression);
+        assert_eq!(calls.new - calls.base, 1.0);
+        assert!(c.regressed());
+        assert_eq!(c.only_in_base.len(), b.spans.len() - 1);
+        assert!(c.only_in_new.is_empty());
+    }
+
+    #[test]
+    fn rules_and_budgets() {
+        let b = base();
+        let name = busiest(&b);
+        let p50 = b.span(&name).unwrap().entry_busy.p50_ns as f64;
+        let mut opts = CompareOptions::default();
+        opts.rules
+            .push(Rule::new(name.clone()).with_threshold(30.0));
+        let c = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.2)], &opts);
+        assert_eq!(verdict_of(&c, &name), Verdict::Unchanged);
+        opts.budgets
+            .push(Budget::new(name.clone(), Metric::P50, p50 * 1.1));
+        let c = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.2)], &opts);
+        assert_eq!(c.budgets.len(), 1);
+        assert!(!c.budgets[0].within);
+        assert!((c.budgets[0].value_ns - p50 * 1.2).abs() <= 1.0);
+        assert!(c.regressed());
+        assert_eq!("self".parse::<Metric>(), Ok(Metric::SelfTime));
+        assert!("p75".parse::<Metric>().unwrap_err().contains("p75"));
+    }
+
+    #[test]
+    fn each_metric_of_the_thresholds_is_judged_too() {
+        let b = base();
+        let name = busiest(&b);
+        let mut slow_tail = b.clone();
+        for span in slow_tail.spans.iter_mut().filter(|sp| sp.name == name) {
+            span.entry_busy.p99_ns *= 2;
+        }
+        let mut opts = CompareOptions::default();
+        let c = compare(
+            std::slice::from_ref(&b),
+            std::slice::from_ref(&slow_tail),
+            &opts,
+        );
+        assert!(!c.regressed(), "p50 alone does not see the tail");
+        opts.thresholds.push((Metric::P99, 50.0));
+        let c = compare(
+            std::slice::from_ref(&b),
+            std::slice::from_ref(&slow_tail),
+            &opts,
+        );
+        let rows: Vec<(Metric, Verdict)> = c
+            .timings
+            .iter()
+            .filter(|t| t.name == name)
+            .map(|t| (t.metric, t.verdict))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (Metric::P99, Verdict::Regression),
+                (Metric::P50, Verdict::Unchanged)
+            ]
+        );
+    }
+}

@@ -1,0 +1,339 @@
+//! Bottlenecks: what in a profile deserves attention first, each finding with the figures
+//! that justify it.
+
+use crate::profile::{Snapshot, SpanStats};
+
+use super::{leaks, Leak};
+
+/// A span name with at least this share of all self time dominates.
+pub const DOMINANT_SELF_SHARE_PCT: f64 = 10.0;
+/// A span name whose p99 is at least this many times its p50 has a heavy tail.
+pub const HEAVY_TAIL_RATIO: f64 = 10.0;
+/// Fewest calls before a tail is judged (a p99 of fewer calls is a handful of samples).
+pub const HEAVY_TAIL_MIN_CALLS: u64 = 100;
+/// What one span costs to instrument, ns: creation, entry, exit and close through the
+/// `tracing` registry and spanprof's `basic` preset (the README's overhead table: 125 ns
+/// measured on a 2-core VM). An estimate: it moves with the machine.
+pub const SPAN_COST_NS: f64 = 125.0;
+/// Instrumentation costing at least this share of a span's own busy time is worth a look.
+pub const INSTRUMENTATION_MIN_SHARE_PCT: f64 = 5.0;
+/// Fewest entries before a span name's allocations per call are judged (a span entered once,
+/// around the whole run, allocates everything its children do).
+pub const ALLOCATIONS_MIN_CALLS: u64 = 30;
+/// A GPU below this utilisation while a span runs is idle.
+pub const GPU_IDLE_PCT: f64 = 20.0;
+/// At most this many findings of each kind.
+pub const FINDINGS_PER_KIND: usize = 5;
+
+/// What [`top`] found, with the figures behind it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Finding {
+    /// A span name holding a large share of the time inside spans (self time).
+    SelfTime {
+        /// Span name.
+        name: String,
+        /// Span target.
+        target: String,
+        /// Its self time, ns.
+        self_ns: u64,
+        /// Share of all self time, %.
+        share_pct: f64,
+    },
+    /// A span name whose slow calls are far slower than its typical one.
+    HeavyTail {
+        /// Span name.
+        name: String,
+        /// Span target.
+        target: String,
+        /// Calls.
+        calls: u64,
+        /// Median busy time per call, ns.
+        p50_ns: u64,
+        /// 99th percentile, ns.
+        p99_ns: u64,
+        /// p99 / p50.
+        ratio: f64,
+    },
+    /// A span name so short that its instrumentation is a large share of its time.
+    Instrumentation {
+        /// Span name.
+        name: String,
+        /// Span target.
+        target: String,
+        /// Calls.
+        calls: u64,
+        /// Mean busy time per call, ns.
+        mean_ns: f64,
+        /// Estimated instrumentation cost ([`SPAN_COST_NS`] per instance) over busy time, %.
+        cost_share_pct: f64,
+    },
+    /// A span name allocating much per call (counting allocator; child spans included), over
+    /// at least [`ALLOCATIONS_MIN_CALLS`] entries.
+    Allocations {
+        /// Span name.
+        name: String,
+        /// Span target.
+        target: String,
+        /// Entries measured.
+        entries: u64,
+        /// Allocations per entry.
+        per_call: f64,
+        /// Bytes allocated per entry.
+        bytes_per_call: f64,
+    },
+    /// A leak suspicion ([`leaks`](super::leaks)).
+    Leak(Leak),
+    /// A GPU mostly idle while a span name ran.
+    GpuIdle {
+        /// Span name.
+        name: String,
+        /// Span target.
+        target: String,
+        /// Device position in the profile's device list.
+        device: u32,
+        /// Utilisation over the span's instances, %.
+        utilization_pct: f64,
+        /// The span's share of the run's wall time (its instances' wall time over the run), %.
+        wall_share_pct: f64,
+    },
+}
+
+/// The bottlenecks of `snapshot`, by kind (self time, tails, instrumentation, allocations,
+/// leaks, idle GPUs), the largest first within a kind, at most [`FINDINGS_PER_KIND`] each.
+///
+/// ```
+/// use spanprof::analysis::{top, Finding};
+/// # let snapshot = spanprof::profile::Snapshot::from_json(
+/// #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
+/// for finding in top(&snapshot) {
+///     if let Finding::SelfTime { name, share_pct, .. } = finding {
+///         println!("{name}: {share_pct:.0} % of the time in spans");
+///     }
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
+    let spans = &snapshot.spans;
+    let key = |s: &SpanStats| (s.name.clone(), s.target.clone());
+    let mut findings = Vec::new();
+
+    let all_self: u128 = spans
+        .iter()
+        .map(|s| u128::from(s.entry_self.total_ns))
+        .sum();
+    let mut dominant: Vec<&SpanStats> = spans
+        .iter()
+        .filter(|s| {
+            all_self > 0 && share(s.entry_self.total_ns, all_self) >= DOMINANT_SELF_SHARE_PCT
+        })
+        .collect();
+    dominant.sort_by_key(|s| std::cmp::Reverse(s.entry_self.total_ns));
+    findings.extend(dominant.iter().take(FINDINGS_PER_KIND).map(|s| {
+        let (name, target) = key(s);
+        Finding::SelfTime {
+            name,
+            target,
+            self_ns: s.entry_self.total_ns,
+            share_pct: share(s.entry_self.total_ns, all_self),
+        }
+    }));
+
+    let mut tails: Vec<(f64, &SpanStats)> = spans
+        .iter()
+        .filter(|s| s.calls >= HEAVY_TAIL_MIN_CALLS && s.entry_busy.p50_ns > 0)
+        .map(|s| (s.entry_busy.p99_ns as f64 / s.entry_busy.p50_ns as f64, s))
+        .filter(|(r, _)| *r >= HEAVY_TAIL_RATIO)
+        .collect();
+    tails.sort_by(|a, b| b.0.total_cmp(&a.0));
+    findings.extend(tails.iter().take(FINDINGS_PER_KIND).map(|(ratio, s)| {
+        let (name, target) = key(s);
+        Finding::HeavyTail {
+            name,
+            target,
+            calls: s.calls,
+            p50_ns: s.entry_busy.p50_ns,
+            p99_ns: s.entry_busy.p99_ns,
+            ratio: *ratio,
+        }
+    }));
+
+    let mut cheap: Vec<(f64, &SpanStats)> = spans
+        .iter()
+        .filter(|s| s.calls > 0 && s.entry_busy.total_ns > 0)
+        .map(|s| {
+            let cost = s.created.max(s.instances) as f64 * SPAN_COST_NS;
+            (100.0 * cost / s.entry_busy.total_ns as f64, s)
+        })
+        .filter(|(pct, _)| *pct >= INSTRUMENTATION_MIN_SHARE_PCT)
+        .collect();
+    cheap.sort_by(|a, b| b.0.total_cmp(&a.0));
+    findings.extend(cheap.iter().take(FINDINGS_PER_KIND).map(|(pct, s)| {
+        let (name, target) = key(s);
+        Finding::Instrumentation {
+            name,
+            target,
+            calls: s.calls,
+            mean_ns: s.entry_busy.mean_ns,
+            cost_share_pct: *pct,
+        }
+    }));
+
+    let mut allocating: Vec<(f64, f64, u64, &SpanStats)> = spans
+        .iter()
+        .filter_map(|s| {
+            let heap = s.resources.as_ref()?.heap.as_ref()?;
+            (heap.entries >= ALLOCATIONS_MIN_CALLS && heap.allocations > 0).then(|| {
+                let n = heap.entries as f64;
+                (
+                    heap.allocations as f64 / n,
+                    heap.allocated_bytes as f64 / n,
+                    heap.entries,
+                    s,
+                )
+            })
+        })
+        .collect();
+    allocating.sort_by(|a, b| b.0.total_cmp(&a.0));
+    findings.extend(allocating.iter().take(FINDINGS_PER_KIND).map(
+        |&(per_call, bytes_per_call, entries, s)| {
+            let (name, target) = key(s);
+            Finding::Allocations {
+                name,
+                target,
+                entries,
+                per_call,
+                bytes_per_call,
+            }
+        },
+    ));
+
+    findings.extend(leaks(snapshot).into_iter().map(Finding::Leak));
+
+    let run_ns = snapshot.run.duration_ns.max(1) as f64;
+    let mut idle: Vec<Finding> = Vec::new();
+    for s in spans {
+        let wall_share_pct = 100.0 * s.wall.total_ns as f64 / run_ns;
+        let Some(r) = &s.resources else { continue };
+        for gpu in &r.gpus {
+            match gpu.mean_utilization_pct {
+                Some(u) if u < GPU_IDLE_PCT && wall_share_pct >= DOMINANT_SELF_SHARE_PCT => {
+                    let (name, target) = key(s);
+                    idle.push(Finding::GpuIdle {
+                        name,
+                        target,
+                        device: gpu.device,
+                        utilization_pct: u,
+                        wall_share_pct,
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    idle.sort_by(|a, b| match (a, b) {
+        (
+            Finding::GpuIdle {
+                wall_share_pct: x, ..
+            },
+            Finding::GpuIdle {
+                wall_share_pct: y, ..
+            },
+        ) => y.total_cmp(x),
+        _ => std::cmp::Ordering::Equal,
+    });
+    findings.extend(idle.into_iter().take(FINDINGS_PER_KIND));
+    findings
+}
+
+fn share(part: u64, all: u128) -> f64 {
+    100.0 * part as f64 / all as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{GpuUse, SpanResources};
+
+    fn detailed() -> Snapshot {
+        crate::profile::detailed_test_profile()
+    }
+
+    #[test]
+    fn self_time_findings_add_up_and_name_the_largest() {
+        let s = detailed();
+        let all: u128 = s
+            .spans
+            .iter()
+            .map(|x| u128::from(x.entry_self.total_ns))
+            .sum();
+        let biggest = s
+            .spans
+            .iter()
+            .max_by_key(|x| x.entry_self.total_ns)
+            .unwrap();
+        let found = top(&s);
+        let Some(Finding::SelfTime {
+            name, share_pct, ..
+        }) = found.first()
+        else {
+            panic!("no self-time finding first: {found:?}");
+        };
+        assert_eq!(name, &biggest.name);
+        let want = 100.0 * biggest.entry_self.total_ns as f64 / all as f64;
+        assert!((share_pct - want).abs() < 1e-9);
+    }
+
+    #[test]
+    fn tails_instrumentation_allocations_and_idle_gpus() {
+        let mut s = detailed();
+        s.spans.truncate(1);
+        let span = &mut s.spans[0];
+        span.calls = 1000;
+        span.created = 1000;
+        span.instances = 1000;
+        span.entry_busy.p50_ns = 100;
+        span.entry_busy.p99_ns = 5_000;
+        span.entry_busy.total_ns = 1000 * 200;
+        span.wall.total_ns = s.run.duration_ns / 2;
+        let r = span.resources.get_or_insert_with(SpanResources::default);
+        r.gpus = vec![GpuUse {
+            device: 0,
+            instances: 1000,
+            memory_delta_bytes: 0,
+            peak_memory_bytes: 0,
+            mean_utilization_pct: Some(3.0),
+            energy_j: None,
+        }];
+        let found = top(&s);
+        let tail = found
+            .iter()
+            .find_map(|f| match f {
+                Finding::HeavyTail { ratio, .. } => Some(*ratio),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(tail, 50.0);
+        let cost = found
+            .iter()
+            .find_map(|f| match f {
+                Finding::Instrumentation { cost_share_pct, .. } => Some(*cost_share_pct),
+                _ => None,
+            })
+            .unwrap();
+        assert!((cost - 100.0 * SPAN_COST_NS / 200.0).abs() < 1e-9);
+        assert!(found.iter().any(|f| matches!(
+            f,
+            Finding::GpuIdle { utilization_pct, wall_share_pct, .. }
+                if *utilization_pct == 3.0 && (*wall_share_pct - 50.0).abs() < 0.01
+        )));
+        if let Some(heap) = s.spans[0].resources.as_ref().and_then(|r| r.heap.as_ref()) {
+            if heap.allocations > 0 && heap.entries >= ALLOCATIONS_MIN_CALLS {
+                let per = heap.allocations as f64 / heap.entries as f64;
+                assert!(found.iter().any(
+                    |f| matches!(f, Finding::Allocations { per_call, .. } if *per_call == per)
+                ));
+            }
+        }
+    }
+}

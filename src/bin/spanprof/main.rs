@@ -1,0 +1,272 @@
+//! `spanprof`: report, compare, merge and analyse saved spanprof profiles.
+//!
+//! ```text
+//! spanprof report PROFILE.json [--format table|json|markdown] [--top N] [--filter SELECTION]
+//! spanprof compare [--metric p50] [--threshold 15%] [--policy FILE] BASE.json... -- NEW.json...
+//! spanprof merge A.json B.json... -o ALL.json
+//! spanprof top PROFILE.json [--format text|markdown]
+//! ```
+//!
+//! Exit status: 0 = done (no regression), 1 = `compare` found a regression, 2 = bad input
+//! (one line on stderr naming the file and the problem).
+
+mod policy;
+mod render;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use spanprof::analysis::{self, CompareOptions, Metric};
+use spanprof::output::{format_named, Selection, FORMAT_NAMES};
+use spanprof::profile::Snapshot;
+
+/// Report, compare, merge and analyse spanprof profiles (profile.json files).
+#[derive(Debug, Parser)]
+#[command(name = "spanprof", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Renders a saved profile in any output format, as the live run would have.
+    Report {
+        /// The profile (profile.json).
+        profile: PathBuf,
+        /// The output format.
+        #[arg(long, short, default_value = "table", value_parser = clap::builder::PossibleValuesParser::new(FORMAT_NAMES))]
+        format: String,
+        /// Span names the table and Markdown show (as SPANPROF_TOP).
+        #[arg(long, default_value_t = spanprof::Builder::DEFAULT_TOP as u64, value_parser = clap::value_parser!(u64).range(1..))]
+        top: u64,
+        /// Only these span names: comma-separated name globs, target=GLOB and top=N (as
+        /// SPANPROF_OUTPUT_FILTER); may be repeated.
+        #[arg(long)]
+        filter: Vec<String>,
+    },
+    /// Compares baseline runs with new runs: `spanprof compare [OPTIONS] BASE... -- NEW...`
+    /// (options before `--`: everything after it is a new run).
+    ///
+    /// Timing: per span name, the median of each side's runs; a change beyond the threshold
+    /// (and --min-shift) is a regression, but with two or more runs per side only if the shift of the medians
+    /// is larger than the spread (max - min) of either side's runs; with one run per side the
+    /// verdict is low-confidence. Span names with fewer than --min-calls calls in a run are
+    /// not judged. Calls, instances and allocations are compared exactly. Exit status 1 on a
+    /// regression.
+    Compare {
+        /// Baseline profiles.
+        #[arg(required = true)]
+        base: Vec<PathBuf>,
+        /// New profiles, after `--`.
+        #[arg(last = true, required = true)]
+        new: Vec<PathBuf>,
+        /// The timing figure compared [default: p50, or the policy's].
+        #[arg(long)]
+        metric: Option<MetricArg>,
+        /// The change that counts, e.g. `5%` [default: 15%, or the policy's].
+        #[arg(long, value_parser = policy::parse_pct)]
+        threshold: Option<f64>,
+        /// Fewest calls per run before a span name's timing is judged [default: 30].
+        #[arg(long)]
+        min_calls: Option<u64>,
+        /// Smallest timing change that counts, e.g. `1us`, `0ns` [default: 1us].
+        #[arg(long, value_parser = policy::parse_duration_ns)]
+        min_shift: Option<f64>,
+        /// A TOML policy file: thresholds per metric and per name glob, budgets.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Plain text, or Markdown for a pull-request comment.
+        #[arg(long, short, value_enum, default_value_t = TextFormat::Text)]
+        format: TextFormat,
+    },
+    /// Merges profiles of several processes, ranks or runs into one, exactly (histograms
+    /// added, never percentiles averaged), keeping every input's metadata and timeline.
+    Merge {
+        /// The profiles to merge.
+        #[arg(required = true)]
+        profiles: Vec<PathBuf>,
+        /// The merged profile to write.
+        #[arg(long, short)]
+        output: PathBuf,
+    },
+    /// The bottlenecks of a profile, each with the figures behind it.
+    Top {
+        /// The profile (profile.json).
+        profile: PathBuf,
+        /// Plain text or Markdown.
+        #[arg(long, short, value_enum, default_value_t = TextFormat::Text)]
+        format: TextFormat,
+    },
+}
+
+/// `--metric`'s values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum MetricArg {
+    P50,
+    P90,
+    P99,
+    Mean,
+    #[value(name = "self")]
+    SelfTime,
+    Total,
+}
+
+impl From<MetricArg> for Metric {
+    fn from(m: MetricArg) -> Metric {
+        match m {
+            MetricArg::P50 => Metric::P50,
+            MetricArg::P90 => Metric::P90,
+            MetricArg::P99 => Metric::P99,
+            MetricArg::Mean => Metric::Mean,
+            MetricArg::SelfTime => Metric::SelfTime,
+            MetricArg::Total => Metric::Total,
+        }
+    }
+}
+
+/// How `compare` and `top` print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TextFormat {
+    /// Plain text for a terminal.
+    Text,
+    /// Markdown, for a pull-request comment.
+    Markdown,
+}
+
+/// Bad input: one line naming the input and the problem (exit status 2).
+struct BadInput(String);
+
+impl From<spanprof::Error> for BadInput {
+    fn from(e: spanprof::Error) -> Self {
+        BadInput(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(BadInput(message)) => {
+            // One line, whatever the message holds.
+            let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+            eprintln!("spanprof: {line}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<Snapshot, BadInput> {
+    Ok(Snapshot::read_json(path)?)
+}
+
+/// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
+fn print(text: &str) -> Result<(), BadInput> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(BadInput(format!("writing to standard output: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn run(command: Command) -> Result<ExitCode, BadInput> {
+    match command {
+        Command::Report {
+            profile,
+            format,
+            top,
+            filter,
+        } => {
+            let snapshot = read(&profile)?;
+            let mut selection = Selection::new();
+            for text in &filter {
+                let more: Selection = text
+                    .parse()
+                    .map_err(|_| BadInput(format!("invalid --filter {text:?}: expected comma-separated name globs, target=GLOB and top=N")))?;
+                selection.names.extend(more.names);
+                selection.targets.extend(more.targets);
+                selection.top = more.top.or(selection.top);
+            }
+            let top = usize::try_from(top).unwrap_or(usize::MAX);
+            // UNWRAP-FREE: clap accepted only FORMAT_NAMES.
+            let Some(format) = format_named(&format, top) else {
+                return Err(BadInput(format!("unknown format {format:?}")));
+            };
+            let mut bytes = Vec::new();
+            format
+                .render(&selection.apply(&snapshot), &mut bytes)
+                .map_err(|e| BadInput(format!("rendering {}: {e}", profile.display())))?;
+            print(&String::from_utf8_lossy(&bytes))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Compare {
+            base,
+            new,
+            metric,
+            threshold,
+            min_calls,
+            min_shift,
+            policy,
+            format,
+        } => {
+            let mut options = match &policy {
+                Some(path) => policy::read(path)?,
+                None => CompareOptions::default(),
+            };
+            if let Some(m) = metric {
+                options.metric = m.into();
+            }
+            if let Some(t) = threshold {
+                options.threshold_pct = t;
+            }
+            if let Some(n) = min_calls {
+                options.min_calls = n;
+            }
+            if let Some(ns) = min_shift {
+                options.min_shift_ns = ns;
+            }
+            let base_runs = base
+                .iter()
+                .map(|p| read(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let new_runs = new.iter().map(|p| read(p)).collect::<Result<Vec<_>, _>>()?;
+            let comparison = analysis::compare(&base_runs, &new_runs, &options);
+            print(&render::comparison(&comparison, &options, format))?;
+            Ok(if comparison.regressed() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Merge { profiles, output } => {
+            let snapshots = profiles
+                .iter()
+                .map(|p| read(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let origins: Vec<String> = profiles.iter().map(|p| p.display().to_string()).collect();
+            let origins: Vec<&str> = origins.iter().map(String::as_str).collect();
+            let Some(merged) = Snapshot::merge(&snapshots, &origins) else {
+                return Err(BadInput("merge needs at least one profile".to_string()));
+            };
+            merged.write_json(&output)?;
+            eprintln!(
+                "spanprof: merged {} profiles ({} span names) into {}",
+                snapshots.len(),
+                merged.spans.len(),
+                output.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Top { profile, format } => {
+            let snapshot = read(&profile)?;
+            let findings = analysis::top(&snapshot);
+            print(&render::findings(&snapshot, &findings, format))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! Which span names an output shows: name globs, target globs and a top N, applied to the
+//! [`Snapshot`] before any format renders it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+use crate::profile::{Snapshot, SpanStats};
+
+/// A selection of span names: the spans whose name matches one of the name globs (all, if
+/// none) and whose target matches one of the target globs (all, if none), then the `top` with
+/// the most self time.
+///
+/// Globs match the whole name: `*` is any run of characters, `?` any one character.
+/// [`Selection::apply`] gives the profile of the selected names only; every format renders
+/// that profile as it renders any other. The live outputs take one from
+/// [`Builder::with_output_filter`](crate::Builder::with_output_filter) or
+/// `SPANPROF_OUTPUT_FILTER`, `spanprof report` from `--filter` and `--top`.
+///
+/// The text form (`SPANPROF_OUTPUT_FILTER`, `spanprof report --filter`) is a comma-separated
+/// list of terms: a name glob, `target=GLOB`, or `top=N`:
+///
+/// ```
+/// use spanprof::output::Selection;
+/// # let snapshot = spanprof::profile::Snapshot::from_json(
+/// #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
+/// let selection: Selection = "train_*,forward,target=my_app*,top=3".parse()?;
+/// assert!(selection.matches("train_step", "my_app::train"));
+/// assert!(!selection.matches("forward", "other_crate"));
+/// let selected = selection.apply(&snapshot);
+/// assert!(selected.spans.len() <= 3);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Selection {
+    /// Globs of span names to keep (all names when empty).
+    pub names: Vec<String>,
+    /// Globs of span targets to keep (all targets when empty).
+    pub targets: Vec<String>,
+    /// Keep only this many span names, those with the most self time (all when `None`).
+    pub top: Option<usize>,
+}
+
+/// What [`Selection`]'s text form accepts, for errors.
+pub(crate) const SELECTION_EXPECTED: &str =
+    "comma-separated name globs, target=GLOB and top=N (N a positive integer), e.g. train_*,target=my_app*,top=10";
+
+impl Selection {
+    /// Every span name.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Also keeps the span names that match `glob`.
+    pub fn with_name(mut self, glob: impl Into<String>) -> Self {
+        self.names.push(glob.into());
+        self
+    }
+
+    /// Also keeps the spans whose target matches `glob`.
+    pub fn with_target(mut self, glob: impl Into<String>) -> Self {
+        self.targets.push(glob.into());
+        self
+    }
+
+    /// Keeps only the `n` selected names with the most self time.
+    pub fn with_top(mut self, n: usize) -> Self {
+        self.top = Some(n);
+        self
+    }
+
+    /// Whether this selection keeps everything.
+    pub fn is_all(&self) -> bool {
+        self.names.is_empty() && self.targets.is_empty() && self.top.is_none()
+    }
+
+    /// Whether a span of `name` and `target` passes the globs (before `top`).
+    pub fn matches(&self, name: &str, target: &str) -> bool {
+        let any = |globs: &[String], text: &str| {
+            globs.is_empty() || globs.iter().any(|g| glob_match(g, text))
+        };
+        any(&self.names, name) && any(&self.targets, target)
+    }
+
+    /// The profile of the selected span names only; everything else (run, resources,
+    /// sources) as it was.
+    pub fn apply(&self, snapshot: &Snapshot) -> Snapshot {
+        let mut selected = snapshot.clone();
+        if self.is_all() {
+            return selected;
+        }
+        selected.spans.retain(|s| self.matches(&s.name, &s.target));
+        if let Some(top) = self.top {
+            let mut ranked: Vec<&SpanStats> = selected.spans.iter().collect();
+            ranked.sort_by(|a, b| super::by_self_time(a, b));
+            let kept: Vec<(String, String)> = ranked
+                .iter()
+                .take(top)
+                .map(|s| (s.name.clone(), s.target.clone()))
+                .collect();
+            selected
+                .spans
+                .retain(|s| kept.iter().any(|(n, t)| *n == s.name && *t == s.target));
+        }
+        selected
+    }
+
+    /// Checks the selection: globs not empty, `top` at least 1; the error is what is expected.
+    pub(crate) fn check(&self) -> std::result::Result<(), &'static str> {
+        if self.names.iter().chain(&self.targets).any(|g| g.is_empty()) {
+            return Err(SELECTION_EXPECTED);
+        }
+        if self.top == Some(0) {
+            return Err(SELECTION_EXPECTED);
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Selection {
+    type Err = Error;
+
+    /// Parses the text form: comma-separated name globs, `target=GLOB` and `top=N`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] naming the text, for an empty term or a `top` that is not a
+    /// positive integer (the builder and `SPANPROF_OUTPUT_FILTER` name their own source).
+    fn from_str(text: &str) -> Result<Self> {
+        let invalid = || Error::InvalidSetting {
+            method: "with_output_filter",
+            value: format!("{text:?}"),
+            expected: SELECTION_EXPECTED,
+        };
+        let mut selection = Selection::new();
+        for term in text.split(',').map(str::trim) {
+            if let Some(glob) = term.strip_prefix("target=") {
+                selection.targets.push(glob.trim().to_string());
+            } else if let Some(n) = term.strip_prefix("top=") {
+                let n: usize = n.trim().parse().map_err(|_| invalid())?;
+                selection.top = Some(n);
+            } else {
+                selection.names.push(term.to_string());
+            }
+        }
+        selection.check().map_err(|_| invalid())?;
+        Ok(selection)
+    }
+}
+
+impl fmt::Display for Selection {
+    /// The text form, which [`FromStr`] reads back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut terms: Vec<String> = self.names.clone();
+        terms.extend(self.targets.iter().map(|t| format!("target={t}")));
+        terms.extend(self.top.map(|n| format!("top={n}")));
+        f.write_str(&terms.join(","))
+    }
+}
+
+/// Whether `text` matches `glob` whole: `*` any run of characters, `?` any one.
+pub(crate) fn glob_match(glob: &str, text: &str) -> bool {
+    let (g, t): (Vec<char>, Vec<char>) = (glob.chars().collect(), text.chars().collect());
+    // The classic backtracking matcher: remember the last `*` and how much it swallowed.
+    let (mut gi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        match g.get(gi) {
+            Some('*') => {
+                star = Some((gi, ti));
+                gi += 1;
+            }
+            Some(&c) if c == '?' || c == t[ti] => {
+                gi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                Some((sg, st)) => {
+                    gi = sg + 1;
+                    ti = st + 1;
+                    star = Some((sg, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    g[gi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_whole_names() {
+        for (glob, text, want) in [
+            ("train_*", "train_step", true),
+            ("train_*", "pretrain_step", false),
+            ("*step", "train_step", true),
+            ("t?ain*", "train", true),
+            ("forward", "forward", true),
+            ("forward", "forward2", false),
+            ("*", "", true),
+            ("a*b*c", "aXXbYYc", true),
+            ("a*b*c", "aXXbYY", false),
+            ("", "", true),
+            ("", "x", false),
+        ] {
+            assert_eq!(glob_match(glob, text), want, "{glob:?} ~ {text:?}");
+        }
+    }
+
+    #[test]
+    fn the_text_form_reads_back_and_bad_terms_are_named() {
+        let s: Selection = " train_*, forward ,target=app*,top=3".parse().unwrap();
+        assert_eq!(
+            s,
+            Selection::new()
+                .with_name("train_*")
+                .with_name("forward")
+                .with_target("app*")
+                .with_top(3)
+        );
+        assert_eq!(s.to_string().parse::<Selection>().unwrap(), s);
+        for bad in ["", "a,,b", "top=0", "top=x", "target="] {
+            let e = bad.parse::<Selection>().unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn apply_keeps_matching_names_then_the_top_by_self_time() {
+        let snapshot = crate::profile::detailed_test_profile();
+        let mut by_self: Vec<&SpanStats> = snapshot.spans.iter().collect();
+        by_self.sort_by_key(|s| std::cmp::Reverse(s.entry_self.total_ns));
+        let first = &by_self[0].name;
+        let only = Selection::new().with_name(first.clone()).apply(&snapshot);
+        assert!(only.spans.iter().all(|s| &s.name == first));
+        assert!(!only.spans.is_empty());
+        let top = Selection::new().with_top(2).apply(&snapshot);
+        let mut kept: Vec<&str> = top.spans.iter().map(|s| s.name.as_str()).collect();
+        let mut want: Vec<&str> = by_self[..2].iter().map(|s| s.name.as_str()).collect();
+        kept.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(kept, want);
+        let none = Selection::new()
+            .with_target("no_such_target")
+            .apply(&snapshot);
+        assert!(none.spans.is_empty());
+        assert_eq!(none.run, snapshot.run);
+        assert_eq!(Selection::new().apply(&snapshot), snapshot);
+    }
+}

@@ -1,0 +1,594 @@
+//! The `spanprof` command, run as the built binary: golden outputs of every command on small
+//! profiles of the training example (`tests/data/cli-*.json`), `report` against the live
+//! outputs, `merge` against one profile of the same work, and bad input.
+//!
+//! The golden files are `tests/data/cli/*`. After an intended change of the output, refresh
+//! them and review the diff:
+//!
+//! ```text
+//! SPANPROF_BLESS=1 cargo test --features cli --test cli
+//! ```
+//!
+//! The input profiles were made by the training example (`--epochs 1`; `--slowdown 20` for
+//! the slow one; `SPANPROF=detailed` for the detailed one), host and command line anonymised:
+//! see `tests/data/README.md`.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use spanprof::output::{Destination, Markdown, Selection};
+use spanprof::profile::Stat;
+use spanprof::{ReportTarget, Snapshot};
+use tracing_subscriber::prelude::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_spanprof");
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn bless() -> bool {
+    std::env::var_os("SPANPROF_BLESS").is_some_and(|v| v == "1")
+}
+
+/// What one run of the binary gave: exit status, stdout, stderr.
+struct Ran {
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn spanprof(args: &[&str]) -> Ran {
+    let out = Command::new(BIN)
+        .args(args)
+        .current_dir(data(""))
+        .output()
+        .expect("the spanprof binary runs");
+    Ran {
+        status: out.status.code().expect("exited"),
+        stdout: String::from_utf8(out.stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(out.stderr).expect("UTF-8 stderr"),
+    }
+}
+
+/// Compares `actual` with the golden file `tests/data/cli/NAME` (writes it when blessing).
+fn golden(name: &str, actual: &str) {
+    let path = data("cli").join(name);
+    if bless() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        eprintln!("SPANPROF_BLESS=1: wrote {}", path.display());
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "reading {}: {e}\n(create it with: SPANPROF_BLESS=1 cargo test --features cli --test cli)",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual,
+        expected,
+        "{name} differs from {}; if the change is intended: SPANPROF_BLESS=1 cargo test --features cli --test cli",
+        path.display()
+    );
+}
+
+fn read(name: &str) -> Snapshot {
+    Snapshot::read_json(data(name)).unwrap()
+}
+
+#[test]
+fn report_renders_every_format_of_a_saved_profile() {
+    let base = read("cli-base.json");
+    let table = spanprof(&["report", "cli-base.json"]);
+    assert_eq!(table.status, 0, "{}", table.stderr);
+    // The table of the library, byte for byte.
+    assert_eq!(
+        table.stdout,
+        spanprof::output::Table::new()
+            .with_top(spanprof::Builder::DEFAULT_TOP)
+            .to_string(&base)
+    );
+    golden("report-table.txt", &table.stdout);
+
+    let md = spanprof(&[
+        "report",
+        "cli-base.json",
+        "--format",
+        "markdown",
+        "--top",
+        "4",
+    ]);
+    assert_eq!(md.status, 0, "{}", md.stderr);
+    let rows: Vec<&str> = md.stdout.lines().filter(|l| l.starts_with("| `")).collect();
+    assert_eq!(rows.len(), 4);
+    let forward = base.span("forward").unwrap();
+    let row = rows.iter().find(|r| r.starts_with("| `forward`")).unwrap();
+    assert!(row.contains(&format!("| {} |", forward.calls)), "{row}");
+    golden("report-markdown.md", &md.stdout);
+
+    let json = spanprof(&[
+        "report",
+        "cli-base.json",
+        "--format",
+        "json",
+        "--filter",
+        "forward,train_*",
+    ]);
+    assert_eq!(json.status, 0, "{}", json.stderr);
+    let selected = Snapshot::from_json(&json.stdout, "stdout").unwrap();
+    let mut names: Vec<&str> = selected.spans.iter().map(|s| s.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["forward", "train_step"]);
+    assert_eq!(selected.span("forward").unwrap(), forward);
+
+    let top2 = spanprof(&[
+        "report",
+        "cli-base.json",
+        "--format",
+        "json",
+        "--filter",
+        "top=2",
+    ]);
+    let two = Snapshot::from_json(&top2.stdout, "stdout").unwrap();
+    let most = base
+        .spans
+        .iter()
+        .max_by_key(|s| s.entry_self.total_ns)
+        .unwrap();
+    assert_eq!(two.spans.len(), 2);
+    assert!(two.spans.iter().any(|s| s.name == most.name));
+}
+
+/// A live run writing its report, JSON profile and Markdown report; `spanprof report` on the
+/// JSON gives the same bytes (with the same top and the same selection).
+#[test]
+fn report_on_a_saved_profile_equals_the_live_output() {
+    let dir = support::temp_dir("cli-live");
+    std::fs::create_dir_all(&dir).unwrap();
+    let report = dir.join("report.txt");
+    let selection: Selection = "step,inner*".parse().unwrap();
+    let builder = spanprof::ProfileLayer::builder()
+        .with_env(false)
+        .with_output_dir(&dir)
+        .with_report(ReportTarget::File(report.clone()))
+        .with_top(2)
+        .with_output_filter(selection)
+        .with_output(Markdown::new().with_top(2), Destination::Dir(dir.clone()));
+    // Built here, not by `support::install`: that one turns the report off.
+    let (mock, clock) = spanprof::clock::Clock::mock();
+    let (layer, guard) = builder.with_clock(mock).build().unwrap();
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for i in 0..50u64 {
+            let _step = tracing::info_span!("step").entered();
+            clock.advance(Duration::from_nanos(1_000 + 37 * i));
+            for _ in 0..3 {
+                let _inner = tracing::info_span!("inner_a").entered();
+                clock.advance(Duration::from_nanos(200 + i));
+            }
+            let _other = tracing::info_span!("other").entered();
+            clock.advance(Duration::from_nanos(500));
+        }
+    });
+    drop(dispatch);
+    guard.finish().unwrap();
+    let profile = dir.join("profile.json");
+    let saved = Snapshot::read_json(&profile).unwrap();
+    assert!(
+        saved.span("other").is_none(),
+        "the selection applies to the JSON"
+    );
+    assert_eq!(saved.span("inner_a").unwrap().calls, 150);
+    let p = profile.to_str().unwrap();
+    let table = spanprof(&["report", p, "--top", "2", "--filter", "step,inner*"]);
+    assert_eq!(table.status, 0, "{}", table.stderr);
+    assert_eq!(table.stdout, std::fs::read_to_string(&report).unwrap());
+    let md = spanprof(&["report", p, "--top", "2", "--format", "markdown"]);
+    assert_eq!(
+        md.stdout,
+        std::fs::read_to_string(dir.join("report.md")).unwrap()
+    );
+    assert!(md.stdout.contains("| `inner_a` |"), "{}", md.stdout);
+    let json = spanprof(&["report", p, "--format", "json"]);
+    assert_eq!(json.stdout, std::fs::read_to_string(&profile).unwrap());
+}
+
+#[test]
+fn compare_flags_the_slowdown_and_names_forward() {
+    let slow = spanprof(&["compare", "cli-base.json", "--", "cli-slow.json"]);
+    assert_eq!(slow.status, 1, "{}{}", slow.stdout, slow.stderr);
+    let result = slow
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("result:"))
+        .unwrap();
+    assert!(result.contains("REGRESSION in forward"), "{result}");
+    // The change printed is the one of the two profiles.
+    let (b, s) = (read("cli-base.json"), read("cli-slow.json"));
+    let (bp, sp) = (
+        b.span("forward").unwrap().entry_busy.p50_ns as f64,
+        s.span("forward").unwrap().entry_busy.p50_ns as f64,
+    );
+    let change = format!("{:+.1} %", (sp / bp - 1.0) * 100.0);
+    let row = slow
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("forward "))
+        .unwrap();
+    assert!(
+        row.contains(&change) && row.ends_with("regression"),
+        "{row}"
+    );
+    assert!(slow.stdout.contains("low confidence"));
+    golden("compare-slow.txt", &slow.stdout);
+
+    // Options go before `--`: everything after it is a new run.
+    let md = spanprof(&[
+        "compare",
+        "--format",
+        "markdown",
+        "cli-base.json",
+        "--",
+        "cli-slow.json",
+    ]);
+    assert_eq!(md.status, 1);
+    assert!(md.stdout.contains("**result: REGRESSION in `forward`"));
+    golden("compare-slow.md", &md.stdout);
+
+    let same = spanprof(&["compare", "cli-base.json", "--", "cli-base.json"]);
+    assert_eq!(same.status, 0, "{}", same.stdout);
+    assert!(same.stdout.contains("result: no regression"));
+    assert!(!same.stdout.contains("counts that changed"));
+
+    // Two runs per side: the slow runs against the base runs, the spread between runs counts.
+    let several = spanprof(&[
+        "compare",
+        "cli-base.json",
+        "cli-base2.json",
+        "--",
+        "cli-slow.json",
+        "cli-slow2.json",
+    ]);
+    assert!(!several.stdout.contains("low confidence"));
+    golden("compare-several.txt", &several.stdout);
+}
+
+#[test]
+fn compare_policy_thresholds_and_budgets() {
+    let dir = support::temp_dir("cli-policy");
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.toml");
+    let forward = read("cli-base.json")
+        .span("forward")
+        .unwrap()
+        .entry_busy
+        .p99_ns;
+    // A budget below forward's p99 fails even two identical runs; a lenient rule for forward
+    // lets the slowdown pass (train_step is under the default threshold).
+    std::fs::write(
+        &policy,
+        format!(
+            "threshold = \"50%\"\n[[rule]]\nname = \"forw*\"\nthreshold = 60\n\
+             [[budget]]\nname = \"forward\"\nmetric = \"p99\"\nmax = \"{}ns\"\n",
+            forward - 1
+        ),
+    )
+    .unwrap();
+    let p = policy.to_str().unwrap();
+    let same = spanprof(&[
+        "compare",
+        "--policy",
+        p,
+        "cli-base.json",
+        "--",
+        "cli-base.json",
+    ]);
+    assert_eq!(same.status, 1, "{}{}", same.stdout, same.stderr);
+    assert!(same.stdout.contains("over budget"), "{}", same.stdout);
+    std::fs::write(&policy, "[[rule]]\nname = \"forw*\"\nthreshold = \"60%\"\n").unwrap();
+    let lenient = spanprof(&[
+        "compare",
+        "--policy",
+        p,
+        "cli-base.json",
+        "--",
+        "cli-slow.json",
+    ]);
+    assert_eq!(lenient.status, 0, "{}", lenient.stdout);
+    // The command line overrides the policy's default threshold, not its rules.
+    let strict = spanprof(&[
+        "compare",
+        "--policy",
+        p,
+        "--metric",
+        "self",
+        "--threshold",
+        "1%",
+        "cli-base.json",
+        "--",
+        "cli-slow.json",
+    ]);
+    assert!(strict
+        .stdout
+        .contains("metric self, threshold 1 % and 1.00 µs"));
+    // More metrics per name: forward's p99 judged beside its p50, with the figures of the files.
+    std::fs::write(&policy, "[thresholds]\np99 = \"1%\"\n").unwrap();
+    let tails = spanprof(&[
+        "compare",
+        "--policy",
+        p,
+        "cli-base.json",
+        "--",
+        "cli-slow.json",
+    ]);
+    let (b99, s99) = (
+        read("cli-base.json")
+            .span("forward")
+            .unwrap()
+            .entry_busy
+            .p99_ns,
+        read("cli-slow.json")
+            .span("forward")
+            .unwrap()
+            .entry_busy
+            .p99_ns,
+    );
+    let row = tails
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("forward ") && l.contains(" p99 "))
+        .unwrap_or_else(|| panic!("{}", tails.stdout));
+    assert!(
+        row.contains(&format!(
+            "{:+.1} %",
+            (s99 as f64 / b99 as f64 - 1.0) * 100.0
+        )),
+        "{row}"
+    );
+    std::fs::write(&policy, "threshold = \"fast\"\n").unwrap();
+    let bad = spanprof(&[
+        "compare",
+        "--policy",
+        p,
+        "cli-base.json",
+        "--",
+        "cli-base.json",
+    ]);
+    assert_eq!(bad.status, 2);
+    assert_eq!(bad.stderr.lines().count(), 1, "{}", bad.stderr);
+    assert!(bad.stderr.contains("policy.toml") && bad.stderr.contains("\"fast\""));
+}
+
+#[test]
+fn top_names_the_bottlenecks_with_their_figures() {
+    let detailed = read("cli-detailed.json");
+    let ran = spanprof(&["top", "cli-detailed.json"]);
+    assert_eq!(ran.status, 0, "{}", ran.stderr);
+    let most = detailed
+        .spans
+        .iter()
+        .max_by_key(|s| s.entry_self.total_ns)
+        .unwrap();
+    let all: u64 = detailed.spans.iter().map(|s| s.entry_self.total_ns).sum();
+    let first = ran.stdout.lines().nth(1).unwrap();
+    assert_eq!(
+        first,
+        format!(
+            "- self time: {} holds {:.1} % of the time inside spans ({} self)",
+            most.name,
+            100.0 * most.entry_self.total_ns as f64 / all as f64,
+            spanprof::output::format_duration(most.entry_self.total_ns)
+        )
+    );
+    assert!(ran.stdout.contains("allocations: "), "{}", ran.stdout);
+    golden("top.txt", &ran.stdout);
+    let md = spanprof(&["top", "cli-detailed.json", "--format", "markdown"]);
+    golden("top.md", &md.stdout);
+}
+
+/// A deterministic workload on a mock clock: span `step` i lasts 1000 + 37·i ns, with two
+/// `inner` children of 100 + i ns.
+fn work(items: std::ops::Range<u64>, dir: &Path) -> Snapshot {
+    let builder = spanprof::ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::Off)
+        .with_output_dir(dir);
+    let (dispatch, guard, clock) = support::mock_with(builder);
+    tracing::dispatcher::with_default(&dispatch, || {
+        for i in items {
+            let _step = tracing::info_span!("step").entered();
+            clock.advance(Duration::from_nanos(1_000 + 37 * i));
+            for _ in 0..2 {
+                let _inner = tracing::info_span!("inner").entered();
+                clock.advance(Duration::from_nanos(100 + i));
+            }
+        }
+    });
+    drop(dispatch);
+    guard.finish().unwrap();
+    Snapshot::read_json(dir.join("profile.json")).unwrap()
+}
+
+#[test]
+fn merging_per_process_profiles_equals_one_profile_of_the_same_work() {
+    let root = support::temp_dir("cli-merge");
+    let whole = work(0..300, &root.join("whole"));
+    let parts: Vec<PathBuf> = [0..70, 70..200, 200..300]
+        .into_iter()
+        .enumerate()
+        .map(|(i, range)| {
+            let dir = root.join(format!("rank{i}"));
+            work(range, &dir);
+            dir.join("profile.json")
+        })
+        .collect();
+    let out = root.join("all.json");
+    let mut args = vec!["merge"];
+    args.extend(parts.iter().map(|p| p.to_str().unwrap()));
+    args.extend(["-o", out.to_str().unwrap()]);
+    let ran = spanprof(&args);
+    assert_eq!(ran.status, 0, "{}", ran.stderr);
+    let merged = Snapshot::read_json(&out).unwrap();
+    assert_eq!(merged.spans.len(), whole.spans.len());
+    for w in &whole.spans {
+        let m = merged.span_in(&w.name, &w.target).unwrap();
+        assert_eq!(
+            (m.calls, m.created, m.instances, m.open),
+            (w.calls, w.created, w.instances, w.open),
+            "{}",
+            w.name
+        );
+        for (what, ms, ws) in [
+            ("entry_busy", &m.entry_busy, &w.entry_busy),
+            ("entry_self", &m.entry_self, &w.entry_self),
+            ("busy", &m.busy, &w.busy),
+            ("self", &m.self_time, &w.self_time),
+            ("wall", &m.wall, &w.wall),
+        ] {
+            // Histograms, counts, sums, extremes and percentiles: all identical.
+            assert_eq!(ms, ws, "{} {what}", w.name);
+        }
+    }
+    assert_eq!(merged.span("step").unwrap().calls, 300);
+    assert_eq!(merged.span("inner").unwrap().entry_busy.max_ns, 100 + 299);
+    let origins: Vec<Option<&str>> = merged.sources.iter().map(|s| s.origin.as_deref()).collect();
+    let want: Vec<Option<&str>> = parts.iter().map(|p| p.to_str()).collect();
+    assert_eq!(origins, want);
+    // The percentiles of the merge are not averages of the parts'.
+    let ranks: Vec<Snapshot> = parts
+        .iter()
+        .map(|p| Snapshot::read_json(p).unwrap())
+        .collect();
+    let p99s: Vec<u64> = ranks
+        .iter()
+        .map(|r| r.span("step").unwrap().entry_busy.p99_ns)
+        .collect();
+    assert_eq!(
+        merged.span("step").unwrap().entry_busy,
+        Stat::merged(ranks.iter().map(|r| &r.span("step").unwrap().entry_busy))
+    );
+    assert_ne!(
+        merged.span("step").unwrap().entry_busy.p99_ns,
+        p99s.iter().sum::<u64>() / 3
+    );
+}
+
+#[test]
+fn merge_of_two_example_runs_reports_their_sum() {
+    let dir = support::temp_dir("cli-merge-example");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("both.json");
+    let o = out.to_str().unwrap();
+    let ran = spanprof(&["merge", "cli-base.json", "cli-base2.json", "-o", o]);
+    assert_eq!(ran.status, 0, "{}", ran.stderr);
+    assert_eq!(
+        ran.stderr,
+        format!("spanprof: merged 2 profiles (12 span names) into {o}\n")
+    );
+    let (a, b, both) = (
+        read("cli-base.json"),
+        read("cli-base2.json"),
+        Snapshot::read_json(&out).unwrap(),
+    );
+    for s in &both.spans {
+        let (x, y) = (a.span(&s.name).unwrap(), b.span(&s.name).unwrap());
+        assert_eq!(s.calls, x.calls + y.calls, "{}", s.name);
+        assert_eq!(
+            s.entry_busy.total_ns,
+            x.entry_busy.total_ns + y.entry_busy.total_ns
+        );
+        assert_eq!(
+            s.entry_busy.max_ns,
+            x.entry_busy.max_ns.max(y.entry_busy.max_ns)
+        );
+    }
+    let sources: Vec<(&str, u32)> = both
+        .sources
+        .iter()
+        .map(|s| (s.origin.as_deref().unwrap(), s.run.pid))
+        .collect();
+    assert_eq!(
+        sources,
+        [("cli-base.json", a.run.pid), ("cli-base2.json", b.run.pid)]
+    );
+    let report = spanprof(&["report", o]);
+    golden("merge-report.txt", &report.stdout);
+}
+
+/// Writes `contents` to a file named `name` in a fresh directory; returns its path.
+fn bad_file(name: &str, contents: &[u8]) -> PathBuf {
+    let dir = support::temp_dir("cli-bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line_naming_the_file_and_the_problem() {
+    let good = std::fs::read_to_string(data("cli-base.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    v["version"] = 99.into();
+    let newer = bad_file("newer.json", v.to_string().as_bytes());
+    let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    v["spans"][0]["busy"]["histogram"] = "AAAA!!not-base64".into();
+    let corrupt = bad_file("corrupt.json", v.to_string().as_bytes());
+    let empty = bad_file("empty.json", b"");
+    let text = bad_file("notes.txt", b"hello, not JSON\n");
+    let missing = support::temp_dir("cli-missing").join("missing.json");
+    let cases: [(&Path, &str); 5] = [
+        (
+            &newer,
+            "schema version 99 is not one this spanprof reads (1 to 4)",
+        ),
+        (&corrupt, "spans[0].busy.histogram"),
+        (&empty, "not a JSON object"),
+        (&text, "not a JSON object"),
+        (&missing, "No such file"),
+    ];
+    for (path, problem) in cases {
+        let p = path.to_str().unwrap();
+        for args in [
+            vec!["report", p],
+            vec!["top", p],
+            vec!["compare", "cli-base.json", "--", p],
+            vec![
+                "merge",
+                "cli-base.json",
+                p,
+                "-o",
+                "/nonexistent/never-written.json",
+            ],
+        ] {
+            let ran = spanprof(&args);
+            assert_eq!(ran.status, 2, "{args:?}: {}", ran.stderr);
+            assert!(ran.stdout.is_empty(), "{args:?}: {}", ran.stdout);
+            assert_eq!(ran.stderr.lines().count(), 1, "{args:?}: {}", ran.stderr);
+            assert!(
+                ran.stderr.starts_with("spanprof: ")
+                    && ran.stderr.contains(p)
+                    && ran.stderr.contains(problem),
+                "{args:?}: {}",
+                ran.stderr
+            );
+        }
+    }
+    let filter = spanprof(&["report", "cli-base.json", "--filter", "top=0"]);
+    assert_eq!(filter.status, 2);
+    assert!(
+        filter.stderr.contains("--filter \"top=0\""),
+        "{}",
+        filter.stderr
+    );
+    let unwritable = spanprof(&["merge", "cli-base.json", "-o", "/proc/spanprof/all.json"]);
+    assert_eq!(unwritable.status, 2);
+    assert!(unwritable.stderr.contains("/proc/spanprof/all.json"));
+}
