@@ -186,6 +186,7 @@ impl Outputs {
 
 /// The formats an output directory gets, in the order they are written: the JSON profile,
 /// then `report.csv` and `metrics.prom` where their features are on.
+#[cfg_attr(not(any(feature = "csv", feature = "prometheus")), allow(unused_mut))]
 pub(crate) fn directory_formats() -> Vec<Box<dyn Format>> {
     let mut formats: Vec<Box<dyn Format>> = vec![Box::new(Json)];
     #[cfg(feature = "csv")]

@@ -31,6 +31,8 @@ use spanprof::output::{Csv, Format, Json, Prometheus, Table};
 use spanprof::{ProfileLayer, Snapshot};
 use tracing::info_span;
 
+// Only `spanprof` of the shared subscribers is used here.
+#[allow(dead_code)]
 mod common;
 
 const NAMES: usize = 100;
