@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use super::table::{clamped_spans, report_order};
 use super::Format;
-use crate::profile::{GpuUse, Snapshot, SpanResources, SpanStats};
+use crate::profile::{CpuUse, GpuUse, HeapUse, MemoryUse, Snapshot, SpanResources, SpanStats};
 
 /// Name of the CSV report in an output directory.
 pub const CSV_FILE: &str = "report.csv";
@@ -140,6 +140,23 @@ fn resources(s: &SpanStats) -> Option<&SpanResources> {
     s.resources.as_ref()
 }
 
+fn cpu(s: &SpanStats) -> Option<&CpuUse> {
+    resources(s)?.cpu.as_ref()
+}
+
+fn memory(s: &SpanStats) -> Option<&MemoryUse> {
+    resources(s)?.memory.as_ref()
+}
+
+/// A heap column: `figure` of the entries' heap use, per entry.
+fn heap_per_entry(header: &str, figure: fn(&HeapUse) -> f64) -> Column<'static> {
+    column(header, move |s| {
+        opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
+            per(figure(h), h.entries)
+        })
+    })
+}
+
 fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
     let all_self: f64 = snap
         .spans
@@ -191,51 +208,22 @@ fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
         column("bytes_per_s", |s| opt(s.rate(s.bytes), real)),
         column("flops", |s| opt(s.flops, int)),
         column("flops_per_s", |s| opt(s.rate(s.flops), real)),
-        column("cpu_ns", |s| {
-            opt(resources(s).and_then(|r| r.cpu.as_ref()), |c| int(c.cpu_ns))
-        }),
-        column("cpu_pct", |s| {
-            opt(resources(s).and_then(|r| r.cpu.as_ref()), |c| {
-                real(c.utilization_pct)
-            })
-        }),
+        column("cpu_ns", |s| opt(cpu(s), |c| int(c.cpu_ns))),
+        column("cpu_pct", |s| opt(cpu(s), |c| real(c.utilization_pct))),
         column("rss_delta_per_instance_bytes", |s| {
-            opt(resources(s).and_then(|r| r.memory.as_ref()), |m| {
-                per(m.rss_delta_bytes as f64, m.instances)
-            })
+            opt(memory(s), |m| per(m.rss_delta_bytes as f64, m.instances))
         }),
         column("peak_rss_bytes", |s| {
-            opt(resources(s).and_then(|r| r.memory.as_ref()), |m| {
-                int(m.peak_rss_bytes)
-            })
+            opt(memory(s), |m| int(m.peak_rss_bytes))
         }),
         column("peak_heap_bytes", |s| {
-            opt(
-                resources(s)
-                    .and_then(|r| r.memory.as_ref())
-                    .and_then(|m| m.peak_heap_bytes),
-                int,
-            )
+            opt(memory(s).and_then(|m| m.peak_heap_bytes), int)
         }),
-        column("alloc_per_entry_bytes", |s| {
-            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
-                per(h.allocated_bytes as f64, h.entries)
-            })
-        }),
-        column("allocs_per_entry", |s| {
-            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
-                per(h.allocations as f64, h.entries)
-            })
-        }),
-        column("kept_per_entry_bytes", |s| {
-            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
-                per(h.net_retained_bytes as f64, h.entries)
-            })
-        }),
-        column("self_kept_per_entry_bytes", |s| {
-            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
-                per(h.self_retained_bytes as f64, h.entries)
-            })
+        heap_per_entry("alloc_per_entry_bytes", |h| h.allocated_bytes as f64),
+        heap_per_entry("allocs_per_entry", |h| h.allocations as f64),
+        heap_per_entry("kept_per_entry_bytes", |h| h.net_retained_bytes as f64),
+        heap_per_entry("self_kept_per_entry_bytes", |h| {
+            h.self_retained_bytes as f64
         }),
     ];
     // One group of columns per GPU device of the profile (or seen in a span).
