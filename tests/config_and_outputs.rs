@@ -253,7 +253,18 @@ fn unwritable_output_is_reported_not_fatal() {
     std::fs::write(&blocker, b"a file, not a directory").unwrap();
     tracing::dispatcher::with_default(&dispatch, workload);
     let err = guard.finish().unwrap_err();
-    assert!(matches!(err, Error::Io { .. }));
+    // Each file of the directory fails on its own: one error per format it gets.
+    let errors: Vec<&Error> = match &err {
+        Error::Outputs(errors) => errors.iter().collect(),
+        one => vec![one],
+    };
+    let formats =
+        1 + usize::from(cfg!(feature = "csv")) + usize::from(cfg!(feature = "prometheus"));
+    assert_eq!(errors.len(), formats, "{err:?}");
+    assert!(
+        errors.iter().all(|e| matches!(e, Error::Io { .. })),
+        "{err:?}"
+    );
     assert!(
         err.to_string().contains(&blocker.display().to_string()),
         "{err}"
