@@ -210,3 +210,56 @@ fn the_output_directory_gets_report_csv_from_the_final_profile() {
     assert_eq!(rows[0]["calls"], "5");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn gpu_columns_per_device_are_the_profiles() {
+    use spanprof::gpu::{GpuDevice, GpuSample, ScriptedSource};
+    use spanprof::Resources;
+    let device = GpuDevice {
+        index: 0,
+        name: "Scripted A100".to_string(),
+        uuid: None,
+        memory_total_bytes: Some(40 << 30),
+        power_limit_mw: Some(400_000),
+    };
+    let reading = GpuSample {
+        utilization_pct: Some(60),
+        memory_used_bytes: Some(8 << 30),
+        power_mw: Some(150_000),
+        ..GpuSample::default()
+    };
+    let (dispatch, guard) = support::install(
+        ProfileLayer::builder()
+            .with_resources(Resources::GPU)
+            .with_sample_interval(Duration::from_millis(5))
+            .with_gpu_source(ScriptedSource::new(vec![device]).with_samples(0, vec![reading])),
+    );
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("kernel").in_scope(|| {
+            // A few samples inside the span (bounded by a count, not a time).
+            for _ in 0..2000 {
+                let samples = guard.snapshot().resources.map_or(0, |r| r.timeline.len());
+                if samples >= 4 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+    });
+    let snap = support::finish_snapshot(guard);
+    let (headers, rows) = rows(&Csv::new().to_string(&snap).unwrap());
+    assert!(headers.iter().any(|h| h == "gpu0_energy_j"));
+    assert!(
+        !headers.iter().any(|h| h.starts_with("gpu1_")),
+        "one device"
+    );
+    let kernel = support::span(&snap, "kernel");
+    let row = rows.iter().find(|r| r["name"] == "kernel").unwrap();
+    let r = kernel.resources.as_ref().unwrap();
+    let g = &r.gpus[0];
+    assert_eq!(num(row, "gpu0_util_pct"), 60.0);
+    assert_eq!(row["gpu0_peak_mem_bytes"], (8u64 << 30).to_string());
+    assert_eq!(num(row, "gpu0_energy_j"), g.energy_j.unwrap());
+    assert_eq!(num(row, "energy_j"), r.energy_j.unwrap());
+    assert_eq!(row["co2e_g"], "", "no grid intensity given");
+}
