@@ -213,15 +213,8 @@ fn the_output_directory_gets_report_csv_from_the_final_profile() {
 
 #[test]
 fn gpu_columns_per_device_are_the_profiles() {
-    use spanprof::gpu::{GpuDevice, GpuSample, ScriptedSource};
+    use spanprof::gpu::GpuSample;
     use spanprof::Resources;
-    let device = GpuDevice {
-        index: 0,
-        name: "Scripted A100".to_string(),
-        uuid: None,
-        memory_total_bytes: Some(40 << 30),
-        power_limit_mw: Some(400_000),
-    };
     let reading = GpuSample {
         utilization_pct: Some(60),
         memory_used_bytes: Some(8 << 30),
@@ -232,7 +225,7 @@ fn gpu_columns_per_device_are_the_profiles() {
         ProfileLayer::builder()
             .with_resources(Resources::GPU)
             .with_sample_interval(Duration::from_millis(5))
-            .with_gpu_source(ScriptedSource::new(vec![device]).with_samples(0, vec![reading])),
+            .with_gpu_source(support::scripted_gpu(reading)),
     );
     tracing::dispatcher::with_default(&dispatch, || {
         tracing::info_span!("kernel").in_scope(|| {

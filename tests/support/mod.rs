@@ -89,6 +89,19 @@ pub fn span<'a>(snap: &'a Snapshot, name: &str) -> &'a SpanStats {
     })
 }
 
+/// A scripted GPU source of one device ("Scripted A100", 40 GiB, 400 W limit) that reads
+/// `reading` every time.
+pub fn scripted_gpu(reading: spanprof::gpu::GpuSample) -> spanprof::gpu::ScriptedSource {
+    let device = spanprof::gpu::GpuDevice {
+        index: 0,
+        name: "Scripted A100".to_string(),
+        uuid: None,
+        memory_total_bytes: Some(40 << 30),
+        power_limit_mw: Some(400_000),
+    };
+    spanprof::gpu::ScriptedSource::new(vec![device]).with_samples(0, vec![reading])
+}
+
 /// A path in the system temp directory that no other test (of any binary, or any run still
 /// going) uses: `spanprof-<name>-<pid>-<n>`. Whatever a crashed run left there is removed; the
 /// path itself is not created.
