@@ -214,32 +214,13 @@ fn the_output_directory_gets_report_csv_from_the_final_profile() {
 #[test]
 fn gpu_columns_per_device_are_the_profiles() {
     use spanprof::gpu::GpuSample;
-    use spanprof::Resources;
     let reading = GpuSample {
         utilization_pct: Some(60),
         memory_used_bytes: Some(8 << 30),
         power_mw: Some(150_000),
         ..GpuSample::default()
     };
-    let (dispatch, guard) = support::install(
-        ProfileLayer::builder()
-            .with_resources(Resources::GPU)
-            .with_sample_interval(Duration::from_millis(5))
-            .with_gpu_source(support::scripted_gpu(reading)),
-    );
-    tracing::dispatcher::with_default(&dispatch, || {
-        tracing::info_span!("kernel").in_scope(|| {
-            // A few samples inside the span (bounded by a count, not a time).
-            for _ in 0..2000 {
-                let samples = guard.snapshot().resources.map_or(0, |r| r.timeline.len());
-                if samples >= 4 {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        });
-    });
-    let snap = support::finish_snapshot(guard);
+    let snap = support::gpu_kernel_profile(reading);
     let (headers, rows) = rows(&Csv::new().to_string(&snap).unwrap());
     assert!(headers.iter().any(|h| h == "gpu0_energy_j"));
     assert!(

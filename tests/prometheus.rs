@@ -394,7 +394,6 @@ fn the_output_directory_gets_metrics_prom_from_the_final_profile() {
 #[test]
 fn gpu_readings_are_gauges_per_device() {
     use spanprof::gpu::GpuSample;
-    use spanprof::Resources;
     let reading = GpuSample {
         utilization_pct: Some(60),
         memory_used_bytes: Some(8 << 30),
@@ -403,29 +402,7 @@ fn gpu_readings_are_gauges_per_device() {
         sm_clock_mhz: Some(1_410),
         ..GpuSample::default()
     };
-    let (dispatch, guard) = support::install(
-        ProfileLayer::builder()
-            .with_resources(Resources::GPU)
-            .with_sample_interval(Duration::from_millis(5))
-            .with_gpu_source(support::scripted_gpu(reading)),
-    );
-    tracing::dispatcher::with_default(&dispatch, || {
-        tracing::info_span!("kernel").in_scope(|| {
-            // Until the sampler has integrated some energy (bounded by a count, not a time).
-            for _ in 0..2000 {
-                let snap = guard.snapshot();
-                let last = snap
-                    .resources
-                    .as_ref()
-                    .and_then(|r| r.timeline.last().cloned());
-                if last.is_some_and(|s| s.gpus.first().and_then(|g| g.energy_mj) > Some(0)) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        })
-    });
-    let snap = support::finish_snapshot(guard);
+    let snap = support::gpu_kernel_profile(reading);
     let text = Prometheus::new().to_string(&snap);
     let lines = parse(&text);
     let gpu = |name: &str| {
