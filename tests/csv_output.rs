@@ -210,3 +210,30 @@ fn the_output_directory_gets_report_csv_from_the_final_profile() {
     assert_eq!(rows[0]["calls"], "5");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn gpu_columns_per_device_are_the_profiles() {
+    use spanprof::gpu::GpuSample;
+    let reading = GpuSample {
+        utilization_pct: Some(60),
+        memory_used_bytes: Some(8 << 30),
+        power_mw: Some(150_000),
+        ..GpuSample::default()
+    };
+    let snap = support::gpu_kernel_profile(reading);
+    let (headers, rows) = rows(&Csv::new().to_string(&snap).unwrap());
+    assert!(headers.iter().any(|h| h == "gpu0_energy_j"));
+    assert!(
+        !headers.iter().any(|h| h.starts_with("gpu1_")),
+        "one device"
+    );
+    let kernel = support::span(&snap, "kernel");
+    let row = rows.iter().find(|r| r["name"] == "kernel").unwrap();
+    let r = kernel.resources.as_ref().unwrap();
+    let g = &r.gpus[0];
+    assert_eq!(num(row, "gpu0_util_pct"), 60.0);
+    assert_eq!(row["gpu0_peak_mem_bytes"], (8u64 << 30).to_string());
+    assert_eq!(num(row, "gpu0_energy_j"), g.energy_j.unwrap());
+    assert_eq!(num(row, "energy_j"), r.energy_j.unwrap());
+    assert_eq!(row["co2e_g"], "", "no grid intensity given");
+}

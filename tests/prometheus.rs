@@ -390,3 +390,46 @@ fn the_output_directory_gets_metrics_prom_from_the_final_profile() {
     assert_eq!(value(&lines, "spanprof_span_calls_total", work), 4.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn gpu_readings_are_gauges_per_device() {
+    use spanprof::gpu::GpuSample;
+    let reading = GpuSample {
+        utilization_pct: Some(60),
+        memory_used_bytes: Some(8 << 30),
+        power_mw: Some(150_000),
+        temperature_c: Some(55),
+        sm_clock_mhz: Some(1_410),
+        ..GpuSample::default()
+    };
+    let snap = support::gpu_kernel_profile(reading);
+    let text = Prometheus::new().to_string(&snap);
+    let lines = parse(&text);
+    let gpu = |name: &str| {
+        let found: Vec<_> = lines
+            .iter()
+            .filter(|l| l.name == name && l.labels.get("gpu").map(String::as_str) == Some("0"))
+            .collect();
+        assert_eq!(found.len(), 1, "{name}\n{text}");
+        found[0].value
+    };
+    let last = snap.resources.as_ref().unwrap().timeline.last().unwrap();
+    let g = &last.gpus[0];
+    assert_eq!(gpu("spanprof_gpu_utilization_ratio"), 0.6);
+    assert_eq!(gpu("spanprof_gpu_memory_used_bytes"), (8u64 << 30) as f64);
+    assert_eq!(gpu("spanprof_gpu_power_watts"), 150.0);
+    assert_eq!(gpu("spanprof_gpu_temperature_celsius"), 55.0);
+    assert_eq!(gpu("spanprof_gpu_sm_clock_hertz"), 1.41e9);
+    let energy = g.energy_mj.expect("integrated from power");
+    assert!(energy > 0);
+    assert_eq!(gpu("spanprof_gpu_energy_joules_total"), energy as f64 / 1e3);
+    let kernel = support::span(&snap, "kernel");
+    let joules = kernel.resources.as_ref().unwrap().energy_j.unwrap();
+    assert_eq!(
+        value(&lines, "spanprof_span_energy_joules_total", kernel),
+        joules
+    );
+    if let Some((ok, said)) = promtool(&text) {
+        assert!(ok && said.is_empty(), "promtool: {said}\n{text}");
+    }
+}

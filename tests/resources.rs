@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use spanprof::analysis::{leaks, LeakSource};
-use spanprof::gpu::{GpuDevice, GpuSample, ScriptedSource};
+use spanprof::gpu::{GpuSample, ScriptedSource};
 use spanprof::output::Table;
 use spanprof::{Preset, ProfileGuard, ProfileLayer, Resources, Snapshot};
 use support::{finish_snapshot, install};
@@ -202,13 +202,6 @@ fn rss_and_timeline_in_the_profile() {
 }
 
 fn scripted_gpu() -> ScriptedSource {
-    let device = GpuDevice {
-        index: 0,
-        name: "Scripted A100".to_string(),
-        uuid: None,
-        memory_total_bytes: Some(40 << 30),
-        power_limit_mw: Some(400_000),
-    };
     // Constant utilisation and power, no energy counter: energy is integrated from power.
     let sample = GpuSample {
         utilization_pct: Some(60),
@@ -216,7 +209,7 @@ fn scripted_gpu() -> ScriptedSource {
         power_mw: Some(150_000),
         ..GpuSample::default()
     };
-    ScriptedSource::new(vec![device]).with_samples(0, vec![sample])
+    support::scripted_gpu(sample)
 }
 
 #[test]

@@ -12,8 +12,11 @@
 //! # profile with the default filter ("info"): report on stderr, JSON in target/spanprof/profile.json
 //! cargo run --release --example training_loop
 //!
-//! # choose where profile.json goes, and how long to train
+//! # choose where profile.json, report.csv and metrics.prom go, and how long to train
 //! cargo run --release --example training_loop -- --out /tmp/prof --epochs 3
+//!
+//! # serve Prometheus metrics at http://127.0.0.1:9464/metrics while it trains
+//! SPANPROF_METRICS_ADDR=9464 cargo run --release --features http --example training_loop
 //!
 //! # RUST_LOG is the usual `EnvFilter`: it decides which spans exist at all
 //! RUST_LOG=debug cargo run --release --example training_loop    # add the per-layer `linear` spans
@@ -61,7 +64,8 @@ const DEFAULT_EPOCHS: usize = 10;
 const USAGE: &str = "\
 usage: training_loop [--out DIR] [--epochs N] [--slowdown PCT] [--trace] [--no-profile]
 
-  --out DIR      where spanprof writes profile.json and report.html (default: target/spanprof)
+  --out DIR      where spanprof writes profile.json, report.html, report.csv, metrics.prom,
+                 profile.folded, flamegraph.svg and profile.pb.gz (default: target/spanprof)
   --epochs N     number of training epochs (default: 10)
   --slowdown PCT make every forward pass PCT % slower (busy-waiting): a regression
                  for `spanprof compare` to find

@@ -1,49 +1,49 @@
-//! `report.csv`: one row per span name with every figure of the console report, for
-//! spreadsheets and data frames. Written with the `csv` crate: names holding commas, quotes or
-//! newlines are quoted and read back as they were.
-//!
-//! Rows come in the report's order (self time, highest first). Headers carry the unit
-//! (`_ns`, `_bytes`, `_pct`, `_per_s`, `_j`, `_g`); cells hold plain numbers (integers for
-//! counts, nanoseconds and bytes, shortest round-trip decimals for the rest) and are empty
-//! where the profile has no such figure. The columns:
-//!
-//! - `name`, `target`, `calls`, `instances`, `open`, `calls_per_instance`, `errors`,
-//!   `errored_instances`;
-//! - per entry (enter→exit): `total_ns` (busy), `self_ns`, `self_pct` (share of all self time),
-//!   `mean_ns`, `min_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `p999_ns`, `max_ns`, `stddev_ns`,
-//!   `self_mean_ns`, `self_p50_ns`, `self_p99_ns`, `self_max_ns`;
-//! - per closed instance (creation→close): `wall_total_ns`, `wall_p50_ns`, `wall_p90_ns`,
-//!   `wall_p99_ns`, `wall_max_ns`, `instance_busy_p50_ns`, `instance_busy_p90_ns`,
-//!   `instance_busy_p99_ns`, `instance_busy_max_ns`, `busy_wall_pct`, and `in_progress_ns`
-//!   (time inside entries still running);
-//! - throughput: `items`, `items_per_s`, `bytes`, `bytes_per_s`, `flops`, `flops_per_s`;
-//! - resources: `cpu_ns`, `cpu_pct`, `rss_delta_per_instance_bytes`, `peak_rss_bytes`,
-//!   `peak_heap_bytes`, `alloc_per_entry_bytes`, `allocs_per_entry`, `kept_per_entry_bytes`,
-//!   `self_kept_per_entry_bytes`, then per GPU device `i` of the profile `gpu<i>_util_pct`,
-//!   `gpu<i>_mem_delta_per_instance_bytes`, `gpu<i>_peak_mem_bytes`, `gpu<i>_energy_j`, then
-//!   `energy_j`, `co2e_g`;
-//! - `clamped`: spans with a time over the histograms' highest value (the report's note).
-//!
-//! ```
-//! use spanprof::output::Csv;
-//! # let snapshot = spanprof::profile::Snapshot::from_json(
-//! #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
-//! let text = Csv::new().to_string(&snapshot)?;
-//! assert!(text.starts_with("name,target,calls,"));
-//! assert_eq!(text.lines().count(), 1 + snapshot.spans.len());
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! `report.csv`: the CSV report, [`Csv`].
 
 use std::io::{self, Write};
 
 use super::table::{clamped_spans, report_order};
 use super::Format;
-use crate::profile::{GpuUse, Snapshot, SpanResources, SpanStats};
+use crate::profile::{CpuUse, GpuUse, HeapUse, MemoryUse, Snapshot, SpanResources, SpanStats};
 
 /// Name of the CSV report in an output directory.
 pub const CSV_FILE: &str = "report.csv";
 
-/// The CSV report of a [`Snapshot`] (see the [module docs](self) for its columns).
+/// `report.csv`: one row per span name with every figure of the console report, for
+/// spreadsheets and data frames. Written with the `csv` crate: names holding commas, quotes or
+/// newlines are quoted and read back as they were.
+///
+/// Rows come in the report's order (self time, highest first). Headers carry the unit
+/// (`_ns`, `_bytes`, `_pct`, `_per_s`, `_j`, `_g`); cells hold plain numbers (integers for
+/// counts, nanoseconds and bytes, shortest round-trip decimals for the rest) and are empty
+/// where the profile has no such figure. The columns:
+///
+/// - `name`, `target`, `calls`, `instances`, `open`, `calls_per_instance`, `errors`,
+///   `errored_instances`;
+/// - per entry (enter→exit): `total_ns` (busy), `self_ns`, `self_pct` (share of all self time),
+///   `mean_ns`, `min_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `p999_ns`, `max_ns`, `stddev_ns`,
+///   `self_mean_ns`, `self_p50_ns`, `self_p99_ns`, `self_max_ns`;
+/// - per closed instance (creation→close): `wall_total_ns`, `wall_p50_ns`, `wall_p90_ns`,
+///   `wall_p99_ns`, `wall_max_ns`, `instance_busy_p50_ns`, `instance_busy_p90_ns`,
+///   `instance_busy_p99_ns`, `instance_busy_max_ns`, `busy_wall_pct`, and `in_progress_ns`
+///   (time inside entries still running);
+/// - throughput: `items`, `items_per_s`, `bytes`, `bytes_per_s`, `flops`, `flops_per_s`;
+/// - resources: `cpu_ns`, `cpu_pct`, `rss_delta_per_instance_bytes`, `peak_rss_bytes`,
+///   `peak_heap_bytes`, `alloc_per_entry_bytes`, `allocs_per_entry`, `kept_per_entry_bytes`,
+///   `self_kept_per_entry_bytes`, then per GPU device `i` of the profile `gpu<i>_util_pct`,
+///   `gpu<i>_mem_delta_per_instance_bytes`, `gpu<i>_peak_mem_bytes`, `gpu<i>_energy_j`, then
+///   `energy_j`, `co2e_g`;
+/// - `clamped`: spans with a time over the histograms' highest value (the report's note).
+///
+/// ```
+/// use spanprof::output::Csv;
+/// # let snapshot = spanprof::profile::Snapshot::from_json(
+/// #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
+/// let text = Csv::new().to_string(&snapshot)?;
+/// assert!(text.starts_with("name,target,calls,"));
+/// assert_eq!(text.lines().count(), 1 + snapshot.spans.len());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Csv;
 
@@ -140,6 +140,23 @@ fn resources(s: &SpanStats) -> Option<&SpanResources> {
     s.resources.as_ref()
 }
 
+fn cpu(s: &SpanStats) -> Option<&CpuUse> {
+    resources(s)?.cpu.as_ref()
+}
+
+fn memory(s: &SpanStats) -> Option<&MemoryUse> {
+    resources(s)?.memory.as_ref()
+}
+
+/// A heap column: `figure` of the entries' heap use, per entry.
+fn heap_per_entry(header: &str, figure: fn(&HeapUse) -> f64) -> Column<'static> {
+    column(header, move |s| {
+        opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
+            per(figure(h), h.entries)
+        })
+    })
+}
+
 fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
     let all_self: f64 = snap
         .spans
@@ -191,51 +208,22 @@ fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
         column("bytes_per_s", |s| opt(s.rate(s.bytes), real)),
         column("flops", |s| opt(s.flops, int)),
         column("flops_per_s", |s| opt(s.rate(s.flops), real)),
-        column("cpu_ns", |s| {
-            opt(resources(s).and_then(|r| r.cpu.as_ref()), |c| int(c.cpu_ns))
-        }),
-        column("cpu_pct", |s| {
-            opt(resources(s).and_then(|r| r.cpu.as_ref()), |c| {
-                real(c.utilization_pct)
-            })
-        }),
+        column("cpu_ns", |s| opt(cpu(s), |c| int(c.cpu_ns))),
+        column("cpu_pct", |s| opt(cpu(s), |c| real(c.utilization_pct))),
         column("rss_delta_per_instance_bytes", |s| {
-            opt(resources(s).and_then(|r| r.memory.as_ref()), |m| {
-                per(m.rss_delta_bytes as f64, m.instances)
-            })
+            opt(memory(s), |m| per(m.rss_delta_bytes as f64, m.instances))
         }),
         column("peak_rss_bytes", |s| {
-            opt(resources(s).and_then(|r| r.memory.as_ref()), |m| {
-                int(m.peak_rss_bytes)
-            })
+            opt(memory(s), |m| int(m.peak_rss_bytes))
         }),
         column("peak_heap_bytes", |s| {
-            opt(
-                resources(s)
-                    .and_then(|r| r.memory.as_ref())
-                    .and_then(|m| m.peak_heap_bytes),
-                int,
-            )
+            opt(memory(s).and_then(|m| m.peak_heap_bytes), int)
         }),
-        column("alloc_per_entry_bytes", |s| {
-            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
-                per(h.allocated_bytes as f64, h.entries)
-            })
-        }),
-        column("allocs_per_entry", |s| {
-            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
-                per(h.allocations as f64, h.entries)
-            })
-        }),
-        column("kept_per_entry_bytes", |s| {
-            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
-                per(h.net_retained_bytes as f64, h.entries)
-            })
-        }),
-        column("self_kept_per_entry_bytes", |s| {
-            opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
-                per(h.self_retained_bytes as f64, h.entries)
-            })
+        heap_per_entry("alloc_per_entry_bytes", |h| h.allocated_bytes as f64),
+        heap_per_entry("allocs_per_entry", |h| h.allocations as f64),
+        heap_per_entry("kept_per_entry_bytes", |h| h.net_retained_bytes as f64),
+        heap_per_entry("self_kept_per_entry_bytes", |h| {
+            h.self_retained_bytes as f64
         }),
     ];
     // One group of columns per GPU device of the profile (or seen in a span).

@@ -1,55 +1,4 @@
-//! The Prometheus text exposition of a profile (format 0.0.4, what `promtool check metrics`
-//! and node_exporter's textfile collector read), encoded by the `prometheus` crate's
-//! `TextEncoder`.
-//!
-//! Every metric is named `spanprof_…`, in seconds, bytes and joules, counters ending in
-//! `_total`. Per span name, labelled `span` (the name) and `target`:
-//!
-//! | metric | type | what |
-//! |---|---|---|
-//! | `spanprof_span_busy_seconds` | histogram | busy time of each entry (enter→exit): the report's per-call times |
-//! | `spanprof_span_self_seconds` | histogram | self time of each entry (busy minus child spans) |
-//! | `spanprof_span_instance_wall_seconds` | histogram | creation→close of each closed instance, only for span names whose instances are not one entry each (calls ≠ instances: async tasks, long-lived spans), as in the report's instance section |
-//! | `spanprof_span_calls_total` | counter | completed entries |
-//! | `spanprof_span_instances_total` | counter | closed instances |
-//! | `spanprof_span_errors_total` | counter | `error`-level events inside the spans |
-//! | `spanprof_span_open_instances` | gauge | instances open at the snapshot |
-//! | `spanprof_span_in_progress_seconds` | gauge | time inside entries still in progress |
-//! | `spanprof_span_{items,bytes,flops}_total` | counter | sums of the `items`, `bytes`, `flops` fields (span names that have them) |
-//! | `spanprof_span_{items,bytes,flops}_per_second` | gauge | those sums ÷ busy time, the report's throughput |
-//! | `spanprof_span_cpu_seconds_total` | counter | thread CPU time during entries (`detailed`) |
-//! | `spanprof_span_heap_allocated_bytes_total`, `spanprof_span_heap_allocations_total` | counter | heap allocated during entries (counting allocator) |
-//! | `spanprof_span_energy_joules_total` | counter | CPU package + GPU energy over instances (`full`) |
-//!
-//! For the run: `spanprof_run_info` (1, labelled `host`, `pid`, `preset`, `version`),
-//! `spanprof_run_start_time_seconds` (Unix time), `spanprof_run_duration_seconds`,
-//! `spanprof_dropped_spans_total` (labelled `reason`). From the resource samplers, the latest
-//! reading: `spanprof_process_resident_memory_bytes`, `spanprof_process_resident_memory_max_bytes`,
-//! `spanprof_process_heap_bytes`, `spanprof_process_cpu_cores` (CPU time over the last sample
-//! interval, in cores), `spanprof_process_cpu_energy_joules_total`, and per GPU (labelled `gpu`,
-//! its position in the profile's device list) `spanprof_gpu_utilization_ratio`,
-//! `spanprof_gpu_memory_used_bytes`, `spanprof_gpu_process_memory_bytes`,
-//! `spanprof_gpu_power_watts`, `spanprof_gpu_energy_joules_total`,
-//! `spanprof_gpu_temperature_celsius`, `spanprof_gpu_sm_clock_hertz`. A figure the profile does
-//! not have is left out, never written as 0.
-//!
-//! # Buckets
-//!
-//! The histograms' `le` bounds are [`export_bounds_ns`] in seconds: a 1-2.5-5 series from 1 µs
-//! to 100 s, each rounded up to the top of its HDR bucket (`le="0.000001003"` for 1 µs). At a
-//! bucket top the HDR histogram's cumulative count is exact, so every `_bucket` sample is the
-//! profile's count, not an interpolation; `+Inf` is the number of samples, `_sum` their exact
-//! total.
-//!
-//! ```
-//! use spanprof::output::{Format, Prometheus};
-//! # let snapshot = spanprof::profile::Snapshot::from_json(
-//! #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
-//! let text = Prometheus::new().to_string(&snapshot);
-//! assert!(text.contains("# TYPE spanprof_span_busy_seconds histogram"));
-//! assert!(text.contains("spanprof_span_calls_total{span=\""));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! `metrics.prom`: the Prometheus text exposition, [`Prometheus`].
 
 use std::io::{self, Write};
 
@@ -65,8 +14,58 @@ use crate::profile::{Sample, Snapshot, SpanStats, Stat};
 /// `--collector.textfile.directory` at the output directory).
 pub const METRICS_FILE: &str = "metrics.prom";
 
-/// The Prometheus text exposition of a [`Snapshot`] (see the [module docs](self) for the
-/// metrics and their buckets).
+/// The Prometheus text exposition of a profile (format 0.0.4, what `promtool check metrics`
+/// and node_exporter's textfile collector read), encoded by the `prometheus` crate's
+/// `TextEncoder`.
+///
+/// Every metric is named `spanprof_…`, in seconds, bytes and joules, counters ending in
+/// `_total`. Per span name, labelled `span` (the name) and `target`:
+///
+/// | metric | type | what |
+/// |---|---|---|
+/// | `spanprof_span_busy_seconds` | histogram | busy time of each entry (enter→exit): the report's per-call times |
+/// | `spanprof_span_self_seconds` | histogram | self time of each entry (busy minus child spans) |
+/// | `spanprof_span_instance_wall_seconds` | histogram | creation→close of each closed instance, only for span names whose instances are not one entry each (calls ≠ instances: async tasks, long-lived spans), as in the report's instance section |
+/// | `spanprof_span_calls_total` | counter | completed entries |
+/// | `spanprof_span_instances_total` | counter | closed instances |
+/// | `spanprof_span_errors_total` | counter | `error`-level events inside the spans |
+/// | `spanprof_span_open_instances` | gauge | instances open at the snapshot |
+/// | `spanprof_span_in_progress_seconds` | gauge | time inside entries still in progress |
+/// | `spanprof_span_{items,bytes,flops}_total` | counter | sums of the `items`, `bytes`, `flops` fields (span names that have them) |
+/// | `spanprof_span_{items,bytes,flops}_per_second` | gauge | those sums ÷ busy time, the report's throughput |
+/// | `spanprof_span_cpu_seconds_total` | counter | thread CPU time during entries (`detailed`) |
+/// | `spanprof_span_heap_allocated_bytes_total`, `spanprof_span_heap_allocations_total` | counter | heap allocated during entries (counting allocator) |
+/// | `spanprof_span_energy_joules_total` | counter | CPU package + GPU energy over instances (`full`) |
+///
+/// For the run: `spanprof_run_info` (1, labelled `host`, `pid`, `preset`, `version`),
+/// `spanprof_run_start_time_seconds` (Unix time), `spanprof_run_duration_seconds`,
+/// `spanprof_dropped_spans_total` (labelled `reason`). From the resource samplers, the latest
+/// reading: `spanprof_process_resident_memory_bytes`, `spanprof_process_resident_memory_max_bytes`,
+/// `spanprof_process_heap_bytes`, `spanprof_process_cpu_cores` (CPU time over the last sample
+/// interval, in cores), `spanprof_process_cpu_energy_joules_total`, and per GPU (labelled `gpu`,
+/// its position in the profile's device list) `spanprof_gpu_utilization_ratio`,
+/// `spanprof_gpu_memory_used_bytes`, `spanprof_gpu_process_memory_bytes`,
+/// `spanprof_gpu_power_watts`, `spanprof_gpu_energy_joules_total`,
+/// `spanprof_gpu_temperature_celsius`, `spanprof_gpu_sm_clock_hertz`. A figure the profile does
+/// not have is left out, never written as 0.
+///
+/// # Buckets
+///
+/// The histograms' `le` bounds are [`export_bounds_ns`] in seconds: a 1-2.5-5 series from 1 µs
+/// to 100 s, each rounded up to the top of its HDR bucket (`le="0.000001003"` for 1 µs). At a
+/// bucket top the HDR histogram's cumulative count is exact, so every `_bucket` sample is the
+/// profile's count, not an interpolation; `+Inf` is the number of samples, `_sum` their exact
+/// total.
+///
+/// ```
+/// use spanprof::output::{Format, Prometheus};
+/// # let snapshot = spanprof::profile::Snapshot::from_json(
+/// #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
+/// let text = Prometheus::new().to_string(&snapshot);
+/// assert!(text.contains("# TYPE spanprof_span_busy_seconds histogram"));
+/// assert!(text.contains("spanprof_span_calls_total{span=\""));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Prometheus;
 

@@ -90,6 +90,44 @@ pub fn span<'a>(snap: &'a Snapshot, name: &str) -> &'a SpanStats {
     })
 }
 
+/// A scripted GPU source of one device ("Scripted A100", 40 GiB, 400 W limit) that reads
+/// `reading` every time.
+pub fn scripted_gpu(reading: spanprof::gpu::GpuSample) -> spanprof::gpu::ScriptedSource {
+    let device = spanprof::gpu::GpuDevice {
+        index: 0,
+        name: "Scripted A100".to_string(),
+        uuid: None,
+        memory_total_bytes: Some(40 << 30),
+        power_limit_mw: Some(400_000),
+    };
+    spanprof::gpu::ScriptedSource::new(vec![device]).with_samples(0, vec![reading])
+}
+
+/// The final profile of one `kernel` span, sampled every 5 ms from [`scripted_gpu`] reading
+/// `reading`, open until the sampler has integrated some GPU energy (bounded by a count of
+/// polls, not a time).
+pub fn gpu_kernel_profile(reading: spanprof::gpu::GpuSample) -> Snapshot {
+    let (dispatch, guard) = install(
+        spanprof::ProfileLayer::builder()
+            .with_resources(spanprof::Resources::GPU)
+            .with_sample_interval(std::time::Duration::from_millis(5))
+            .with_gpu_source(scripted_gpu(reading)),
+    );
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("kernel").in_scope(|| {
+            for _ in 0..2000 {
+                let snap = guard.snapshot();
+                let last = snap.resources.and_then(|r| r.timeline.last().cloned());
+                if last.is_some_and(|s| s.gpus.first().and_then(|g| g.energy_mj) > Some(0)) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        })
+    });
+    finish_snapshot(guard)
+}
+
 /// A path in the system temp directory that no other test (of any binary, or any run still
 /// going) uses: `spanprof-<name>-<pid>-<n>`. Whatever a crashed run left there is removed; the
 /// path itself is not created.
