@@ -57,8 +57,15 @@ fn a_custom_format_is_written_beside_the_profile() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    // The output directory gets every file format the features build.
-    let mut expected = vec!["calls.txt", "profile.json", "report.html"];
+    // The output directory gets every file format the features build, the call tree's among
+    // them (on by default).
+    let mut expected = vec!["calls.txt", "profile.folded", "profile.json", "report.html"];
+    if cfg!(feature = "flamegraph") {
+        expected.push("flamegraph.svg");
+    }
+    if cfg!(feature = "pprof") {
+        expected.push("profile.pb.gz");
+    }
     if cfg!(feature = "prometheus") {
         expected.push("metrics.prom");
     }
