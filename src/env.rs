@@ -34,3 +34,18 @@ pub const ENV_EVERY: &str = "SPANPROF_EVERY";
 /// Environment variable: the name of the step span whose closes `SPANPROF_EVERY=N steps`
 /// counts, e.g. `train_step`.
 pub const ENV_STEP: &str = "SPANPROF_STEP";
+
+/// An environment of `(variable, value)` pairs, for tests of the rules that read it.
+#[cfg(test)]
+pub(crate) fn test_env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |var| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == var)
+            .map(|(_, v)| std::ffi::OsString::from(v))
+    }
+}

@@ -750,18 +750,7 @@ fn histogram_point(
 mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |var| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == var)
-                .map(|(_, v)| OsString::from(v))
-        }
-    }
+    use crate::env::test_env as env;
 
     fn options(pairs: &[(&str, &str)]) -> Option<OtlpOptions> {
         resolve(None, &env(pairs)).unwrap().0.map(|p| p.options)
