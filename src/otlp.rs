@@ -27,7 +27,7 @@
 //! | `spanprof.span.errors` | monotonic sum | `{error}` | `error`-level events inside the spans |
 //! | `spanprof.span.items`, `.bytes`, `.flops` | monotonic sum | `{item}`, `By`, `{flop}` | throughput fields, for names that have them |
 //!
-//! Histograms have explicit bounds: [`export_bounds_ns`](crate::profile::buckets::export_bounds_ns)
+//! Histograms have explicit bounds: [`crate::profile::buckets::export_bounds_ns`]
 //! in seconds (1 µs to 100 s in a 1-2.5-5 series, each at the top of one of spanprof's
 //! histogram buckets), so their bucket counts are the HDR histogram's exactly, not estimates;
 //! sums, counts, minima and maxima are exact too.
@@ -63,7 +63,7 @@
 //! Pushes run on the export thread, never on the program's threads, and the hot path does not
 //! change. A push that fails to connect, times out, or gets HTTP 429, 502, 503 or 504 is
 //! retried with backoff (100 ms, doubling) until the timeout; a collector that is down costs
-//! that and one warning at [`PERF_TARGET`](crate::PERF_TARGET) (the next is logged after a
+//! that and one warning at [`crate::PERF_TARGET`] (the next is logged after a
 //! push succeeded again). When the profile ends, [`ProfileGuard::finish`](crate::ProfileGuard::finish)
 //! waits for the last push at most the timeout.
 
