@@ -79,7 +79,7 @@ pub fn bucket_top(value: u64) -> u64 {
 /// let bounds = export_bounds_ns();
 /// assert_eq!(bounds.len(), 25);
 /// assert_eq!(bounds[0], bucket_top(1_000));
-/// assert_eq!(bounds[12], bucket_top(1_000_000)); // 1 ms
+/// assert_eq!(bounds[9], bucket_top(1_000_000)); // 1 ms
 /// assert_eq!(*bounds.last().unwrap(), bucket_top(100_000_000_000)); // 100 s
 /// assert!(bounds.windows(2).all(|w| w[0] < w[1]));
 /// ```
