@@ -97,7 +97,7 @@ use crate::PERF_TARGET;
 ///     .with_service_name("trainer");
 /// assert_eq!(options.endpoint(), "http://127.0.0.1:4318/v1/metrics");
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct OtlpOptions {
     endpoint: String,
     headers: Vec<(String, String)>,
@@ -105,6 +105,21 @@ pub struct OtlpOptions {
     gzip: bool,
     service_name: Option<String>,
     resource: Vec<(String, String)>,
+}
+
+/// Header values are not shown: they often hold credentials.
+impl std::fmt::Debug for OtlpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("OtlpOptions")
+            .field("endpoint", &self.endpoint)
+            .field("headers", &headers)
+            .field("timeout", &self.timeout)
+            .field("gzip", &self.gzip)
+            .field("service_name", &self.service_name)
+            .field("resource", &self.resource)
+            .finish()
+    }
 }
 
 impl OtlpOptions {
@@ -848,6 +863,14 @@ mod tests {
             &no_env
         )
         .is_err());
+        let e = resolve(
+            Some(OtlpOptions::new("ftp://c").with_header("authorization", "Bearer secret")),
+            &no_env,
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("authorization") && !e.contains("secret"), "{e}");
         let (pusher, interval) =
             resolve(Some(OtlpOptions::new("http://c/v1/metrics")), &no_env).unwrap();
         assert_eq!(pusher.unwrap().options.endpoint, "http://c/v1/metrics");
