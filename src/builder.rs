@@ -244,7 +244,8 @@ impl Builder {
         }
     }
 
-    /// Whether the `SPANPROF*` environment variables override the builder (default `true`).
+    /// Whether the `SPANPROF*` environment variables (and, with the `otlp` feature, the
+    /// `OTEL_*` ones) override the builder (default `true`).
     pub fn with_env(self, read_env: bool) -> Self {
         Self { read_env, ..self }
     }
@@ -354,6 +355,11 @@ impl Builder {
     /// ([`Format::periodic`]) and pushes OTLP metrics (feature `otlp`). One thread,
     /// `spanprof-export`, does all of it from snapshots; a last window is logged when the
     /// profile ends if anything was recorded since the previous one.
+    ///
+    /// A window ends when the thread takes its snapshot: just after the period, or just after
+    /// the `N`-th step, so short steps may put a few more in a window (its `steps` field says
+    /// how many); windows that come faster than they are logged merge. The windows' steps
+    /// always add up to the run's.
     ///
     /// [`Every::Steps`] counts closes of the span named by [`Builder::with_step_span`], which
     /// it needs. Off by default, except with an OTLP endpoint configured: then every
@@ -981,18 +987,7 @@ mod tests {
     use super::*;
     use std::ffi::OsString;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |var| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == var)
-                .map(|(_, v)| OsString::from(v))
-        }
-    }
+    use crate::env::test_env as env;
 
     fn err(pairs: &[(&str, &str)]) -> Error {
         Builder::default().apply_env(env(pairs)).unwrap_err()
@@ -1399,6 +1394,57 @@ mod tests {
             let info = guard.snapshot().resources.expect("memory is sampled");
             assert_eq!(info.interval_ms, ms);
         }
+    }
+
+    #[test]
+    fn cadence_and_step_span_from_env_follow_their_rule() {
+        let b = Builder::default()
+            .apply_env(env(&[
+                ("SPANPROF_EVERY", " 100 Steps "),
+                ("SPANPROF_STEP", "train_step"),
+            ]))
+            .unwrap();
+        assert_eq!(b.every, Some(Every::Steps(100)));
+        assert_eq!(b.step_span.as_deref(), Some("train_step"));
+        let b = Builder::default()
+            .apply_env(env(&[("SPANPROF_EVERY", "30s")]))
+            .unwrap();
+        assert_eq!(b.every, Some(Every::Period(Duration::from_secs(30))));
+        // Steps from the environment, the step span from the builder: one rule for both.
+        let b = Builder::default()
+            .with_step_span("step")
+            .apply_env(env(&[("SPANPROF_EVERY", "5 steps")]))
+            .unwrap()
+            .checked()
+            .unwrap();
+        assert_eq!(b.every, Some(Every::Steps(5)));
+        for (pairs, var) in [
+            (&[("SPANPROF_EVERY", "5 steps")][..], "SPANPROF_EVERY"),
+            (
+                &[("SPANPROF_EVERY", "0 steps"), ("SPANPROF_STEP", "s")][..],
+                "SPANPROF_EVERY",
+            ),
+            (&[("SPANPROF_EVERY", "1ms")][..], "SPANPROF_EVERY"),
+            (&[("SPANPROF_EVERY", "")][..], "SPANPROF_EVERY"),
+            (&[("SPANPROF_STEP", " ")][..], "SPANPROF_STEP"),
+        ] {
+            let e = err(pairs);
+            assert!(
+                matches!(&e, Error::InvalidEnv { var: got, .. } if *got == var),
+                "{pairs:?}: {e:?}"
+            );
+        }
+        assert!(err(&[("SPANPROF_EVERY", "5 steps")])
+            .to_string()
+            .contains("SPANPROF_STEP"));
+        let e = Builder::default().with_step_span("").checked().unwrap_err();
+        assert!(matches!(
+            e,
+            Error::InvalidSetting {
+                method: "with_step_span",
+                ..
+            }
+        ));
     }
 
     #[test]

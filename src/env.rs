@@ -47,3 +47,18 @@ pub const ENV_STEP: &str = "SPANPROF_STEP";
 /// Environment variable: which span names every output shows (comma-separated name globs,
 /// `target=GLOB`, `top=N`; see [`Selection`](crate::output::Selection)).
 pub const ENV_OUTPUT_FILTER: &str = "SPANPROF_OUTPUT_FILTER";
+
+/// An environment of `(variable, value)` pairs, for tests of the rules that read it.
+#[cfg(test)]
+pub(crate) fn test_env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |var| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == var)
+            .map(|(_, v)| std::ffi::OsString::from(v))
+    }
+}

@@ -274,7 +274,7 @@ fn period_of(every: Every) -> Duration {
 /// Why the thread woke.
 enum Wake {
     Window,
-    Last(Snapshot),
+    Last(Box<Snapshot>),
     Gone,
 }
 
@@ -298,7 +298,7 @@ impl Worker {
             match self.wait(shared, session) {
                 Wake::Gone => return,
                 Wake::Last(snapshot) => {
-                    self.guarded(|w| w.window(snapshot, true));
+                    self.guarded(|w| w.window(*snapshot, true));
                     let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
                     state.done = true;
                     shared.done.notify_all();
@@ -331,7 +331,7 @@ impl Worker {
             if shared.asked.load(Ordering::Acquire) {
                 let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(snapshot) = state.snapshot.take() {
-                    return Wake::Last(snapshot);
+                    return Wake::Last(Box::new(snapshot));
                 }
             }
             if session.strong_count() == 0 {

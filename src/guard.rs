@@ -52,7 +52,13 @@ impl ProfileHandle {
     /// The previous interval's end is kept once per profiling session, not per handle: every
     /// handle (and the guard) of a session shares it, so the intervals returned to all callers
     /// follow one another without gap or overlap, and their counts add up to the total exactly.
-    /// Concurrent callers are served one after the other. The export cadence
+    /// Concurrent callers are served one after the other.
+    ///
+    /// `calls`, `created` and `instances` add up exactly whatever the timing (they come from
+    /// counters that never go down). Histograms and totals add up exactly between snapshots
+    /// taken while no span of the name closes; a snapshot taken while one closes may count that
+    /// span's first entry both as open and as closed, one sample more in its entry histograms
+    /// until the next snapshot. The export cadence
     /// ([`Builder::with_every`](crate::Builder::with_every)) keeps its own windows and does not
     /// move this one.
     ///

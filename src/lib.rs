@@ -43,6 +43,9 @@
 //! - [`analysis`]: findings computed from a snapshot (leak suspicion).
 //! - [`output`]: the formats (console [`Table`](output::Table), [`Json`](output::Json)) behind
 //!   one interface, [`output::Format`].
+//! - [`Every`] ([`Builder::with_every`]): a summary of each window logged as the program runs,
+//!   periodic outputs and pushes; [`ProfileHandle::interval_snapshot`]: the statistics of an
+//!   interval.
 //! - [`gpu`]: GPU sources (NVML, scripted); [`chrome`]: Chrome / Perfetto traces;
 //!   [`alloc`]: the counting allocator; [`clock`]: the time source, and a mock for tests.
 //!
@@ -127,6 +130,10 @@
 //!   exposition (`output::Prometheus`, the `prometheus` crate's encoder).
 //! - `http`: a Prometheus `/metrics` endpoint on a thread of its own (`tiny_http`), started by
 //!   `Builder::with_metrics_addr` or `SPANPROF_METRICS_ADDR`.
+//!
+//! - `otlp`: pushes the profile's metrics to an OpenTelemetry collector over OTLP/HTTP
+//!   ([`otlp`]), configured by the standard `OTEL_*` variables or
+//!   [`Builder::with_otlp`]. Needs Rust 1.85.
 //!
 //! Without default features spanprof records span timing and resources (GPU figures need a
 //! [`gpu::GpuSource`] of your own) and writes the report and the JSON profile.

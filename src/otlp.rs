@@ -27,7 +27,7 @@
 //! | `spanprof.span.errors` | monotonic sum | `{error}` | `error`-level events inside the spans |
 //! | `spanprof.span.items`, `.bytes`, `.flops` | monotonic sum | `{item}`, `By`, `{flop}` | throughput fields, for names that have them |
 //!
-//! Histograms have explicit bounds: [`export_bounds_ns`](crate::profile::buckets::export_bounds_ns)
+//! Histograms have explicit bounds: [`crate::profile::buckets::export_bounds_ns`]
 //! in seconds (1 µs to 100 s in a 1-2.5-5 series, each at the top of one of spanprof's
 //! histogram buckets), so their bucket counts are the HDR histogram's exactly, not estimates;
 //! sums, counts, minima and maxima are exact too.
@@ -63,7 +63,7 @@
 //! Pushes run on the export thread, never on the program's threads, and the hot path does not
 //! change. A push that fails to connect, times out, or gets HTTP 429, 502, 503 or 504 is
 //! retried with backoff (100 ms, doubling) until the timeout; a collector that is down costs
-//! that and one warning at [`PERF_TARGET`](crate::PERF_TARGET) (the next is logged after a
+//! that and one warning at [`crate::PERF_TARGET`] (the next is logged after a
 //! push succeeded again). When the profile ends, [`ProfileGuard::finish`](crate::ProfileGuard::finish)
 //! waits for the last push at most the timeout.
 
@@ -97,7 +97,7 @@ use crate::PERF_TARGET;
 ///     .with_service_name("trainer");
 /// assert_eq!(options.endpoint(), "http://127.0.0.1:4318/v1/metrics");
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct OtlpOptions {
     endpoint: String,
     headers: Vec<(String, String)>,
@@ -105,6 +105,21 @@ pub struct OtlpOptions {
     gzip: bool,
     service_name: Option<String>,
     resource: Vec<(String, String)>,
+}
+
+/// Header values are not shown: they often hold credentials.
+impl std::fmt::Debug for OtlpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("OtlpOptions")
+            .field("endpoint", &self.endpoint)
+            .field("headers", &headers)
+            .field("timeout", &self.timeout)
+            .field("gzip", &self.gzip)
+            .field("service_name", &self.service_name)
+            .field("resource", &self.resource)
+            .finish()
+    }
 }
 
 impl OtlpOptions {
@@ -750,18 +765,7 @@ fn histogram_point(
 mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |var| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == var)
-                .map(|(_, v)| OsString::from(v))
-        }
-    }
+    use crate::env::test_env as env;
 
     fn options(pairs: &[(&str, &str)]) -> Option<OtlpOptions> {
         resolve(None, &env(pairs)).unwrap().0.map(|p| p.options)
@@ -859,6 +863,14 @@ mod tests {
             &no_env
         )
         .is_err());
+        let e = resolve(
+            Some(OtlpOptions::new("ftp://c").with_header("authorization", "Bearer secret")),
+            &no_env,
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("authorization") && !e.contains("secret"), "{e}");
         let (pusher, interval) =
             resolve(Some(OtlpOptions::new("http://c/v1/metrics")), &no_env).unwrap();
         assert_eq!(pusher.unwrap().options.endpoint, "http://c/v1/metrics");

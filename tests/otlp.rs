@@ -140,6 +140,12 @@ fn string(kv: &[KeyValue], key: &str) -> Option<String> {
         })
 }
 
+/// A string attribute of the request's resource.
+fn resource_attribute(r: &Received, key: &str) -> String {
+    let resource = r.request.resource_metrics[0].resource.as_ref().unwrap();
+    string(&resource.attributes, key).unwrap_or_else(|| panic!("no resource attribute {key}"))
+}
+
 fn metrics(r: &Received) -> &[Metric] {
     &r.request.resource_metrics[0].scope_metrics[0].metrics
 }
@@ -246,15 +252,8 @@ fn the_last_push_carries_the_profile_s_exact_histograms() {
     assert_eq!(r.path, "/v1/metrics");
     assert_eq!(r.headers["content-type"], "application/x-protobuf");
     assert_eq!(r.headers["authorization"], "Bearer token");
-    let resource = r.request.resource_metrics[0].resource.as_ref().unwrap();
-    assert_eq!(
-        string(&resource.attributes, "service.name").unwrap(),
-        "unit-test"
-    );
-    assert_eq!(
-        string(&resource.attributes, "telemetry.sdk.name").unwrap(),
-        "spanprof"
-    );
+    assert_eq!(resource_attribute(r, "service.name"), "unit-test");
+    assert_eq!(resource_attribute(r, "telemetry.sdk.name"), "spanprof");
     assert_eq!(snapshot.spans.len(), 3);
     for s in &snapshot.spans {
         for (metric, stat) in [
@@ -333,15 +332,8 @@ fn the_otel_variables_configure_the_push_with_no_code_change() {
         assert_eq!(r.headers["x-api-key"], "secret one");
         assert_eq!(r.headers["x-team"], "infra", "the metrics variable wins");
         assert_eq!(r.headers["content-encoding"], "gzip");
-        let resource = r.request.resource_metrics[0].resource.as_ref().unwrap();
-        assert_eq!(
-            string(&resource.attributes, "service.name").unwrap(),
-            "trainer"
-        );
-        assert_eq!(
-            string(&resource.attributes, "deployment.environment").unwrap(),
-            "ci"
-        );
+        assert_eq!(resource_attribute(r, "service.name"), "trainer");
+        assert_eq!(resource_attribute(r, "deployment.environment"), "ci");
         // Cumulative: each push counts every step so far.
         let Some(metric::Data::Sum(calls)) = &metric(r, "spanprof.span.calls").data else {
             panic!()

@@ -38,6 +38,12 @@
 //! # a 20 % slower forward pass, for `spanprof compare` to flag
 //! cargo run --release --example training_loop -- --slowdown 20 --out /tmp/slow
 //!
+//! # a summary of each window of 100 steps (the top span names by self time) as it runs
+//! SPANPROF_EVERY="100 steps" SPANPROF_STEP=train_step cargo run --release --example training_loop
+//!
+//! # built with the `otlp` feature, push the profile's metrics to an OpenTelemetry collector
+//! OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 cargo run --release --features otlp --example training_loop
+//!
 //! # the same workload with the same registry and EnvFilter, but without spanprof:
 //! # compare its "training took" line with a profiled run to see spanprof's overhead
 //! cargo run --release --example training_loop -- --no-profile
@@ -53,8 +59,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use tracing::instrument;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::prelude::*;
-use tracing_subscriber::{filter::LevelFilter, EnvFilter};
+use tracing_subscriber::EnvFilter;
 
 use spanprof::chrome::{ChromeOptions, Schedule};
 use workload::Trainer;
@@ -109,10 +116,17 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         let (layer, guard) = builder.build()?;
         // `chrome_layer()` is `None` unless chrome tracing is on.
+        // spanprof's own messages (its windows with SPANPROF_EVERY, its warnings) on stderr;
+        // a per-layer filter on one target, so the spans of the workload cost this layer nothing.
+        let messages = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_filter(Targets::new().with_target(spanprof::PERF_TARGET, LevelFilter::INFO));
         tracing_subscriber::registry()
             .with(filter)
             .with(layer)
             .with(guard.chrome_layer())
+            .with(messages)
             .init();
         // Ctrl-C, `kill` (SIGTERM) or a closed terminal (SIGHUP) write the report, the profile
         // and the open trace window, then exit with 128 + the signal (130, 143, 129).
