@@ -41,8 +41,9 @@
 //! - [`profile`]: the model every output reads, a plain-data [`Snapshot`] that stands alone
 //!   (JSON, versioned).
 //! - [`analysis`]: findings computed from a snapshot (leak suspicion).
-//! - [`output`]: the formats (console [`Table`](output::Table), [`Json`](output::Json)) behind
-//!   one interface, [`output::Format`].
+//! - [`output`]: the formats (console [`Table`](output::Table), [`Json`](output::Json), and the
+//!   call tree's [`TreeView`](output::TreeView), [`Folded`](output::Folded), flamegraph and
+//!   pprof) behind one interface, [`output::Format`].
 //! - [`gpu`]: GPU sources (NVML, scripted); [`chrome`]: Chrome / Perfetto traces;
 //!   [`alloc`]: the counting allocator; [`clock`]: the time source, and a mock for tests.
 //!

@@ -474,7 +474,10 @@ fn an_hour_long_sample_is_written_within_the_profiles_bounds() {
 fn a_call_tree_with_a_bad_parent_or_statistic() {
     let golden: serde_json::Value =
         serde_json::from_str(include_str!("data/golden-profile.json")).unwrap();
-    assert!(Snapshot::from_json(&golden.to_string(), "golden").unwrap().tree.is_some());
+    assert!(Snapshot::from_json(&golden.to_string(), "golden")
+        .unwrap()
+        .tree
+        .is_some());
     let mut v = golden.clone();
     // A parent must come before its child: no cycles, no dangling index.
     v["tree"]["nodes"][0]["parent"] = 5.into();

@@ -58,7 +58,8 @@ const DEFAULT_EPOCHS: usize = 10;
 const USAGE: &str = "\
 usage: training_loop [--out DIR] [--epochs N] [--trace] [--no-profile]
 
-  --out DIR      where spanprof writes profile.json (default: target/spanprof)
+  --out DIR      where spanprof writes profile.json, profile.folded, flamegraph.svg
+                 and profile.pb.gz (default: target/spanprof)
   --epochs N     number of training epochs (default: 10)
   --trace        also write Chrome / Perfetto traces of train_step 16-18 and 25-27
                  into DIR/traces/ (on too with SPANPROF=full)
