@@ -253,11 +253,24 @@ fn unwritable_output_is_reported_not_fatal() {
     std::fs::write(&blocker, b"a file, not a directory").unwrap();
     tracing::dispatcher::with_default(&dispatch, workload);
     let err = guard.finish().unwrap_err();
-    assert!(matches!(err, Error::Io { .. }));
-    assert!(
-        err.to_string().contains(&blocker.display().to_string()),
-        "{err}"
-    );
+    // Every file of the directory failed (the profile and the call tree's files), each an
+    // I/O error naming its path under the blocker.
+    let Error::Outputs(errors) = &err else {
+        panic!("expected one error per output: {err:?}");
+    };
+    let mut files = vec!["profile.json", "profile.folded"];
+    if cfg!(feature = "flamegraph") {
+        files.push("flamegraph.svg");
+    }
+    if cfg!(feature = "pprof") {
+        files.push("profile.pb.gz");
+    }
+    assert_eq!(errors.len(), files.len(), "{err}");
+    for (e, file) in errors.iter().zip(&files) {
+        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+        let path = blocker.join("sub").join(file);
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    }
     let _ = std::fs::remove_file(&blocker);
 }
 

@@ -57,7 +57,15 @@ fn a_custom_format_is_written_beside_the_profile() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["calls.txt", "profile.json"]);
+    let mut expected = vec!["calls.txt", "profile.folded", "profile.json"];
+    if cfg!(feature = "flamegraph") {
+        expected.push("flamegraph.svg");
+    }
+    if cfg!(feature = "pprof") {
+        expected.push("profile.pb.gz");
+    }
+    expected.sort_unstable();
+    assert_eq!(names, expected);
 }
 
 #[cfg(target_os = "linux")]

@@ -1,6 +1,7 @@
 //! The call tree: paths across threads and async tasks, bounds, the exact agreement of the
 //! tree with the per-name statistics, and its outputs checked by independent readers (inferno's
-//! own folded-stack parser, headless Chromium for the SVG, `go tool pprof` for pprof).
+//! flamegraph renderer fed the folded stacks, headless Chromium for the SVG, `go tool pprof`
+//! for pprof).
 
 mod support;
 
@@ -244,7 +245,7 @@ fn written_run(name: &str) -> (std::path::PathBuf, Snapshot) {
 }
 
 #[test]
-fn folded_stacks_sum_to_the_self_totals_and_inferno_reads_them() {
+fn folded_stacks_sum_to_the_self_totals() {
     let (dir, snap) = written_run("tree-folded");
     let text = std::fs::read_to_string(dir.join("profile.folded")).unwrap();
     let mut sum = 0;
