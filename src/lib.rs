@@ -41,8 +41,9 @@
 //! - [`profile`]: the model every output reads, a plain-data [`Snapshot`] that stands alone
 //!   (JSON, versioned).
 //! - [`analysis`]: findings computed from a snapshot (leak suspicion).
-//! - [`output`]: the formats (console [`Table`](output::Table), [`Json`](output::Json)) behind
-//!   one interface, [`output::Format`].
+//! - [`output`]: the formats (console [`Table`](output::Table), [`Json`](output::Json), and the
+//!   call tree's [`TreeView`](output::TreeView), [`Folded`](output::Folded), flamegraph and
+//!   pprof) behind one interface, [`output::Format`].
 //! - [`Every`] ([`Builder::with_every`]): a summary of each window logged as the program runs,
 //!   periodic outputs and pushes; [`ProfileHandle::interval_snapshot`]: the statistics of an
 //!   interval.

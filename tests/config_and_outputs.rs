@@ -253,27 +253,31 @@ fn unwritable_output_is_reported_not_fatal() {
     std::fs::write(&blocker, b"a file, not a directory").unwrap();
     tracing::dispatcher::with_default(&dispatch, workload);
     let err = guard.finish().unwrap_err();
-    // Each file of the directory fails on its own: one error per format it gets.
-    let errors: Vec<&Error> = match &err {
-        Error::Outputs(errors) => errors.iter().collect(),
-        one => vec![one],
+    // Every file of the directory failed, each an I/O error naming its path under the blocker:
+    // the profile, the HTML report, the CSV and Prometheus files, and the call tree's files.
+    let Error::Outputs(errors) = &err else {
+        panic!("expected one error per output: {err:?}");
     };
-    // The profile, the HTML report, the CSV and Prometheus files, and the call tree's folded
-    // stacks, flamegraph and pprof profile.
-    let formats = 3
-        + usize::from(cfg!(feature = "csv"))
-        + usize::from(cfg!(feature = "prometheus"))
-        + usize::from(cfg!(feature = "flamegraph"))
-        + usize::from(cfg!(feature = "pprof"));
-    assert_eq!(errors.len(), formats, "{err:?}");
-    assert!(
-        errors.iter().all(|e| matches!(e, Error::Io { .. })),
-        "{err:?}"
-    );
-    assert!(
-        err.to_string().contains(&blocker.display().to_string()),
-        "{err}"
-    );
+    let mut files = vec!["profile.json", "report.html"];
+    if cfg!(feature = "csv") {
+        files.push("report.csv");
+    }
+    if cfg!(feature = "prometheus") {
+        files.push("metrics.prom");
+    }
+    files.push("profile.folded");
+    if cfg!(feature = "flamegraph") {
+        files.push("flamegraph.svg");
+    }
+    if cfg!(feature = "pprof") {
+        files.push("profile.pb.gz");
+    }
+    assert_eq!(errors.len(), files.len(), "{err}");
+    for (e, file) in errors.iter().zip(&files) {
+        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+        let path = blocker.join("sub").join(file);
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    }
     let _ = std::fs::remove_file(&blocker);
 }
 

@@ -1,11 +1,9 @@
 //! The call tree: paths across threads and async tasks, bounds, the exact agreement of the
 //! tree with the per-name statistics, and its outputs checked by independent readers (inferno's
-//! own folded-stack parser, headless Chromium for the SVG, `go tool pprof` for pprof).
+//! flamegraph renderer fed the folded stacks, headless Chromium for the SVG, `go tool pprof`
+//! for pprof).
 
 mod support;
-
-use std::path::Path;
-use std::process::Command;
 
 use spanprof::builder::MAX_TREE_DEPTH;
 use spanprof::profile::{CallTree, TreeNode};
@@ -247,7 +245,7 @@ fn written_run(name: &str) -> (std::path::PathBuf, Snapshot) {
 }
 
 #[test]
-fn folded_stacks_sum_to_the_self_totals_and_inferno_reads_them() {
+fn folded_stacks_sum_to_the_self_totals() {
     let (dir, snap) = written_run("tree-folded");
     let text = std::fs::read_to_string(dir.join("profile.folded")).unwrap();
     let mut sum = 0;
@@ -282,13 +280,13 @@ fn the_flamegraph_renders_in_a_browser_with_every_frame() {
     let svg = dir.join("flamegraph.svg");
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("<svg"), "{text}");
-    let chromium = Path::new("/usr/bin/chromium");
+    let chromium = std::path::Path::new("/usr/bin/chromium");
     if !chromium.exists() {
         eprintln!("SKIPPED: no /usr/bin/chromium: the flamegraph was not opened in a browser");
         return;
     }
     let profile = support::temp_dir("tree-chromium");
-    let out = Command::new(chromium)
+    let out = std::process::Command::new(chromium)
         .args([
             "--headless",
             "--no-sandbox",
@@ -328,13 +326,13 @@ fn the_flamegraph_renders_in_a_browser_with_every_frame() {
 fn go_tool_pprof_reads_the_profile_with_matching_totals() {
     let (dir, snap) = written_run("tree-pprof");
     let pb = dir.join("profile.pb.gz");
-    let go = Path::new("/usr/bin/go");
+    let go = std::path::Path::new("/usr/bin/go");
     if !go.exists() {
         eprintln!("SKIPPED: no /usr/bin/go: profile.pb.gz was not read by go tool pprof");
         return;
     }
     let cache = support::temp_dir("tree-gocache");
-    let out = Command::new(go)
+    let out = std::process::Command::new(go)
         .args(["tool", "pprof", "-raw", "-symbolize=none"])
         .arg(&pb)
         .env("GOCACHE", &cache)

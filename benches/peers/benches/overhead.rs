@@ -20,7 +20,8 @@
 //! | `no_subscriber`         | no subscriber at all (tracing's `NoSubscriber`): the cost of the macro     |
 //! | `registry_identity`     | `registry().with(Identity::new())`: the floor any registry layer pays      |
 //! | `naive_instant_layer`   | registry + a 15-line layer: `Instant` in extensions at enter, elapsed into an `AtomicU64` at exit |
-//! | `spanprof_basic`        | registry + spanprof, `Preset::Basic`                                       |
+//! | `spanprof_basic`        | registry + spanprof, `Preset::Basic` (the call tree on, its default)       |
+//! | `spanprof_basic_no_tree` | `spanprof_basic` with `with_tree(false)`                                  |
 //! | `spanprof_detailed`     | `Preset::Detailed`: + RSS marks, heap counters, thread CPU clock (a system call) at enter/exit |
 //! | `spanprof_full`         | `Preset::Full`: + GPU (a scripted one-device source) and energy marks       |
 //! | `spanprof_filter_matches` | registry + spanprof with a filter set (`overhead=trace`) that selects the span |
@@ -34,7 +35,7 @@
 //!
 //! ## `overhead/nested` — three nested spans per iteration
 //!
-//! `registry_identity` and `spanprof_basic`. The reported time is already
+//! `registry_identity`, `spanprof_basic` and `spanprof_basic_no_tree`. The reported time is already
 //! divided by 3: it is **ns per span**, directly comparable with `flat`.
 //!
 //! ## `overhead/two_threads` — two threads hammering one subscriber
@@ -281,10 +282,20 @@ fn spanprof_layer(
     preset: spanprof::Preset,
     filter: Option<&str>,
 ) -> (Dispatch, spanprof::ProfileGuard) {
+    spanprof_layer_tree(preset, filter, true)
+}
+
+/// [`spanprof_layer`], with the call tree on or off.
+fn spanprof_layer_tree(
+    preset: spanprof::Preset,
+    filter: Option<&str>,
+    tree: bool,
+) -> (Dispatch, spanprof::ProfileGuard) {
     let mut builder = spanprof::ProfileLayer::builder()
         .with_env(false)
         .with_report(spanprof::ReportTarget::Off)
-        .with_preset(preset);
+        .with_preset(preset)
+        .with_tree(tree);
     if let Some(f) = filter {
         builder = builder.with_filter(f).expect("valid spanprof filter");
     }
@@ -406,6 +417,13 @@ fn flat_spanprof(g: &mut BenchmarkGroup<'_, WallTime>) {
         }
     }
     {
+        let (dispatch, guard) = spanprof_layer_tree(spanprof::Preset::Basic, None, false);
+        if bench_flat(g, "spanprof_basic_no_tree", &dispatch) {
+            assert!(spanprof_calls(&guard, "bench_span") > 0);
+            assert!(guard.snapshot().tree.is_none());
+        }
+    }
+    {
         let case = "spanprof_filter_matches";
         let (dispatch, guard) = spanprof_recording(case, Some(MATCHING_FILTER));
         if bench_flat(g, case, &dispatch) {
@@ -441,6 +459,13 @@ fn nested_spanprof(g: &mut BenchmarkGroup<'_, WallTime>) {
                 );
             }
         }
+    }
+}
+
+fn nested_spanprof_no_tree(g: &mut BenchmarkGroup<'_, WallTime>) {
+    let (dispatch, guard) = spanprof_layer_tree(spanprof::Preset::Basic, None, false);
+    if bench_nested(g, "spanprof_basic_no_tree", &dispatch) {
+        assert!(spanprof_calls(&guard, "bench_span") > 0);
     }
 }
 
@@ -751,6 +776,7 @@ fn nested(c: &mut Criterion) {
     let mut g = c.benchmark_group("overhead/nested");
     bench_nested(&mut g, "registry_identity", &registry_identity());
     nested_spanprof(&mut g);
+    nested_spanprof_no_tree(&mut g);
     g.finish();
 }
 
