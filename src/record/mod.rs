@@ -372,12 +372,13 @@ impl Recorder {
         }
         self.readings_taken();
         let now = self.clock.raw();
-        // A wait beyond spanprof's own time stays with the parent, as it would without the
-        // readings: see `overhead`.
-        let (own, _wait) = self.costs.split(self.clock.delta_ns(before, now), cpu);
+        // A wait beyond spanprof's own time is shared out over the spans: see `overhead`.
+        let spent = self.clock.delta_ns(before, now);
+        let (own, wait) = self.costs.split(spent, cpu);
+        overhead::bracket(&self.clock, before, now, wait);
         local.stats(name).cost.spent(own);
         if let Some(parent) = local.stack.last_mut() {
-            parent.own_ns += own;
+            parent.own_ns += spent;
         }
         (now, marked)
     }
@@ -404,19 +405,18 @@ impl Recorder {
             let Some(frame) = local.remove(top) else {
                 return;
             };
-            let (figures, own, wait) = if frame.marked {
+            let (figures, spent) = if frame.marked {
                 self.exit_marks(local, top, &frame, now)
             } else {
-                (None, 0, 0)
+                (None, 0)
             };
-            // spanprof's own time inside the frame (its children's readings) is not the span's;
-            // a wait inside the readings of its exit (a preemption) is, as at its enter for the
-            // parent: see `overhead`.
-            let busy = self
-                .clock
-                .delta_ns(frame.start, now)
-                .saturating_sub(frame.own_ns)
-                + wait;
+            // The time of spanprof's readings inside the frame (its children's) is not the
+            // span's; the waits in them are shared out over every span: see `overhead`.
+            let busy = overhead::with_waits(
+                self.clock
+                    .delta_ns(frame.start, now)
+                    .saturating_sub(frame.own_ns),
+            );
             let self_ns = busy.saturating_sub(frame.child_ns);
             if let Some(figures) = figures {
                 local.stats(frame.name).res().add_entry(&figures, busy);
@@ -426,21 +426,21 @@ impl Recorder {
             }
             if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
                 parent.child_ns += busy;
-                parent.own_ns += frame.own_ns + own;
+                parent.own_ns += frame.own_ns + spent;
             }
             self.complete_entry(local, slot, frame.name, busy, self_ns);
         });
     }
 
-    /// Takes the resource readings of a marked frame's exit: returns its figures, spanprof's
-    /// time in them and the wait beyond that (measured from `now`, the exit's clock reading).
+    /// Takes the resource readings of a marked frame's exit: returns its figures and the time
+    /// they took (measured from `now`, the exit's clock reading).
     fn exit_marks(
         &self,
         local: &mut Local,
         top: usize,
         frame: &Frame,
         now: u64,
-    ) -> (Option<EntryFigures>, u64, u64) {
+    ) -> (Option<EntryFigures>, u64) {
         // This frame's mark: one per marked frame below it, in stack order.
         let index = local.stack[..top].iter().filter(|f| f.marked).count();
         let mut figures = None;
@@ -463,11 +463,12 @@ impl Recorder {
             figures = Some(f);
         }
         self.readings_taken();
-        let (own, wait) = self
-            .costs
-            .split(self.clock.delta_ns(now, self.clock.raw()), cpu);
+        let end = self.clock.raw();
+        let spent = self.clock.delta_ns(now, end);
+        let (own, wait) = self.costs.split(spent, cpu);
+        overhead::bracket(&self.clock, now, end, wait);
         local.stats(frame.name).cost.spent(own);
-        (figures, own, wait)
+        (figures, spent)
     }
 
     /// Adds a completed entry to its span. The first entry is only added to the span's sums: if
@@ -787,15 +788,23 @@ mod tests {
     }
 
     #[test]
-    fn a_preemption_in_the_readings_stays_with_the_span_that_was_running() {
+    fn a_preemption_in_the_readings_is_shared_out_over_the_spans() {
         // 1 ms per bracket: 2.25 µs of it spanprof's, the rest a wait (a preemption).
         let snap = parent_and_child(1_000_000);
         let span = |name| snap.span(name).unwrap();
         let wait = 1_000_000 - 2_250;
-        // The child's exit: its own wait. The child's enter: the parent's (it was running).
-        assert_eq!(span("child").busy.total_ns, 5_000 + wait);
-        assert_eq!(span("parent").self_time.total_ns, 20_000 + 2 * wait);
-        assert_eq!(span("parent").busy.total_ns, 25_000 + 3 * wait);
+        // At the child's exit: three waits (parent enter, child enter and exit) over 15 µs of
+        // running since the first bracket: its 5 µs stretched by that ratio.
+        assert_eq!(
+            span("child").busy.total_ns,
+            5_000 + 5_000 * 3 * wait / 15_000
+        );
+        // At the parent's exit: four waits over 25 µs: its 25 µs stretched, so that the root
+        // span covers the thread's time, waits included, less spanprof's own.
+        assert_eq!(span("parent").busy.total_ns, 25_000 + 4 * wait);
+        // The parent's self time: its stretched busy less the child's.
+        let parent_self = span("parent").self_time.total_ns;
+        assert_eq!(parent_self, 25_000 + 4 * wait - (5_000 + wait));
         // Only spanprof's own time is its overhead.
         assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
     }

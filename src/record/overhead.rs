@@ -2,14 +2,15 @@
 //! and reported as its overhead; and which entries get the expensive readings.
 //!
 //! - **Kept out of user spans.** The expensive per-entry work (the thread CPU clock, a system
-//!   call, and the heap counters) is bracketed with the cheap clock. That time, up to what the
-//!   readings cost ([`Costs::split`]), is subtracted from the enclosing frames' busy time (as
-//!   child time is from self time) and counted as spanprof's. A longer bracket is a preemption
-//!   the kernel took at the system call: the thread would have waited anyway, and the wait
-//!   belongs to the code that ran before it (the system call is where the switch happens, not
-//!   what caused it). It stays with the frame that was running: the parent at an enter, the
-//!   span itself at its exit. So asking for more detail moves no other figure, on a shared CPU
-//!   too.
+//!   call, and the heap counters) is bracketed with the cheap clock, and that time is
+//!   subtracted from the enclosing frames' busy time (as child time is from self time). Up to
+//!   what the readings cost ([`Costs::split`]) it is spanprof's own cost. A longer bracket is a
+//!   preemption: reading the thread CPU clock updates the scheduler's accounting, so a thread
+//!   whose time slice is used up is switched out right there, where without the readings it
+//!   would have been switched out a little later, at the next tick, inside whichever span ran
+//!   then. Those waits are shared out the way ticks would have placed them: each entry's busy
+//!   time is stretched by the thread's recent ratio of waits to running time ([`with_waits`]).
+//!   So asking for more detail moves no other figure, on a shared CPU too.
 //! - **Read where it is cheap.** Per name and thread, a running mean of the entries' busy time
 //!   says whether the CPU clock costs less than 1% of an entry ([`Costs::long_ns`]); shorter
 //!   names get their CPU time read for 1 entry in [`CPU_SAMPLE_EVERY`] (the figure is then marked
@@ -18,6 +19,7 @@
 //!   per process (well under a millisecond, [`Costs::calibrate`]); with the time measured in
 //!   the brackets they give the estimated overhead of a snapshot.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
@@ -160,6 +162,51 @@ static CALIBRATION_META: Metadata<'static> = Metadata::new(
     FieldSet::new(&[], Identifier(&CALIBRATION_SITE)),
     tracing_core::metadata::Kind::SPAN,
 );
+
+/// This thread's recent waits inside spanprof's readings, against its running time.
+#[derive(Debug, Clone, Copy, Default)]
+struct Waits {
+    /// Raw clock reading at the end of the last bracket (0: none yet).
+    last_end: u64,
+    run_ns: u64,
+    wait_ns: u64,
+}
+
+thread_local! {
+    static WAITS: Cell<Waits> = const { Cell::new(Waits { last_end: 0, run_ns: 0, wait_ns: 0 }) };
+}
+
+/// Running time after which the ratio's history is halved (it follows the last seconds).
+const WAITS_WINDOW_NS: u64 = 1_000_000_000;
+
+/// A bracket of readings ran from `start` to `end` (raw readings) and waited `wait_ns` beyond
+/// spanprof's own time.
+#[inline(always)]
+pub(crate) fn bracket(clock: &Clock, start: u64, end: u64, wait_ns: u64) {
+    let _ = WAITS.try_with(|w| {
+        let mut s = w.get();
+        if s.last_end != 0 {
+            s.run_ns += clock.delta_ns(s.last_end, start);
+        }
+        s.wait_ns += wait_ns;
+        s.last_end = end;
+        if s.run_ns > WAITS_WINDOW_NS {
+            s.run_ns /= 2;
+            s.wait_ns /= 2;
+        }
+        w.set(s);
+    });
+}
+
+/// `busy_ns` (spanprof's readings taken out) with this thread's share of the waits in them.
+#[inline(always)]
+pub(crate) fn with_waits(busy_ns: u64) -> u64 {
+    let s = WAITS.try_with(Cell::get).unwrap_or_default();
+    if s.wait_ns == 0 || s.run_ns == 0 {
+        return busy_ns;
+    }
+    busy_ns + (busy_ns as u128 * u128::from(s.wait_ns) / u128::from(s.run_ns)) as u64
+}
 
 /// Per name and thread (single writer): the running mean that decides whether the CPU clock is
 /// read, and what spanprof spent inside this name's entries.
