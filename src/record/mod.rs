@@ -339,10 +339,11 @@ impl Recorder {
             }
             let resources = self.switches.get().resources();
             let name = u32::from(slot.name.load(Relaxed));
-            let (start, marked) = if resources.entries() {
-                self.enter_marks(local, name, resources)
+            let (start, marked, v_start) = if resources.entries() {
+                let (start, marked) = self.enter_marks(local, name, resources);
+                (start, marked, overhead::virtual_ns(&self.clock, start))
             } else {
-                (self.clock.raw(), false)
+                (self.clock.raw(), false, 0)
             };
             local.push(Frame {
                 id,
@@ -350,6 +351,7 @@ impl Recorder {
                 start,
                 child_ns: 0,
                 own_ns: 0,
+                v_start,
                 reentries: 0,
                 marked,
             });
@@ -405,6 +407,8 @@ impl Recorder {
             let Some(frame) = local.remove(top) else {
                 return;
             };
+            // Entered with readings on: timed in the thread's virtual time (`overhead`).
+            let v_now = (frame.v_start != 0).then(|| overhead::virtual_ns(&self.clock, now));
             let (figures, spent) = if frame.marked {
                 self.exit_marks(local, top, &frame, now)
             } else {
@@ -412,11 +416,13 @@ impl Recorder {
             };
             // The time of spanprof's readings inside the frame (its children's) is not the
             // span's; the waits in them are shared out over every span: see `overhead`.
-            let busy = overhead::with_waits(
-                self.clock
+            let busy = match v_now {
+                Some(v_now) => v_now.saturating_sub(frame.v_start),
+                None => self
+                    .clock
                     .delta_ns(frame.start, now)
                     .saturating_sub(frame.own_ns),
-            );
+            };
             let self_ns = busy.saturating_sub(frame.child_ns);
             if let Some(figures) = figures {
                 local.stats(frame.name).res().add_entry(&figures, busy);
@@ -793,18 +799,13 @@ mod tests {
         let snap = parent_and_child(1_000_000);
         let span = |name| snap.span(name).unwrap();
         let wait = 1_000_000 - 2_250;
-        // At the child's exit: three waits (parent enter, child enter and exit) over 15 µs of
-        // running since the first bracket: its 5 µs stretched by that ratio.
-        assert_eq!(
-            span("child").busy.total_ns,
-            5_000 + 5_000 * 3 * wait / 15_000
-        );
-        // At the parent's exit: four waits over 25 µs: its 25 µs stretched, so that the root
-        // span covers the thread's time, waits included, less spanprof's own.
-        assert_eq!(span("parent").busy.total_ns, 25_000 + 4 * wait);
-        // The parent's self time: its stretched busy less the child's.
-        let parent_self = span("parent").self_time.total_ns;
-        assert_eq!(parent_self, 25_000 + 4 * wait - (5_000 + wait));
+        // The thread's virtual time runs at (running + waits) / running as seen at the last
+        // bracket: ×1 for the first 10 µs (no running time yet), then two waits over 10 µs for
+        // the child's 5 µs, three over 15 µs for the parent's last 10 µs.
+        assert_eq!(span("child").busy.total_ns, 5_000 + wait);
+        assert_eq!(span("parent").busy.total_ns, 25_000 + 3 * wait);
+        // Nested intervals of one time: the parent's self time is what its children leave.
+        assert_eq!(span("parent").self_time.total_ns, 20_000 + 2 * wait);
         // Only spanprof's own time is its overhead.
         assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
     }

@@ -8,9 +8,11 @@
 //!   preemption: reading the thread CPU clock updates the scheduler's accounting, so a thread
 //!   whose time slice is used up is switched out right there, where without the readings it
 //!   would have been switched out a little later, at the next tick, inside whichever span ran
-//!   then. Those waits are shared out the way ticks would have placed them: each entry's busy
-//!   time is stretched by the thread's recent ratio of waits to running time ([`with_waits`]).
-//!   So asking for more detail moves no other figure, on a shared CPU too.
+//!   then. Those waits are shared out the way ticks would have placed them: time is stretched
+//!   by the thread's recent ratio of waits to running time.
+//!   Spans entered with readings on are timed in that thread's virtual time ([`virtual_ns`]),
+//!   so their intervals nest as real ones do. Asking for more detail moves no other figure,
+//!   on a shared CPU too.
 //! - **Read where it is cheap.** Per name and thread, a running mean of the entries' busy time
 //!   says whether the CPU clock costs less than 1% of an entry ([`Costs::long_ns`]); shorter
 //!   names get their CPU time read for 1 entry in [`CPU_SAMPLE_EVERY`] (the figure is then marked
@@ -163,32 +165,63 @@ static CALIBRATION_META: Metadata<'static> = Metadata::new(
     tracing_core::metadata::Kind::SPAN,
 );
 
-/// This thread's recent waits inside spanprof's readings, against its running time.
+/// This thread's virtual time and its recent waits inside spanprof's readings, against its
+/// running time.
 #[derive(Debug, Clone, Copy, Default)]
 struct Waits {
     /// Raw clock reading at the end of the last bracket (0: none yet).
     last_end: u64,
+    /// Virtual time at the last bracket, ns.
+    v_last: u64,
     run_ns: u64,
     wait_ns: u64,
 }
 
 thread_local! {
-    static WAITS: Cell<Waits> = const { Cell::new(Waits { last_end: 0, run_ns: 0, wait_ns: 0 }) };
+    static WAITS: Cell<Waits> = const {
+        Cell::new(Waits { last_end: 0, v_last: 0, run_ns: 0, wait_ns: 0 })
+    };
 }
 
 /// Running time after which the ratio's history is halved (it follows the last seconds).
 const WAITS_WINDOW_NS: u64 = 1_000_000_000;
 
+fn virtual_at(clock: &Clock, w: &Waits, raw: u64) -> u64 {
+    if w.last_end == 0 {
+        return clock.delta_ns(0, raw);
+    }
+    let ran = clock.delta_ns(w.last_end, raw);
+    let stretch = if w.run_ns == 0 {
+        0
+    } else {
+        (u128::from(ran) * u128::from(w.wait_ns) / u128::from(w.run_ns)) as u64
+    };
+    w.v_last + ran + stretch
+}
+
+/// The thread's virtual time at raw reading `raw`, ns: real time less spanprof's brackets of
+/// readings, stretched by the thread's ratio of waits in them to running time (so that the
+/// waits are shared out the way ticks would have placed them). Spans entered with readings on
+/// are timed in it; their intervals nest as real ones do.
+#[inline(always)]
+pub(crate) fn virtual_ns(clock: &Clock, raw: u64) -> u64 {
+    WAITS
+        .try_with(|w| virtual_at(clock, &w.get(), raw))
+        .unwrap_or_else(|_| clock.delta_ns(0, raw))
+}
+
 /// A bracket of readings ran from `start` to `end` (raw readings) and waited `wait_ns` beyond
-/// spanprof's own time.
+/// spanprof's own time: virtual time stands still in it.
 #[inline(always)]
 pub(crate) fn bracket(clock: &Clock, start: u64, end: u64, wait_ns: u64) {
     let _ = WAITS.try_with(|w| {
         let mut s = w.get();
+        let v_start = virtual_at(clock, &s, start);
         if s.last_end != 0 {
             s.run_ns += clock.delta_ns(s.last_end, start);
         }
         s.wait_ns += wait_ns;
+        s.v_last = v_start;
         s.last_end = end;
         if s.run_ns > WAITS_WINDOW_NS {
             s.run_ns /= 2;
@@ -196,16 +229,6 @@ pub(crate) fn bracket(clock: &Clock, start: u64, end: u64, wait_ns: u64) {
         }
         w.set(s);
     });
-}
-
-/// `busy_ns` (spanprof's readings taken out) with this thread's share of the waits in them.
-#[inline(always)]
-pub(crate) fn with_waits(busy_ns: u64) -> u64 {
-    let s = WAITS.try_with(Cell::get).unwrap_or_default();
-    if s.wait_ns == 0 || s.run_ns == 0 {
-        return busy_ns;
-    }
-    busy_ns + (busy_ns as u128 * u128::from(s.wait_ns) / u128::from(s.run_ns)) as u64
 }
 
 /// Per name and thread (single writer): the running mean that decides whether the CPU clock is
