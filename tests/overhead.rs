@@ -99,11 +99,7 @@ fn the_estimate_is_in_the_profile_and_the_report() {
             report.contains("~ sampled: CPU time read for 1 entry in 32"),
             "{report}"
         );
-        let row = report
-            .lines()
-            .filter(|l| l.starts_with("tiny "))
-            .last()
-            .unwrap();
+        let row = report.lines().rfind(|l| l.starts_with("tiny ")).unwrap();
         assert!(row.contains('~'), "{row}");
     }
 
