@@ -722,14 +722,13 @@ fn memory_and_cpu(
 /// The report header's line on spanprof's own cost.
 fn own_cost(f: &mut String, o: &Overhead) -> fmt::Result {
     let of = if o.process_cpu_ns.is_some() {
-        "the process's CPU time"
+        "process CPU time"
     } else {
         "the run"
     };
     writeln!(
         f,
-        "spanprof's own cost: ~{:.2}% of {of} ({} est.: {:.0} ns per span + {} of readings, kept \
-         out of the spans' times)",
+        "spanprof's own cost: ~{:.2}% of {of} (est. {}: {:.0} ns/span + {} readings)",
         o.percent,
         format_duration(o.estimated_ns),
         o.span_cost_ns,
