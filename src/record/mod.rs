@@ -687,22 +687,10 @@ mod tests {
     use tracing_subscriber::prelude::*;
 
     fn recorder() -> Arc<Recorder> {
-        let clock = Clock::new();
-        let start = clock.raw();
-        Arc::new(Recorder::new(
-            clock,
-            start,
-            true,
+        Arc::new(Recorder::standalone(
+            Clock::new(),
             Resources::NONE,
-            Arc::new(Readings::new()),
-            Arc::new(Timeline::default()),
-            RunSettings {
-                preset: "basic",
-                filter: None,
-                sampled: Resources::NONE,
-                interval_ms: 100,
-                grid_g_per_kwh: None,
-            },
+            Costs::calibrated(),
         ))
     }
 
@@ -730,21 +718,9 @@ mod tests {
     /// readings taking `reading_ns`; readings calibrated at 1 µs a CPU clock read.
     fn parent_and_child(reading_ns: u64) -> crate::profile::Snapshot {
         let (clock, mock) = Clock::mock();
-        let start = clock.raw();
-        let rec = Arc::new(Recorder::build(
+        let rec = Arc::new(Recorder::standalone(
             clock,
-            start,
-            true,
             Resources::CPU,
-            Arc::new(Readings::new()),
-            Arc::new(Timeline::default()),
-            RunSettings {
-                preset: "detailed",
-                filter: None,
-                sampled: Resources::NONE,
-                interval_ms: 100,
-                grid_g_per_kwh: None,
-            },
             Costs::from_reads(50.0, 1000.0),
         ));
         assert!(
