@@ -517,7 +517,7 @@ impl<'a> View<'a> {
         }
         wrap(
             f,
-            &format!("note: spanprof costs over {COSTLY_PCT:.0}% of these spans' own time:"),
+            &format!("note: spanprof costs over {COSTLY_PCT:.0}% of these spans' own time: "),
             &items,
         )
     }
@@ -557,7 +557,7 @@ impl<'a> View<'a> {
         if !steps.is_empty() {
             wrap(
                 f,
-                "note: spanprof backed off (per-span readings, every span name):",
+                "note: spanprof backed off (per-span readings, every span name): ",
                 &steps,
             )?;
         }
