@@ -47,7 +47,9 @@ fn short_names_get_their_cpu_time_sampled_long_ones_every_entry() {
     };
     let tiny = cpu("tiny");
     assert_eq!(span(&snap, "tiny").calls, SHORT);
-    assert_eq!(tiny.entries, SHORT.div_ceil(every), "{tiny:?}");
+    // 1 in 32, or more while a preempted entry lifts the name's running mean (a loaded machine).
+    assert!(tiny.entries >= SHORT.div_ceil(every), "{tiny:?}");
+    assert!(tiny.entries <= SHORT / 4, "{tiny:?}");
     assert_eq!(tiny.entries + tiny.skipped_entries, SHORT);
     assert!(tiny.sampled());
     let nap = cpu("nap");
@@ -99,11 +101,7 @@ fn the_estimate_is_in_the_profile_and_the_report() {
             report.contains("~ sampled: CPU time read for 1 entry in 32"),
             "{report}"
         );
-        let row = report
-            .lines()
-            .filter(|l| l.starts_with("tiny "))
-            .last()
-            .unwrap();
+        let row = report.lines().rfind(|l| l.starts_with("tiny ")).unwrap();
         assert!(row.contains('~'), "{row}");
     }
 

@@ -650,7 +650,7 @@ impl<'a> View<'a> {
         }
         wrap(
             f,
-            &format!("note: spanprof costs over {COSTLY_PCT:.0}% of these spans' own time:"),
+            &format!("note: spanprof costs over {COSTLY_PCT:.0}% of these spans' own time: "),
             &items,
         )
     }
@@ -690,7 +690,7 @@ impl<'a> View<'a> {
         if !steps.is_empty() {
             wrap(
                 f,
-                "note: spanprof backed off (per-span readings, every span name):",
+                "note: spanprof backed off (per-span readings, every span name): ",
                 &steps,
             )?;
         }
@@ -871,14 +871,13 @@ fn memory_and_cpu(
 /// The report header's line on spanprof's own cost.
 fn own_cost(f: &mut String, o: &Overhead) -> fmt::Result {
     let of = if o.process_cpu_ns.is_some() {
-        "the process's CPU time"
+        "process CPU time"
     } else {
         "the run"
     };
     writeln!(
         f,
-        "spanprof's own cost: ~{:.2}% of {of} ({} est.: {:.0} ns per span + {} of readings, kept \
-         out of the spans' times)",
+        "spanprof's own cost: ~{:.2}% of {of} (est. {}: {:.0} ns/span + {} readings)",
         o.percent,
         format_duration(o.estimated_ns),
         o.span_cost_ns,

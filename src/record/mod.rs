@@ -377,10 +377,11 @@ impl Recorder {
             }
             let resources = self.switches.get().resources();
             let name = u32::from(slot.name.load(Relaxed));
-            let (start, marked) = if resources.entries() {
-                self.enter_marks(local, name, resources)
+            let (start, marked, v_start) = if resources.entries() {
+                let (start, marked) = self.enter_marks(local, name, resources);
+                (start, marked, overhead::virtual_ns(&self.clock, start))
             } else {
-                (self.clock.raw(), false)
+                (self.clock.raw(), false, 0)
             };
             local.push(Frame {
                 id,
@@ -388,6 +389,7 @@ impl Recorder {
                 start,
                 child_ns: 0,
                 own_ns: 0,
+                v_start,
                 reentries: 0,
                 node: slot.node.load(Relaxed),
                 marked,
@@ -411,12 +413,13 @@ impl Recorder {
         }
         self.readings_taken();
         let now = self.clock.raw();
-        // A wait beyond spanprof's own time stays with the parent, as it would without the
-        // readings: see `overhead`.
-        let (own, _wait) = self.costs.split(self.clock.delta_ns(before, now), cpu);
+        // A wait beyond spanprof's own time is shared out over the spans: see `overhead`.
+        let spent = self.clock.delta_ns(before, now);
+        let (own, wait) = self.costs.split(spent, cpu);
+        overhead::bracket(&self.clock, before, now, wait);
         local.stats(name).cost.spent(own);
         if let Some(parent) = local.stack.last_mut() {
-            parent.own_ns += own;
+            parent.own_ns += spent;
         }
         (now, marked)
     }
@@ -443,19 +446,22 @@ impl Recorder {
             let Some(frame) = local.remove(top) else {
                 return;
             };
-            let (figures, own, wait) = if frame.marked {
+            // Entered with readings on: timed in the thread's virtual time (`overhead`).
+            let v_now = (frame.v_start != 0).then(|| overhead::virtual_ns(&self.clock, now));
+            let (figures, spent) = if frame.marked {
                 self.exit_marks(local, top, &frame, now)
             } else {
-                (None, 0, 0)
+                (None, 0)
             };
-            // spanprof's own time inside the frame (its children's readings) is not the span's;
-            // a wait inside the readings of its exit (a preemption) is, as at its enter for the
-            // parent: see `overhead`.
-            let busy = self
-                .clock
-                .delta_ns(frame.start, now)
-                .saturating_sub(frame.own_ns)
-                + wait;
+            // The time of spanprof's readings inside the frame (its children's) is not the
+            // span's; the waits in them are shared out over every span: see `overhead`.
+            let busy = match v_now {
+                Some(v_now) => v_now.saturating_sub(frame.v_start),
+                None => self
+                    .clock
+                    .delta_ns(frame.start, now)
+                    .saturating_sub(frame.own_ns),
+            };
             let self_ns = busy.saturating_sub(frame.child_ns);
             if let Some(figures) = figures {
                 local.stats(frame.name).res().add_entry(&figures, busy);
@@ -465,22 +471,22 @@ impl Recorder {
             }
             if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
                 parent.child_ns += busy;
-                parent.own_ns += frame.own_ns + own;
+                parent.own_ns += frame.own_ns + spent;
             }
             self.tree_call(local, frame.node);
             self.complete_entry(local, slot, frame.name, busy, self_ns);
         });
     }
 
-    /// Takes the resource readings of a marked frame's exit: returns its figures, spanprof's
-    /// time in them and the wait beyond that (measured from `now`, the exit's clock reading).
+    /// Takes the resource readings of a marked frame's exit: returns its figures and the time
+    /// they took (measured from `now`, the exit's clock reading).
     fn exit_marks(
         &self,
         local: &mut Local,
         top: usize,
         frame: &Frame,
         now: u64,
-    ) -> (Option<EntryFigures>, u64, u64) {
+    ) -> (Option<EntryFigures>, u64) {
         // This frame's mark: one per marked frame below it, in stack order.
         let index = local.stack[..top].iter().filter(|f| f.marked).count();
         let mut figures = None;
@@ -503,11 +509,12 @@ impl Recorder {
             figures = Some(f);
         }
         self.readings_taken();
-        let (own, wait) = self
-            .costs
-            .split(self.clock.delta_ns(now, self.clock.raw()), cpu);
+        let end = self.clock.raw();
+        let spent = self.clock.delta_ns(now, end);
+        let (own, wait) = self.costs.split(spent, cpu);
+        overhead::bracket(&self.clock, now, end, wait);
         local.stats(frame.name).cost.spent(own);
-        (figures, own, wait)
+        (figures, spent)
     }
 
     /// Adds a completed entry to its span. The first entry is only added to the span's sums: if
@@ -809,23 +816,10 @@ mod tests {
     use tracing_subscriber::prelude::*;
 
     fn recorder() -> Arc<Recorder> {
-        let clock = Clock::new();
-        let start = clock.raw();
-        Arc::new(Recorder::new(
-            clock,
-            start,
-            true,
+        Arc::new(Recorder::standalone(
+            Clock::new(),
             Resources::NONE,
-            Arc::new(Readings::new()),
-            Arc::new(Timeline::default()),
-            RunSettings {
-                preset: "basic",
-                filter: None,
-                sampled: Resources::NONE,
-                interval_ms: 100,
-                grid_g_per_kwh: None,
-                tree: true,
-            },
+            Costs::calibrated(),
         ))
     }
 
@@ -853,22 +847,9 @@ mod tests {
     /// readings taking `reading_ns`; readings calibrated at 1 µs a CPU clock read.
     fn parent_and_child(reading_ns: u64) -> crate::profile::Snapshot {
         let (clock, mock) = Clock::mock();
-        let start = clock.raw();
-        let rec = Arc::new(Recorder::build(
+        let rec = Arc::new(Recorder::standalone(
             clock,
-            start,
-            true,
             Resources::CPU,
-            Arc::new(Readings::new()),
-            Arc::new(Timeline::default()),
-            RunSettings {
-                preset: "detailed",
-                filter: None,
-                sampled: Resources::NONE,
-                interval_ms: 100,
-                grid_g_per_kwh: None,
-                tree: true,
-            },
             Costs::from_reads(50.0, 1000.0),
         ));
         assert!(
@@ -918,15 +899,18 @@ mod tests {
     }
 
     #[test]
-    fn a_preemption_in_the_readings_stays_with_the_span_that_was_running() {
+    fn a_preemption_in_the_readings_is_shared_out_over_the_spans() {
         // 1 ms per bracket: 2.25 µs of it spanprof's, the rest a wait (a preemption).
         let snap = parent_and_child(1_000_000);
         let span = |name| snap.span(name).unwrap();
         let wait = 1_000_000 - 2_250;
-        // The child's exit: its own wait. The child's enter: the parent's (it was running).
+        // The thread's virtual time runs at (running + waits) / running as seen at the last
+        // bracket: ×1 for the first 10 µs (no running time yet), then two waits over 10 µs for
+        // the child's 5 µs, three over 15 µs for the parent's last 10 µs.
         assert_eq!(span("child").busy.total_ns, 5_000 + wait);
-        assert_eq!(span("parent").self_time.total_ns, 20_000 + 2 * wait);
         assert_eq!(span("parent").busy.total_ns, 25_000 + 3 * wait);
+        // Nested intervals of one time: the parent's self time is what its children leave.
+        assert_eq!(span("parent").self_time.total_ns, 20_000 + 2 * wait);
         // Only spanprof's own time is its overhead.
         assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
     }

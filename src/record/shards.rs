@@ -187,6 +187,9 @@ pub(crate) struct Frame {
     /// spanprof's own time inside this entry (its children's resource readings), ns: not the
     /// span's (see `overhead`).
     pub(crate) own_ns: u64,
+    /// Its start in the thread's virtual time when entered with readings on (`overhead`); 0
+    /// when timed by the raw clock.
+    pub(crate) v_start: u64,
     pub(crate) reentries: u32,
     /// The span's call-tree node.
     pub(crate) node: u16,
