@@ -18,7 +18,7 @@ use crate::layer::ProfileLayer;
 use crate::output::{Destination, Format, Output, Selection, Table};
 use crate::record::{Recorder, RunSettings};
 use crate::samplers::{self, Readings, Timeline};
-use crate::session::ProfileSession;
+use crate::session::{ProfileSession, SessionOutputs};
 use crate::switches::{Preset, Resources};
 
 #[cfg(feature = "http")]
@@ -605,9 +605,11 @@ impl Builder {
             sampler,
             #[cfg(feature = "chrome")]
             chrome,
-            outputs,
-            table,
-            b.selection,
+            SessionOutputs {
+                outputs,
+                table,
+                selection: b.selection,
+            },
             records,
         ));
         if let (Some(every), true) = (every, records) {

@@ -201,7 +201,7 @@ impl OtlpOptions {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn encode(&self, snapshot: &Snapshot) -> Vec<u8> {
-        request(snapshot, self, &export_bounds_ns()).encode_to_vec()
+        request(snapshot, self, export_bounds_ns()).encode_to_vec()
     }
 
     /// The builder's options, checked by their rule.

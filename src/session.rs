@@ -56,15 +56,25 @@ impl fmt::Debug for ProfileSession {
     }
 }
 
+/// What a session writes when it ends: its outputs, the report (also for
+/// [`ProfileSession`]'s text report) and the span names they show.
+pub(crate) struct SessionOutputs {
+    pub(crate) outputs: Vec<Output>,
+    pub(crate) table: Table,
+    pub(crate) selection: Selection,
+}
+
 impl ProfileSession {
     pub(crate) fn new(
         recorder: Arc<Recorder>,
         backoff: Option<Backoff>,
         sampler: Option<Sampler>,
         #[cfg(feature = "chrome")] chrome: Option<Arc<crate::chrome::Session>>,
-        outputs: Vec<Output>,
-        table: Table,
-        selection: Selection,
+        SessionOutputs {
+            outputs,
+            table,
+            selection,
+        }: SessionOutputs,
         records: bool,
     ) -> Self {
         Self {

@@ -284,6 +284,69 @@ impl ResourceInfo {
     }
 }
 
+impl CallTree {
+    /// This tree since `earlier` (an earlier tree of the same run): each path's counters and
+    /// histograms minus those of the same path in `earlier`.
+    fn since(&self, earlier: Option<&CallTree>) -> CallTree {
+        let Some(earlier) = earlier else {
+            return self.clone();
+        };
+        let paths: HashMap<(Vec<&str>, &str, bool), &TreeNode> = (0..earlier.nodes.len())
+            .map(|i| {
+                let n = &earlier.nodes[i];
+                ((earlier.path(i), n.target.as_str(), n.other), n)
+            })
+            .collect();
+        let mut tree = self.clone();
+        for (i, node) in tree.nodes.iter_mut().enumerate() {
+            let key = (
+                self.path(i),
+                self.nodes[i].target.as_str(),
+                self.nodes[i].other,
+            );
+            if let Some(e) = paths.get(&key) {
+                node.calls = node.calls.saturating_sub(e.calls);
+                node.instances = node.instances.saturating_sub(e.instances);
+                node.wall_ns = node.wall_ns.saturating_sub(e.wall_ns);
+                node.busy = node.busy.since(&e.busy);
+                node.self_time = node.self_time.since(&e.self_time);
+            }
+        }
+        tree
+    }
+}
+
+impl Metric {
+    /// This metric since `earlier` (the same metric in an earlier snapshot): counters and
+    /// histograms subtracted; a gauge is a state: this snapshot's.
+    fn since(&self, earlier: &Metric) -> Metric {
+        let value = match (&self.value, &earlier.value) {
+            (MetricValue::Sum(a), MetricValue::Sum(b)) => {
+                let mut sum = *a;
+                sum.integer = a.integer.saturating_sub(b.integer);
+                sum.float = a.float - b.float;
+                MetricValue::Sum(sum)
+            }
+            (MetricValue::Histogram(a), MetricValue::Histogram(b)) => {
+                let part = |now: &Option<Stat>, then: &Option<Stat>| match (now, then) {
+                    (Some(n), Some(t)) => Some(n.since(t)),
+                    (now, _) => now.clone(),
+                };
+                let mut h = a.clone();
+                h.integers = part(&a.integers, &b.integers);
+                h.floats = part(&a.floats, &b.floats);
+                MetricValue::Histogram(h)
+            }
+            (value, _) => value.clone(),
+        };
+        let mut metric = self.clone();
+        metric.records = self.records.saturating_sub(earlier.records);
+        metric.rejected = self.rejected.saturating_sub(earlier.rejected);
+        metric.value = value;
+        metric
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::profile::{Snapshot, Stat};
@@ -385,68 +448,5 @@ mod tests {
             .filter(|x| x.t_ns > earlier.run.duration_ns)
             .count();
         assert_eq!(res.timeline.len(), in_window);
-    }
-}
-
-impl CallTree {
-    /// This tree since `earlier` (an earlier tree of the same run): each path's counters and
-    /// histograms minus those of the same path in `earlier`.
-    fn since(&self, earlier: Option<&CallTree>) -> CallTree {
-        let Some(earlier) = earlier else {
-            return self.clone();
-        };
-        let paths: HashMap<(Vec<&str>, &str, bool), &TreeNode> = (0..earlier.nodes.len())
-            .map(|i| {
-                let n = &earlier.nodes[i];
-                ((earlier.path(i), n.target.as_str(), n.other), n)
-            })
-            .collect();
-        let mut tree = self.clone();
-        for (i, node) in tree.nodes.iter_mut().enumerate() {
-            let key = (
-                self.path(i),
-                self.nodes[i].target.as_str(),
-                self.nodes[i].other,
-            );
-            if let Some(e) = paths.get(&key) {
-                node.calls = node.calls.saturating_sub(e.calls);
-                node.instances = node.instances.saturating_sub(e.instances);
-                node.wall_ns = node.wall_ns.saturating_sub(e.wall_ns);
-                node.busy = node.busy.since(&e.busy);
-                node.self_time = node.self_time.since(&e.self_time);
-            }
-        }
-        tree
-    }
-}
-
-impl Metric {
-    /// This metric since `earlier` (the same metric in an earlier snapshot): counters and
-    /// histograms subtracted; a gauge is a state: this snapshot's.
-    fn since(&self, earlier: &Metric) -> Metric {
-        let value = match (&self.value, &earlier.value) {
-            (MetricValue::Sum(a), MetricValue::Sum(b)) => {
-                let mut sum = *a;
-                sum.integer = a.integer.saturating_sub(b.integer);
-                sum.float = a.float - b.float;
-                MetricValue::Sum(sum)
-            }
-            (MetricValue::Histogram(a), MetricValue::Histogram(b)) => {
-                let part = |now: &Option<Stat>, then: &Option<Stat>| match (now, then) {
-                    (Some(n), Some(t)) => Some(n.since(t)),
-                    (now, _) => now.clone(),
-                };
-                let mut h = a.clone();
-                h.integers = part(&a.integers, &b.integers);
-                h.floats = part(&a.floats, &b.floats);
-                MetricValue::Histogram(h)
-            }
-            (value, _) => value.clone(),
-        };
-        let mut metric = self.clone();
-        metric.records = self.records.saturating_sub(earlier.records);
-        metric.rejected = self.rejected.saturating_sub(earlier.rejected);
-        metric.value = value;
-        metric
     }
 }
