@@ -872,12 +872,15 @@ fn the_flame_graph_is_inferno_svg_with_a_frame_per_path() {
     let tree = snap.tree.as_ref().unwrap();
     let html = render(&snap);
     let (svg, height) = embedded_svg(&html);
-    // The flamegraph.svg output, byte for byte, at its own height.
+    // The flamegraph.svg output, byte for byte but for the script that keeps inferno's zoom
+    // and search out of a data: document's URL, at its own height.
     let mut file = Vec::new();
     spanprof::output::Flamegraph::new()
         .render(&snap, &mut file)
         .unwrap();
-    assert_eq!(svg.as_bytes(), file.as_slice());
+    let no_url = "<script type=\"text/ecmascript\">history.replaceState = function () {};</script>";
+    assert_eq!(svg.matches(no_url).count(), 1);
+    assert_eq!(svg.replacen(no_url, "", 1).as_bytes(), file.as_slice());
     let root = &svg[svg.find("<svg").unwrap()..];
     assert_eq!(
         attr(&root[..root.find('>').unwrap()], "height"),
@@ -1333,5 +1336,84 @@ fn chromium_shows_a_hundred_names() {
         &page,
         &out_dir().join("hundred.png"),
         "1400,2400",
+    );
+}
+
+#[test]
+fn chromium_shows_the_own_cost_the_tree_and_the_metrics() {
+    let Some(chromium) = chromium("chromium_shows_the_own_cost_the_tree_and_the_metrics") else {
+        return;
+    };
+    let mut snap = with_overhead();
+    snap.metrics = with_metrics().metrics;
+    let page = write_page("sections.html", &snap);
+    let dom = dom(&chromium, &page, "");
+    assert!(
+        dom.contains("<html lang=\"en\" class=\"js\">"),
+        "the script did not run"
+    );
+    // Every section, in order, and the charts and table drawn around them.
+    let at = |id: &str| {
+        dom.find(&format!("<section id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("no section {id}"))
+    };
+    let order = [
+        "run",
+        "overhead",
+        "self-time",
+        "latency",
+        "instances",
+        "tree",
+        "metrics",
+        "spans",
+    ];
+    assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{order:?}");
+    assert_eq!(
+        tags(&dom, "rect", "class=\"bar\"").len(),
+        snap.spans
+            .iter()
+            .filter(|s| s.calls > 0 || s.entry_self.total_ns > 0)
+            .count()
+    );
+    assert!(dom.contains(&format!("{0} of {0} span names", snap.spans.len())));
+    // The tree: a <details> per path with children, a row per path, with its figures.
+    let tree = snap.tree.as_ref().unwrap();
+    let (children, _) = tree.children();
+    assert_eq!(
+        dom.matches("<details").count(),
+        children.iter().filter(|c| !c.is_empty()).count()
+    );
+    assert_eq!(tree_rows(&dom).len(), tree.nodes.len());
+    // The figures tables as rendered.
+    assert_eq!(figures(&dom, "backoff").len(), 2);
+    assert!(!figures(&dom, "costly").is_empty());
+    assert!(figures(&dom, "metrics-histograms")
+        .iter()
+        .any(|r| r[0].text == "loss" && r[1].text == "<i>eval</i>"));
+    #[cfg(feature = "flamegraph")]
+    {
+        // The flame graph's own script runs in its document: fluid drawing removes the SVG's
+        // fixed width and draws every frame.
+        let (svg, _) = embedded_svg(&dom);
+        let file = out_dir().join("flamegraph.svg");
+        std::fs::write(&file, &svg).unwrap();
+        let drawn = run_chromium(
+            &chromium,
+            &format!("file://{}", file.display()),
+            &["--virtual-time-budget=5000", "--dump-dom"],
+        );
+        let root = &drawn[drawn.find("<svg").unwrap()..];
+        let root = &root[..root.find('>').unwrap()];
+        assert!(
+            root.contains("height=") && !root.contains("width="),
+            "{root}"
+        );
+        assert_eq!(svg_frames(&drawn).len(), svg_frames(&svg).len());
+    }
+    screenshot(
+        &chromium,
+        &page,
+        &out_dir().join("sections.png"),
+        "1400,3600",
     );
 }

@@ -1,8 +1,9 @@
 //! The HTML report: one self-contained page for a person (inline CSS, JavaScript and SVG; no
 //! network when viewed).
 //!
-//! The page is a list of [`Section`]s rendered in Rust: run metadata and the full table are
-//! plain HTML, so they read without JavaScript. The charts (self time, latency percentiles per
+//! The page is a list of [`Section`]s rendered in Rust: run metadata, spanprof's own cost, the
+//! call tree (expandable `<details>` rows, and inferno's flame graph in an `<iframe>`), the
+//! metrics from events and the full table are plain HTML, so they read without JavaScript. The charts (self time, latency percentiles per
 //! call and per instance, the resource timeline) are drawn as inline SVG by `html/report.js`
 //! from one JSON blob embedded in the page, whose figures are computed here from the snapshot
 //! (percentile curves from the HDR histograms). The script adds sorting and filtering to the
@@ -36,9 +37,10 @@ pub const HTML_FILE: &str = "report.html";
 const STYLE: &str = include_str!("html/report.css");
 const SCRIPT: &str = include_str!("html/report.js");
 
-/// The HTML report of a [`Snapshot`]: metadata, a bar chart of self time, latency percentile
-/// curves (several span names on one chart), latency per instance of spans entered more than
-/// once, the resource timeline when samples exist, and the full table, sortable and
+/// The HTML report of a [`Snapshot`]: metadata, spanprof's own cost and back-off steps, a bar
+/// chart of self time, latency percentile curves (several span names on one chart), latency
+/// per instance of spans entered more than once, the call tree and its flame graph, the
+/// resource timeline when samples exist, metrics from events, and the full table, sortable and
 /// filterable. One file, nothing fetched when it is opened.
 ///
 /// The builder writes it into the output directory
@@ -416,8 +418,14 @@ fn overhead_section(snap: &Snapshot, spans: &[&SpanStats]) -> String {
 fn figures_table(id: &str, heads: &[&str], rows: Vec<Vec<Cell>>) -> String {
     let mut html =
         format!("<div class=\"table-wrap\"><table class=\"figures\" id=\"{id}\">\n<thead><tr>");
-    for head in heads {
-        let _ = write!(html, "<th>{}</th>", escape(head));
+    for (i, head) in heads.iter().enumerate() {
+        // Headings of text columns align with their text, to the left.
+        let text = rows
+            .first()
+            .and_then(|r| r.get(i))
+            .is_some_and(|c| c.sort.is_none());
+        let class = if text { " class=\"text\"" } else { "" };
+        let _ = write!(html, "<th{class}>{}</th>", escape(head));
     }
     html.push_str("</tr></thead>\n<tbody>\n");
     for row in rows {
@@ -475,15 +483,31 @@ fn flame_graph(snap: &Snapshot, tree: &CallTree) -> String {
             escape(&e.to_string())
         );
     }
+    let height = svg_height(&svg).unwrap_or(600);
+    // inferno's script keeps the zoom and search in the document's URL; a data: document has
+    // none to change (replaceState throws, midway through a search): in this copy it is a no-op.
+    if let Some(root_end) = svg.windows(4).position(|w| w == b"<svg").and_then(|at| {
+        svg[at..]
+            .iter()
+            .position(|&b| b == b'>')
+            .map(|end| at + end + 1)
+    }) {
+        svg.splice(root_end..root_end, FLAME_GRAPH_URL_STATE.bytes());
+    }
     format!(
-        "<h3>Flame graph</h3>\n<p class=\"hint\">Click a frame to zoom into it, Search (or \
-         Ctrl-F inside the graph) to highlight span names; hover for figures.</p>\n\
+        "<h3>Flame graph</h3>\n<p class=\"hint\">Click a frame to zoom into it, Search (top \
+         right, or Ctrl-F inside the graph) to highlight span names; hover for figures.</p>\n\
          <iframe class=\"flamegraph\" id=\"flamegraph\" title=\"flame graph of the call tree\" \
-         style=\"height: {}px\" src=\"data:image/svg+xml;base64,{}\"></iframe>\n",
-        svg_height(&svg).unwrap_or(600),
+         style=\"height: {height}px\" src=\"data:image/svg+xml;base64,{}\"></iframe>\n",
         base64::engine::general_purpose::STANDARD.encode(&svg)
     )
 }
+
+/// What the embedded flame graph gets before inferno's script: no URL state (see
+/// [`flame_graph`]).
+#[cfg(feature = "flamegraph")]
+const FLAME_GRAPH_URL_STATE: &str =
+    "<script type=\"text/ecmascript\">history.replaceState = function () {};</script>";
 
 /// Without the `flamegraph` feature, the rows of the tree stand alone.
 #[cfg(not(feature = "flamegraph"))]
