@@ -430,18 +430,8 @@ fn figures_table(id: &str, heads: &[&str], rows: Vec<Vec<Cell>>) -> String {
     html.push_str("</tr></thead>\n<tbody>\n");
     for row in rows {
         html.push_str("<tr>");
-        for cell in row {
-            match cell.sort {
-                Some(v) if v.is_finite() => {
-                    let _ = write!(html, "<td data-v=\"{v}\">{}</td>", escape(&cell.text));
-                }
-                Some(_) => {
-                    let _ = write!(html, "<td>{}</td>", escape(&cell.text));
-                }
-                None => {
-                    let _ = write!(html, "<td class=\"text\">{}</td>", escape(&cell.text));
-                }
-            }
+        for cell in &row {
+            td(&mut html, cell, " class=\"text\"");
         }
         html.push_str("</tr>\n");
     }
@@ -982,22 +972,12 @@ fn table(spans: &[&SpanStats], sample_every: Option<u64>) -> String {
         }
         html.push_str("<tr>");
         for (cell, column) in cells.iter().zip(&columns) {
-            match cell.sort {
-                Some(v) if v.is_finite() => {
-                    let _ = write!(html, "<td data-v=\"{v}\">{}</td>", escape(&cell.text));
-                }
-                Some(_) => {
-                    let _ = write!(html, "<td data-v=\"-1e308\">{}</td>", escape(&cell.text));
-                }
-                None => {
-                    let class = if column.head == "name" {
-                        " class=\"name\""
-                    } else {
-                        ""
-                    };
-                    let _ = write!(html, "<td{class}>{}</td>", escape(&cell.text));
-                }
-            }
+            let class = if column.head == "name" {
+                " class=\"name\""
+            } else {
+                ""
+            };
+            td(&mut html, cell, class);
         }
         html.push_str("</tr>\n");
     }
@@ -1016,6 +996,17 @@ fn table(spans: &[&SpanStats], sample_every: Option<u64>) -> String {
         );
     }
     html
+}
+
+/// One cell: a number with its sort value (`-1e308` for a missing figure, so it sorts last),
+/// or text with `text_class` (` class="…"`, or nothing).
+fn td(html: &mut String, cell: &Cell, text_class: &str) {
+    let text = escape(&cell.text);
+    let _ = match cell.sort {
+        Some(v) if v.is_finite() => write!(html, "<td data-v=\"{v}\">{text}</td>"),
+        Some(_) => write!(html, "<td data-v=\"-1e308\">{text}</td>"),
+        None => write!(html, "<td{text_class}>{text}</td>"),
+    };
 }
 
 fn bytes(value: f64) -> Cell {
