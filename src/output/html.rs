@@ -518,8 +518,12 @@ fn svg_height(svg: &[u8]) -> Option<u32> {
     root[at..end].parse().ok()
 }
 
+/// Paths of the tree holding at least this share of all self time (%) start open.
+const OPEN_PCT: f64 = 5.0;
+
 /// The tree as nested `<details>` (expandable without JavaScript): a row per call path, its
-/// children below it, widest first; the first two levels open.
+/// children below it, widest first; the roots and the paths with [`OPEN_PCT`] or more of all
+/// self time under them open.
 fn tree_rows(tree: &CallTree) -> String {
     let total = tree.total_ns();
     let (children, roots) = tree.children();
@@ -550,7 +554,8 @@ fn tree_rows(tree: &CallTree) -> String {
             }
             Step::Node(i, depth) => (i, depth),
         };
-        let cells = tree_cells(tree, i, depth, share(total[i].into(), all.into()), total[i]);
+        let pct = share(total[i].into(), all.into());
+        let cells = tree_cells(tree, i, depth, pct, total[i]);
         if children[i].is_empty() {
             let _ = writeln!(
                 html,
@@ -558,7 +563,11 @@ fn tree_rows(tree: &CallTree) -> String {
             );
             continue;
         }
-        let open = if depth < 2 { " open" } else { "" };
+        let open = if depth == 0 || pct >= OPEN_PCT {
+            " open"
+        } else {
+            ""
+        };
         let _ = writeln!(
             html,
             "<details{open}><summary class=\"row\" data-node=\"{i}\">{cells}</summary>"
