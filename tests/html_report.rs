@@ -904,6 +904,28 @@ fn the_flame_graph_is_inferno_svg_with_a_frame_per_path() {
     assert_eq!(frames, expected);
     // The page's own script and ids are untouched by inferno's: one <script> in the page.
     assert_eq!(html.matches("<script>").count(), 1);
+    assert_eq!(
+        attr(tags(&html, "iframe", "")[0], "sandbox").as_deref(),
+        Some("allow-scripts allow-modals")
+    );
+
+    // Markup in a path's name stays text, in the rows and in the graph.
+    let mut marked = golden();
+    let tree = marked.tree.as_mut().unwrap();
+    let leaf = (0..tree.nodes.len())
+        .rev()
+        .find(|&i| tree.nodes[i].self_time.total_ns > 0)
+        .unwrap();
+    tree.nodes[leaf].name = INJECTION.to_string();
+    let html = render(&marked);
+    assert!(!html.contains("<img"));
+    let (svg, _) = embedded_svg(&html);
+    assert!(!svg.contains("<img"));
+    assert!(svg_frames(&svg).iter().any(|f| f.0 == INJECTION));
+    assert!(html.contains(&format!(
+        ">{}</span>",
+        INJECTION.replace('<', "&lt;").replace('>', "&gt;")
+    )));
 }
 
 #[cfg(not(feature = "flamegraph"))]

@@ -459,7 +459,8 @@ fn tree_section(snap: &Snapshot, tree: &CallTree) -> String {
 
 /// The flame graph of the call tree, inferno's interactive SVG in an `<iframe>` of its own:
 /// its script, styles and element ids stay in their own document (inlined, they would meet
-/// the page's), and it zooms and searches as the `flamegraph.svg` file does.
+/// the page's), and it zooms and searches as the `flamegraph.svg` file does. The frame is
+/// sandboxed to scripts and the search prompt: it cannot reach the page or navigate it.
 #[cfg(feature = "flamegraph")]
 fn flame_graph(snap: &Snapshot, tree: &CallTree) -> String {
     use base64::Engine as _;
@@ -488,7 +489,7 @@ fn flame_graph(snap: &Snapshot, tree: &CallTree) -> String {
         "<h3>Flame graph</h3>\n<p class=\"hint\">Click a frame to zoom into it, Search (top \
          right, or Ctrl-F inside the graph) to highlight span names; hover for figures.</p>\n\
          <iframe class=\"flamegraph\" id=\"flamegraph\" title=\"flame graph of the call tree\" \
-         style=\"height: {height}px\" src=\"data:image/svg+xml;base64,{}\"></iframe>\n",
+         sandbox=\"allow-scripts allow-modals\" style=\"height: {height}px\" src=\"data:image/svg+xml;base64,{}\"></iframe>\n",
         base64::engine::general_purpose::STANDARD.encode(&svg)
     )
 }
