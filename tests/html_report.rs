@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use spanprof::output::{Format, Html, Table, HTML_FILE, PROFILE_FILE};
-use spanprof::profile::{GpuSample, SpanStats};
+use spanprof::profile::{GpuSample, MetricValue, SpanStats};
 use spanprof::{ProfileLayer, Snapshot};
 
 const INJECTION: &str = "</script><img src=x onerror=alert(1)>";
@@ -552,6 +552,485 @@ fn hundred_names_render() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// spanprof's own cost, the call tree, metrics from events.
+
+/// The golden profile (it has a call tree) with spanprof's own cost as a live run records it:
+/// the estimate, a cost per span name (over 5% of the busy time of the short ones) and two
+/// back-off steps.
+fn with_overhead() -> Snapshot {
+    let mut v: Value = serde_json::from_str(include_str!("data/golden-profile.json")).unwrap();
+    let mut estimated = 0u64;
+    for s in v["spans"].as_array_mut().unwrap() {
+        let calls = s["calls"].as_u64().unwrap();
+        let ns = calls * 40 + 1_000;
+        s["overhead_ns"] = ns.into();
+        estimated += ns;
+    }
+    v["overhead"] = serde_json::json!({
+        "span_cost_ns": 40.0,
+        "cpu_read_ns": 31.0,
+        "cpu_every_entry_from_ns": 6200,
+        "cpu_sample_every": 32,
+        "readings_ns": 1_000 * v["spans"].as_array().unwrap().len() as u64,
+        "estimated_ns": estimated,
+        "process_cpu_ns": 4_000_000_000u64,
+        "percent": 100.0 * estimated as f64 / 4e9,
+    });
+    v["backoff"] = serde_json::json!([
+        {"at_ns": 1_500_000_000u64, "on": false, "resources": ["cpu", "heap"], "overhead_pct": 3.25},
+        {"at_ns": 4_000_000_000u64, "on": true, "resources": ["cpu", "heap"], "overhead_pct": 0.75},
+    ]);
+    Snapshot::from_json(&v.to_string(), "golden-with-overhead.json").unwrap()
+}
+
+/// The rows of the small table `id` (`<table class="figures" id=...>`), as cells.
+fn figures(html: &str, id: &str) -> Vec<Vec<Cell>> {
+    let start = html
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no table {id}"));
+    let body = &html[start..];
+    let body = &body[body.find("<tbody>").unwrap() + 7..body.find("</tbody>").unwrap()];
+    body.split("<tr>")
+        .skip(1)
+        .map(|row| {
+            row.split("<td")
+                .skip(1)
+                .map(|cell| {
+                    let open_end = cell.find('>').unwrap();
+                    Cell {
+                        text: unescape(&cell[open_end + 1..cell.find("</td>").unwrap()]),
+                        value: attr(&cell[..open_end], "data-v").map(|v| v.parse().unwrap()),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The `<dd>` of `<dt>key</dt>` in the section `id`.
+fn meta(html: &str, id: &str, key: &str) -> String {
+    let section = &html[html.find(&format!("<section id=\"{id}\">")).unwrap()..];
+    let at = section.find(&format!("<dt>{key}</dt><dd>")).unwrap() + key.len() + 13;
+    unescape(&section[at..at + section[at..].find("</dd>").unwrap()])
+}
+
+#[test]
+fn own_cost_back_off_and_costly_names_come_from_the_profile() {
+    let snap = with_overhead();
+    let o = snap.overhead.as_ref().unwrap();
+    let html = render(&snap);
+    let report = Table::new().to_string(&snap);
+    // The estimate in the console report's words.
+    let estimate = meta(&html, "overhead", "estimate");
+    assert!(
+        estimate.starts_with(&format!("~{:.2}% of the process's CPU time (", o.percent)),
+        "{estimate}"
+    );
+    assert!(
+        report.contains(&format!("spanprof's own cost: {estimate}")),
+        "{report}"
+    );
+    assert!(meta(&html, "overhead", "per span").starts_with("40 ns: "));
+    assert!(meta(&html, "overhead", "process CPU").starts_with("4.00 s"));
+    // The golden profile has no CPU figures: no word on the CPU clock.
+    assert!(!html.contains("<dt>CPU clock</dt>"));
+    // Back-off steps: when, which way, what, at what cost.
+    let steps = figures(&html, "backoff");
+    assert_eq!(steps.len(), snap.backoff.len());
+    for (row, step) in steps.iter().zip(&snap.backoff) {
+        assert_eq!(row[0].value, Some(step.at_ns as f64));
+        assert_eq!(row[1].text, if step.on { "back on" } else { "off" });
+        assert_eq!(row[2].text, "cpu, heap");
+        assert_eq!(row[3].value, Some(step.overhead_pct));
+    }
+    assert_eq!(steps[0][3].text, "cost 3.2%");
+    assert_eq!(steps[1][3].text, "predicted 0.8%");
+    // The names spanprof costs over 5% of their busy time, the most first, as the console's
+    // note lists them.
+    let mut expected: Vec<(f64, &SpanStats)> = snap
+        .spans
+        .iter()
+        .map(|s| {
+            (
+                100.0 * s.overhead_ns.unwrap() as f64 / s.entry_busy.total_ns.max(1) as f64,
+                s,
+            )
+        })
+        .filter(|(pct, _)| *pct > 5.0)
+        .collect();
+    expected.sort_by(|a, b| b.0.total_cmp(&a.0));
+    assert!(
+        !expected.is_empty() && expected.len() < snap.spans.len(),
+        "the fixture has costly and cheap names"
+    );
+    let costly = figures(&html, "costly");
+    assert_eq!(costly.len(), expected.len());
+    let note = report
+        .split("note: spanprof costs over 5% of these spans' own time:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no note in {report}"));
+    for (row, (pct, s)) in costly.iter().zip(&expected) {
+        assert_eq!(row[0].text, s.name);
+        assert_eq!(row[2].value, Some(s.overhead_ns.unwrap() as f64));
+        assert_eq!(row[3].value, Some(*pct));
+        assert!(
+            note.contains(&format!("{} {}", s.name, row[3].text)),
+            "{} {} not in the console's note: {note}",
+            s.name,
+            row[3].text
+        );
+    }
+    // The section comes right after the run's metadata; without an estimate, none.
+    assert!(
+        html.find("<section id=\"run\">").unwrap()
+            < html.find("<section id=\"overhead\">").unwrap()
+    );
+    assert!(!render(&golden()).contains("<section id=\"overhead\">"));
+}
+
+#[test]
+fn sampled_cpu_figures_are_marked_as_in_the_console() {
+    let mut snap = detailed();
+    let sampled = snap
+        .spans
+        .iter_mut()
+        .find(|s| s.resources.as_ref().is_some_and(|r| r.cpu.is_some()))
+        .unwrap();
+    let name = sampled.name.clone();
+    let cpu = sampled.resources.as_mut().unwrap().cpu.as_mut().unwrap();
+    cpu.skipped_entries = 31 * cpu.entries;
+    let utilization = cpu.utilization_pct;
+    let html = render(&snap);
+    let heads = headings(&html);
+    let col = column(&heads, "cpu %");
+    for (_, cells) in table_rows(&html) {
+        let s = snap.span(&cells[0].text).unwrap();
+        let Some(c) = s.resources.as_ref().and_then(|r| r.cpu.as_ref()) else {
+            assert_eq!(cells[col].text, "-");
+            continue;
+        };
+        assert_eq!(cells[col].value, Some(c.utilization_pct));
+        if s.name == name {
+            assert_eq!(cells[col].text, format!("~{utilization:.0}%"));
+        } else {
+            assert!(!cells[col].text.starts_with('~'), "{}", cells[col].text);
+        }
+    }
+    let report = Table::new().to_string(&snap);
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("~ sampled:"))
+        .unwrap();
+    assert!(html.contains(&format!("<p class=\"hint\" id=\"cpu-sampled\">{line}</p>")));
+    assert!(!render(&detailed()).contains("id=\"cpu-sampled\""));
+}
+
+/// The call tree's rows in document order: (node, parent row's node, cells' values, text of
+/// its share), the parent being the `<details>` the row is in.
+fn tree_rows(html: &str) -> Vec<(usize, Option<usize>, Vec<f64>, String)> {
+    let start = html.find("id=\"call-tree\"").expect("the tree");
+    let body = &html[start..];
+    let mut open: Vec<usize> = Vec::new();
+    let mut rows = Vec::new();
+    let mut at = 0;
+    let mut pending_details = false;
+    loop {
+        let next = ["<details", "</details>", "data-node=\""]
+            .iter()
+            .filter_map(|m| body[at..].find(m).map(|i| (i + at, *m)))
+            .min();
+        let Some((i, m)) = next else { break };
+        if body[at..i].contains("</section>") {
+            break;
+        }
+        at = i + m.len();
+        match m {
+            "<details" => pending_details = true,
+            "</details>" => {
+                open.pop();
+            }
+            _ => {
+                let end = body[at..].find('"').unwrap() + at;
+                let node: usize = body[at..end].parse().unwrap();
+                let row_end = at
+                    + body[at..]
+                        .find("</summary>")
+                        .map_or(usize::MAX, |e| e)
+                        .min(body[at..].find("</div>").unwrap());
+                let row = &body[at..row_end];
+                let values = row
+                    .match_indices("data-v=\"")
+                    .map(|(j, _)| {
+                        let v = &row[j + 8..];
+                        v[..v.find('"').unwrap()].parse().unwrap()
+                    })
+                    .collect();
+                let pct = row
+                    .split("class=\"pct\"")
+                    .nth(1)
+                    .map(|p| p[p.find('>').unwrap() + 1..p.find("</span>").unwrap()].to_string())
+                    .unwrap();
+                rows.push((node, open.last().copied(), values, pct));
+                if pending_details {
+                    open.push(node);
+                    pending_details = false;
+                }
+            }
+        }
+    }
+    rows
+}
+
+#[test]
+fn the_call_tree_rows_hold_each_paths_figures() {
+    let snap = golden();
+    let tree = snap.tree.as_ref().unwrap();
+    let html = render(&snap);
+    let rows = tree_rows(&html);
+    assert_eq!(rows.len(), tree.nodes.len());
+    let total = tree.total_ns();
+    let all: u64 = tree
+        .nodes
+        .iter()
+        .zip(&total)
+        .filter(|(n, _)| n.parent.is_none())
+        .map(|(_, t)| t)
+        .sum();
+    for (i, parent, values, pct) in &rows {
+        let node = &tree.nodes[*i];
+        // Nested under its parent's row.
+        assert_eq!(parent.map(|p| p as u32), node.parent, "node {i}");
+        assert_eq!(
+            values,
+            &[
+                total[*i] as f64,
+                node.calls as f64,
+                node.self_time.total_ns as f64,
+                node.busy.total_ns as f64,
+                node.busy.p99_ns as f64
+            ],
+            "node {i}"
+        );
+        assert_eq!(
+            pct,
+            &format!("{:.1}%", 100.0 * total[*i] as f64 / all as f64)
+        );
+    }
+    // The console's tree view lists the paths in the same order (widest first).
+    let names: Vec<&str> = rows.iter().map(|r| tree.nodes[r.0].name.as_str()).collect();
+    let view = spanprof::output::TreeView::new().to_string(&snap);
+    let console: Vec<&str> = view.lines().skip(2).map(|l| l[..44].trim()).collect();
+    assert_eq!(names, console);
+    // Every path's self time is there once.
+    let rows_self: f64 = rows.iter().map(|r| r.2[2]).sum();
+    assert_eq!(rows_self, tree.self_ns() as f64);
+    // Without a tree, no section.
+    let mut flat = golden();
+    flat.tree = None;
+    assert!(!render(&flat).contains("<section id=\"tree\">"));
+}
+
+/// The SVG in the flame graph's `<iframe>`, and the frame's height.
+#[cfg(feature = "flamegraph")]
+fn embedded_svg(html: &str) -> (String, u32) {
+    use base64::Engine as _;
+    let iframe = tags(html, "iframe", "class=\"flamegraph\"");
+    assert_eq!(iframe.len(), 1, "one flame graph");
+    let src = attr(iframe[0], "src").unwrap();
+    let b64 = src.strip_prefix("data:image/svg+xml;base64,").unwrap();
+    let svg = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    let style = attr(iframe[0], "style").unwrap();
+    let height = style
+        .strip_prefix("height: ")
+        .and_then(|h| h.strip_suffix("px"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    (String::from_utf8(svg).unwrap(), height)
+}
+
+/// The flame graph's frames: (span name, ns) from each `<g>`'s title.
+#[cfg(feature = "flamegraph")]
+fn svg_frames(svg: &str) -> Vec<(String, u64)> {
+    svg.split("<g><title>")
+        .skip(1)
+        .map(|g| {
+            let title = unescape(&g[..g.find("</title>").unwrap()]);
+            let (name, figures) = title.rsplit_once(" (").unwrap();
+            let ns = figures.split(' ').next().unwrap().replace(',', "");
+            (name.to_string(), ns.parse().unwrap())
+        })
+        .collect()
+}
+
+#[cfg(feature = "flamegraph")]
+#[test]
+fn the_flame_graph_is_inferno_svg_with_a_frame_per_path() {
+    let snap = golden();
+    let tree = snap.tree.as_ref().unwrap();
+    let html = render(&snap);
+    let (svg, height) = embedded_svg(&html);
+    // The flamegraph.svg output, byte for byte but for the script that keeps inferno's zoom
+    // and search out of a data: document's URL, at its own height.
+    let mut file = Vec::new();
+    spanprof::output::Flamegraph::new()
+        .render(&snap, &mut file)
+        .unwrap();
+    let no_url = "<script type=\"text/ecmascript\">history.replaceState = function () {};</script>";
+    assert_eq!(svg.matches(no_url).count(), 1);
+    assert_eq!(svg.replacen(no_url, "", 1).as_bytes(), file.as_slice());
+    let root = &svg[svg.find("<svg").unwrap()..];
+    assert_eq!(
+        attr(&root[..root.find('>').unwrap()], "height"),
+        Some(height.to_string())
+    );
+    // One frame per path with self time under it, as wide as that time; and the root.
+    let mut frames = svg_frames(&svg);
+    let all = frames.iter().find(|f| f.0 == "all").unwrap().1;
+    assert_eq!(all, tree.self_ns());
+    frames.retain(|f| f.0 != "all");
+    let total = tree.total_ns();
+    let mut expected: Vec<(String, u64)> = tree
+        .nodes
+        .iter()
+        .zip(&total)
+        .filter(|(_, &t)| t > 0)
+        .map(|(n, &t)| (n.name.clone(), t))
+        .collect();
+    frames.sort();
+    expected.sort();
+    assert_eq!(frames, expected);
+    // The page's own script and ids are untouched by inferno's: one <script> in the page.
+    assert_eq!(html.matches("<script>").count(), 1);
+    assert_eq!(
+        attr(tags(&html, "iframe", "")[0], "sandbox").as_deref(),
+        Some("allow-scripts allow-modals")
+    );
+
+    // Markup in a path's name stays text, in the rows and in the graph.
+    let mut marked = golden();
+    let tree = marked.tree.as_mut().unwrap();
+    let leaf = (0..tree.nodes.len())
+        .rev()
+        .find(|&i| tree.nodes[i].self_time.total_ns > 0)
+        .unwrap();
+    tree.nodes[leaf].name = INJECTION.to_string();
+    let html = render(&marked);
+    assert!(!html.contains("<img"));
+    let (svg, _) = embedded_svg(&html);
+    assert!(!svg.contains("<img"));
+    assert!(svg_frames(&svg).iter().any(|f| f.0 == INJECTION));
+    assert!(html.contains(&format!(
+        ">{}</span>",
+        INJECTION.replace('<', "&lt;").replace('>', "&gt;")
+    )));
+}
+
+#[cfg(not(feature = "flamegraph"))]
+#[test]
+fn without_the_flamegraph_feature_the_tree_stands_alone() {
+    let html = render(&golden());
+    assert!(html.contains("built without its <code>flamegraph</code> feature"));
+    assert!(tags(&html, "iframe", "").is_empty());
+    assert_eq!(tree_rows(&html).len(), golden().tree.unwrap().nodes.len());
+}
+
+/// A live run with every kind of metric, inside spans and outside, and a rejected value.
+fn with_metrics() -> Snapshot {
+    let (dispatch, guard) = support::install(ProfileLayer::builder());
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info!(monotonic_counter.requests = 2u64);
+        for step in 0..50u64 {
+            tracing::info_span!("train_step").in_scope(|| {
+                tracing::info!(histogram.loss = 2.0 / (1 + step) as f64);
+                tracing::info!(histogram.step_seconds = 0.01 + step as f64 * 1e-4);
+                tracing::info!(monotonic_counter.samples = 32u64);
+                tracing::info!(counter.queue = if step % 2 == 0 { 3i64 } else { -1 });
+                tracing::info!(gauge.learning_rate = 0.1 / (1 + step / 10) as f64);
+            });
+        }
+        tracing::info_span!("<i>eval</i>").in_scope(|| {
+            tracing::info!(gauge.accuracy_ratio = 0.93);
+            tracing::info!(histogram.loss = -1.0);
+        });
+    });
+    support::finish_snapshot(guard)
+}
+
+#[test]
+fn metrics_from_events_are_shown_per_span_name() {
+    let snap = with_metrics();
+    let html = render(&snap);
+    assert!(!html.contains("<i>eval"), "a span name became markup");
+    let find = |name: &str, span: Option<&str>| {
+        snap.metrics
+            .iter()
+            .find(|m| m.name == name && m.span.as_deref() == span)
+            .unwrap_or_else(|| panic!("no metric {name} in {span:?}"))
+    };
+    // Counters: kind, records, the sum.
+    let counters = figures(&html, "metrics-counters");
+    // Counters have a kind column before the span's: metric, kind, span, target, unit,
+    // records, sum; the others metric, span, target, unit, records, then their figures.
+    let row = |rows: &[Vec<Cell>], col: usize, name: &str, span: &str| -> usize {
+        rows.iter()
+            .position(|r| r[0].text == name && r[col].text == span)
+            .unwrap_or_else(|| panic!("no row {name} {span}"))
+    };
+    let samples = &counters[row(&counters, 2, "samples", "train_step")];
+    assert_eq!(samples[1].text, "monotonic");
+    assert_eq!(samples[5].value, Some(50.0));
+    assert_eq!(samples[6].value, Some(1600.0));
+    let queue = &counters[row(&counters, 2, "queue", "train_step")];
+    assert_eq!(queue[1].text, "up-down");
+    assert_eq!(queue[6].value, Some(25.0 * 3.0 - 25.0));
+    let outside = &counters[row(&counters, 2, "requests", "-")];
+    assert_eq!(outside[6].value, Some(2.0));
+    // Histograms: the distribution in the metric's unit, as the profile gives it.
+    let histograms = figures(&html, "metrics-histograms");
+    for (name, span) in [("loss", "train_step"), ("step_seconds", "train_step")] {
+        let m = find(name, Some(span));
+        let MetricValue::Histogram(h) = &m.value else {
+            panic!("{name} is a histogram")
+        };
+        let r = &histograms[row(&histograms, 1, name, span)];
+        let (min, max) = h.min_max();
+        let values: Vec<f64> = r[5..11].iter().map(|c| c.value.unwrap()).collect();
+        assert_eq!(
+            values,
+            [
+                h.mean(),
+                h.quantile(0.5),
+                h.quantile(0.9),
+                h.quantile(0.99),
+                min,
+                max
+            ],
+            "{name}"
+        );
+        assert_eq!(r[4].value, Some(50.0));
+    }
+    let step = &histograms[row(&histograms, 1, "step_seconds", "train_step")];
+    assert_eq!(step[3].text, "seconds");
+    assert_eq!(step[9].text, "10.0 ms", "min in its unit");
+    // The rejected negative loss in the eval span: counted, in a column of its own.
+    let eval_loss = &histograms[row(&histograms, 1, "loss", "<i>eval</i>")];
+    assert_eq!(eval_loss.last().unwrap().value, Some(1.0));
+    assert_eq!(eval_loss[4].value, Some(0.0));
+    // Gauges: last, min, max.
+    let gauges = figures(&html, "metrics-gauges");
+    let lr = &gauges[row(&gauges, 1, "learning_rate", "train_step")];
+    let values: Vec<f64> = lr[5..8].iter().map(|c| c.value.unwrap()).collect();
+    assert_eq!(values, [0.02, 0.02, 0.1]);
+    let accuracy = &gauges[row(&gauges, 1, "accuracy_ratio", "<i>eval</i>")];
+    assert_eq!(accuracy[5].text, "93%");
+    // A profile without metrics has no section.
+    assert!(!render(&golden()).contains("<section id=\"metrics\">"));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Headless Chromium.
 
 /// Chromium, or `None` after a `SKIPPED` line on stderr naming `test`.
@@ -879,5 +1358,84 @@ fn chromium_shows_a_hundred_names() {
         &page,
         &out_dir().join("hundred.png"),
         "1400,2400",
+    );
+}
+
+#[test]
+fn chromium_shows_the_own_cost_the_tree_and_the_metrics() {
+    let Some(chromium) = chromium("chromium_shows_the_own_cost_the_tree_and_the_metrics") else {
+        return;
+    };
+    let mut snap = with_overhead();
+    snap.metrics = with_metrics().metrics;
+    let page = write_page("sections.html", &snap);
+    let dom = dom(&chromium, &page, "");
+    assert!(
+        dom.contains("<html lang=\"en\" class=\"js\">"),
+        "the script did not run"
+    );
+    // Every section, in order, and the charts and table drawn around them.
+    let at = |id: &str| {
+        dom.find(&format!("<section id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("no section {id}"))
+    };
+    let order = [
+        "run",
+        "overhead",
+        "self-time",
+        "latency",
+        "instances",
+        "tree",
+        "metrics",
+        "spans",
+    ];
+    assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{order:?}");
+    assert_eq!(
+        tags(&dom, "rect", "class=\"bar\"").len(),
+        snap.spans
+            .iter()
+            .filter(|s| s.calls > 0 || s.entry_self.total_ns > 0)
+            .count()
+    );
+    assert!(dom.contains(&format!("{0} of {0} span names", snap.spans.len())));
+    // The tree: a <details> per path with children, a row per path, with its figures.
+    let tree = snap.tree.as_ref().unwrap();
+    let (children, _) = tree.children();
+    assert_eq!(
+        dom.matches("<details").count(),
+        children.iter().filter(|c| !c.is_empty()).count()
+    );
+    assert_eq!(tree_rows(&dom).len(), tree.nodes.len());
+    // The figures tables as rendered.
+    assert_eq!(figures(&dom, "backoff").len(), 2);
+    assert!(!figures(&dom, "costly").is_empty());
+    assert!(figures(&dom, "metrics-histograms")
+        .iter()
+        .any(|r| r[0].text == "loss" && r[1].text == "<i>eval</i>"));
+    #[cfg(feature = "flamegraph")]
+    {
+        // The flame graph's own script runs in its document: fluid drawing removes the SVG's
+        // fixed width and draws every frame.
+        let (svg, _) = embedded_svg(&dom);
+        let file = out_dir().join("flamegraph.svg");
+        std::fs::write(&file, &svg).unwrap();
+        let drawn = run_chromium(
+            &chromium,
+            &format!("file://{}", file.display()),
+            &["--virtual-time-budget=5000", "--dump-dom"],
+        );
+        let root = &drawn[drawn.find("<svg").unwrap()..];
+        let root = &root[..root.find('>').unwrap()];
+        assert!(
+            root.contains("height=") && !root.contains("width="),
+            "{root}"
+        );
+        assert_eq!(svg_frames(&drawn).len(), svg_frames(&svg).len());
+    }
+    screenshot(
+        &chromium,
+        &page,
+        &out_dir().join("sections.png"),
+        "1400,3600",
     );
 }

@@ -1,8 +1,9 @@
 //! The HTML report: one self-contained page for a person (inline CSS, JavaScript and SVG; no
 //! network when viewed).
 //!
-//! The page is a list of [`Section`]s rendered in Rust: run metadata and the full table are
-//! plain HTML, so they read without JavaScript. The charts (self time, latency percentiles per
+//! The page is a list of [`Section`]s rendered in Rust: run metadata, spanprof's own cost, the
+//! call tree (expandable `<details>` rows, and inferno's flame graph in an `<iframe>`), the
+//! metrics from events and the full table are plain HTML, so they read without JavaScript. The charts (self time, latency percentiles per
 //! call and per instance, the resource timeline) are drawn as inline SVG by `html/report.js`
 //! from one JSON blob embedded in the page, whose figures are computed here from the snapshot
 //! (percentile curves from the HDR histograms). The script adds sorting and filtering to the
@@ -18,10 +19,17 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::table::{clamped_spans, multi_entry, report_order, share};
-use super::units::{format_bytes, format_count, format_duration, format_si};
+use super::table::{
+    backoff_cost, clamped_spans, costly_share, cpu_pct, metric_order, multi_entry, own_cost_text,
+    report_order, sampled_note, share, COSTLY_PCT,
+};
+use super::tree::widest_first;
+use super::units::{format_bytes, format_count, format_duration, format_metric, format_si};
 use super::Format;
-use crate::profile::{ResourceInfo, Sample, Snapshot, SpanResources, SpanStats, Stat};
+use crate::profile::{
+    CallTree, Metric, MetricKind, MetricValue, ResourceInfo, Sample, Snapshot, SpanResources,
+    SpanStats, Stat,
+};
 
 /// Name of the HTML report in an output directory.
 pub const HTML_FILE: &str = "report.html";
@@ -29,9 +37,10 @@ pub const HTML_FILE: &str = "report.html";
 const STYLE: &str = include_str!("html/report.css");
 const SCRIPT: &str = include_str!("html/report.js");
 
-/// The HTML report of a [`Snapshot`]: metadata, a bar chart of self time, latency percentile
-/// curves (several span names on one chart), latency per instance of spans entered more than
-/// once, the resource timeline when samples exist, and the full table, sortable and
+/// The HTML report of a [`Snapshot`]: metadata, spanprof's own cost and back-off steps, a bar
+/// chart of self time, latency percentile curves (several span names on one chart), latency
+/// per instance of spans entered more than once, the call tree and its flame graph, the
+/// resource timeline when samples exist, metrics from events, and the full table, sortable and
 /// filterable. One file, nothing fetched when it is opened.
 ///
 /// The builder writes it into the output directory
@@ -122,6 +131,18 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats]) -> Vec<Section> {
         title: "Run",
         body: run_section(snap),
     }];
+    if snap.overhead.is_some() || !snap.backoff.is_empty() {
+        sections.push(Section {
+            id: "overhead",
+            title: "spanprof's own cost",
+            body: overhead_section(snap, spans),
+        });
+    }
+    let metrics = (!snap.metrics.is_empty()).then(|| Section {
+        id: "metrics",
+        title: "Metrics from events",
+        body: metrics_section(snap),
+    });
     if spans.is_empty() {
         sections.push(Section {
             id: "spans",
@@ -131,6 +152,7 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats]) -> Vec<Section> {
                 escape(&super::Table::new().to_string(snap))
             ),
         });
+        sections.extend(metrics);
         return sections;
     }
     sections.push(Section {
@@ -160,6 +182,13 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats]) -> Vec<Section> {
                 .to_string(),
         });
     }
+    if let Some(tree) = &snap.tree {
+        sections.push(Section {
+            id: "tree",
+            title: "Call tree",
+            body: tree_section(snap, tree),
+        });
+    }
     if let Some(info) = snap.resources.as_ref().filter(|r| !r.timeline.is_empty()) {
         sections.push(Section {
             id: "resources",
@@ -171,10 +200,11 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats]) -> Vec<Section> {
             ),
         });
     }
+    sections.extend(metrics);
     sections.push(Section {
         id: "spans",
         title: "All span names",
-        body: table(spans),
+        body: table(spans, snap.overhead.as_ref().map(|o| o.cpu_sample_every)),
     });
     sections
 }
@@ -250,11 +280,460 @@ fn run_section(snap: &Snapshot) -> String {
     if let Some(info) = &snap.resources {
         resource_items(info, run.duration_ns, &mut items);
     }
+    meta_list(&items)
+}
+
+/// Items of metadata as a description list.
+fn meta_list(items: &[(&str, String)]) -> String {
     let mut html = String::from("<dl class=\"meta\">\n");
     for (key, value) in items {
-        let _ = writeln!(html, "<dt>{}</dt><dd>{}</dd>", key, escape(&value));
+        let _ = writeln!(html, "<dt>{}</dt><dd>{}</dd>", escape(key), escape(value));
     }
     html.push_str("</dl>\n");
+    html
+}
+
+/// spanprof's own cost: the estimate and its parts, the back-off steps, and the span names it
+/// costs more than [`COSTLY_PCT`] of their busy time (as the console report names them).
+fn overhead_section(snap: &Snapshot, spans: &[&SpanStats]) -> String {
+    let mut html = String::new();
+    if let Some(o) = &snap.overhead {
+        let mut items: Vec<(&str, String)> = vec![
+            ("estimate", own_cost_text(o)),
+            (
+                "per span",
+                format!(
+                    "{:.0} ns: opening, entering, exiting and closing one span at the basic \
+                     preset, calibrated at start-up",
+                    o.span_cost_ns
+                ),
+            ),
+            (
+                "readings",
+                format!(
+                    "{}: spanprof's time reading resources at enters and exits (CPU clock, heap \
+                     counters), kept out of every span's busy and self time",
+                    format_duration(o.readings_ns)
+                ),
+            ),
+        ];
+        let cpu_read = spans
+            .iter()
+            .any(|s| s.resources.as_ref().is_some_and(|r| r.cpu.is_some()));
+        if cpu_read && o.cpu_read_ns > 0.0 {
+            items.push((
+                "CPU clock",
+                format!(
+                    "{:.0} ns per read: read at every entry of span names whose mean entry is \
+                     {} or more, at 1 entry in {} of the others (their CPU figures are marked ~)",
+                    o.cpu_read_ns,
+                    format_duration(o.cpu_every_entry_from_ns),
+                    o.cpu_sample_every
+                ),
+            ));
+        }
+        if let Some(ns) = o.process_cpu_ns {
+            items.push((
+                "process CPU",
+                format!("{} (every thread, at the snapshot)", format_duration(ns)),
+            ));
+        }
+        html.push_str(&meta_list(&items));
+    }
+    if !snap.backoff.is_empty() {
+        html.push_str(
+            "<h3>Back-off</h3>\n<p class=\"hint\">Once a second spanprof compares its estimated \
+             cost with the process's CPU time: over its limit, it switches per-span readings off \
+             for every span name, and back on when the cost predicted with them is under it.</p>\n",
+        );
+        let rows = snap
+            .backoff
+            .iter()
+            .map(|s| {
+                vec![
+                    duration(s.at_ns),
+                    text(if s.on { "back on" } else { "off" }),
+                    text(&s.resources.join(", ")),
+                    number(s.overhead_pct, backoff_cost(s)),
+                ]
+            })
+            .collect();
+        html.push_str(&figures_table(
+            "backoff",
+            &["at", "readings", "resources", "spanprof's cost"],
+            rows,
+        ));
+    }
+    if spans.iter().any(|s| s.overhead_ns.is_some()) {
+        let mut costly: Vec<(f64, &SpanStats)> = spans
+            .iter()
+            .filter_map(|s| Some((costly_share(s)?, *s)))
+            .collect();
+        costly.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let _ = writeln!(
+            html,
+            "<h3>Span names spanprof costs over {COSTLY_PCT:.0}% of their own time</h3>\n\
+             <p class=\"hint\">spanprof's estimated cost in each span name (its cost per span \
+             times the name's spans, plus its readings) against the name's busy time: short \
+             spans, whose times carry more of spanprof.</p>"
+        );
+        if costly.is_empty() {
+            html.push_str("<p>None.</p>\n");
+        } else {
+            let rows = costly
+                .iter()
+                .map(|(pct, s)| {
+                    vec![
+                        text(&s.name),
+                        text(&s.target),
+                        duration(s.overhead_ns.unwrap_or(0)),
+                        number(*pct, format!("{pct:.0}%")),
+                        number(s.calls as f64, format_count(s.calls)),
+                        number(
+                            s.entry_busy.mean_ns,
+                            format_duration(s.entry_busy.mean_ns.round() as u64),
+                        ),
+                    ]
+                })
+                .collect();
+            html.push_str(&figures_table(
+                "costly",
+                &[
+                    "name",
+                    "target",
+                    "spanprof est.",
+                    "% of busy",
+                    "calls",
+                    "mean",
+                ],
+                rows,
+            ));
+        }
+    }
+    html
+}
+
+/// A small table of figures (no sorting): text cells left-aligned, numbers right-aligned with
+/// their value in `data-v`.
+fn figures_table(id: &str, heads: &[&str], rows: Vec<Vec<Cell>>) -> String {
+    let mut html =
+        format!("<div class=\"table-wrap\"><table class=\"figures\" id=\"{id}\">\n<thead><tr>");
+    for (i, head) in heads.iter().enumerate() {
+        // Headings of text columns align with their text, to the left.
+        let text = rows
+            .first()
+            .and_then(|r| r.get(i))
+            .is_some_and(|c| c.sort.is_none());
+        let class = if text { " class=\"text\"" } else { "" };
+        let _ = write!(html, "<th{class}>{}</th>", escape(head));
+    }
+    html.push_str("</tr></thead>\n<tbody>\n");
+    for row in rows {
+        html.push_str("<tr>");
+        for cell in &row {
+            td(&mut html, cell, " class=\"text\"");
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</tbody>\n</table></div>\n");
+    html
+}
+
+/// The call tree: the flame graph (feature `flamegraph`) and the tree as nested, expandable
+/// rows.
+fn tree_section(snap: &Snapshot, tree: &CallTree) -> String {
+    let mut html = String::from(
+        "<p class=\"hint\">Statistics per call path: each span is counted under its name and \
+         its parents' names (recursion collapsed). A path's share is the self time of the path \
+         and every path under it, of all self time: the width of its frame in the flame \
+         graph.</p>\n",
+    );
+    if tree.nodes.is_empty() {
+        html.push_str("<p>The call tree is empty: no span closed.</p>\n");
+        return html;
+    }
+    html.push_str(&flame_graph(snap, tree));
+    html.push_str(&tree_rows(tree));
+    html
+}
+
+/// The flame graph of the call tree, inferno's interactive SVG in an `<iframe>` of its own:
+/// its script, styles and element ids stay in their own document (inlined, they would meet
+/// the page's), and it zooms and searches as the `flamegraph.svg` file does. The frame is
+/// sandboxed to scripts and the search prompt: it cannot reach the page or navigate it.
+#[cfg(feature = "flamegraph")]
+fn flame_graph(snap: &Snapshot, tree: &CallTree) -> String {
+    use base64::Engine as _;
+    if tree.self_ns() == 0 {
+        return "<p>No self time recorded: no flame graph.</p>\n".to_string();
+    }
+    let mut svg = Vec::new();
+    if let Err(e) = super::Flamegraph::new().render(snap, &mut svg) {
+        return format!(
+            "<p>The flame graph could not be drawn: {}</p>\n",
+            escape(&e.to_string())
+        );
+    }
+    let height = svg_height(&svg).unwrap_or(600);
+    // inferno's script keeps the zoom and search in the document's URL; a data: document has
+    // none to change (replaceState throws, midway through a search): in this copy it is a no-op.
+    if let Some(root_end) = svg.windows(4).position(|w| w == b"<svg").and_then(|at| {
+        svg[at..]
+            .iter()
+            .position(|&b| b == b'>')
+            .map(|end| at + end + 1)
+    }) {
+        svg.splice(root_end..root_end, FLAME_GRAPH_URL_STATE.bytes());
+    }
+    format!(
+        "<h3>Flame graph</h3>\n<p class=\"hint\">Click a frame to zoom into it, Search (top \
+         right, or Ctrl-F inside the graph) to highlight span names; hover for figures.</p>\n\
+         <iframe class=\"flamegraph\" id=\"flamegraph\" title=\"flame graph of the call tree\" \
+         sandbox=\"allow-scripts allow-modals\" style=\"height: {height}px\" src=\"data:image/svg+xml;base64,{}\"></iframe>\n",
+        base64::engine::general_purpose::STANDARD.encode(&svg)
+    )
+}
+
+/// What the embedded flame graph gets before inferno's script: no URL state (see
+/// [`flame_graph`]).
+#[cfg(feature = "flamegraph")]
+const FLAME_GRAPH_URL_STATE: &str =
+    "<script type=\"text/ecmascript\">history.replaceState = function () {};</script>";
+
+/// Without the `flamegraph` feature, the rows of the tree stand alone.
+#[cfg(not(feature = "flamegraph"))]
+fn flame_graph(_: &Snapshot, _: &CallTree) -> String {
+    "<p class=\"hint\">No flame graph: spanprof was built without its <code>flamegraph</code> \
+     feature. The rows below hold every figure.</p>\n"
+        .to_string()
+}
+
+/// The `height` of an SVG document's root element, in pixels.
+#[cfg(feature = "flamegraph")]
+fn svg_height(svg: &[u8]) -> Option<u32> {
+    let svg = std::str::from_utf8(svg).ok()?;
+    let root = &svg[svg.find("<svg")?..];
+    let root = &root[..root.find('>')?];
+    let at = root.find(" height=\"")? + " height=\"".len();
+    let end = root[at..].find('"')? + at;
+    root[at..end].parse().ok()
+}
+
+/// Paths of the tree holding at least this share of all self time (%) start open.
+const OPEN_PCT: f64 = 5.0;
+
+/// The tree as nested `<details>` (expandable without JavaScript): a row per call path, its
+/// children below it, widest first; the roots and the paths with [`OPEN_PCT`] or more of all
+/// self time under them open.
+fn tree_rows(tree: &CallTree) -> String {
+    let total = tree.total_ns();
+    let (children, roots) = tree.children();
+    let all: u64 = roots.iter().map(|&r| total[r]).sum();
+    let mut html = String::with_capacity(512 * tree.nodes.len() + 512);
+    html.push_str(
+        "<div class=\"tree\" id=\"call-tree\">\n<div class=\"row head\"><span class=\"path\">\
+         path</span><span title=\"self time of the path and the paths under it, of all self \
+         time\">% under</span><span title=\"completed entries\">calls</span><span \
+         title=\"self time of all calls\">self</span><span title=\"busy time of all \
+         calls\">busy</span><span title=\"99th percentile of busy time per instance\">p99 \
+         busy</span></div>\n",
+    );
+    enum Step {
+        Node(usize, usize),
+        Close,
+    }
+    let mut stack: Vec<Step> = widest_first(&roots, &total)
+        .into_iter()
+        .rev()
+        .map(|i| Step::Node(i, 0))
+        .collect();
+    while let Some(step) = stack.pop() {
+        let (i, depth) = match step {
+            Step::Close => {
+                html.push_str("</details>\n");
+                continue;
+            }
+            Step::Node(i, depth) => (i, depth),
+        };
+        let pct = share(total[i].into(), all.into());
+        let cells = tree_cells(tree, i, depth, pct, total[i]);
+        if children[i].is_empty() {
+            let _ = writeln!(
+                html,
+                "<div class=\"row leaf\" data-node=\"{i}\">{cells}</div>"
+            );
+            continue;
+        }
+        let open = if depth == 0 || pct >= OPEN_PCT {
+            " open"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            html,
+            "<details{open}><summary class=\"row\" data-node=\"{i}\">{cells}</summary>"
+        );
+        stack.push(Step::Close);
+        for c in widest_first(&children[i], &total).into_iter().rev() {
+            stack.push(Step::Node(c, depth + 1));
+        }
+    }
+    html.push_str("</div>\n");
+    html
+}
+
+/// The cells of node `i`'s row: its name (the whole path and target as its tooltip), its share,
+/// calls, self, busy and p99 busy time.
+fn tree_cells(tree: &CallTree, i: usize, depth: usize, pct: f64, under_ns: u64) -> String {
+    let node = &tree.nodes[i];
+    let path = tree.path(i).join(" → ");
+    let tip = if node.other {
+        format!(
+            "{path}: spans past the tree's bounds ({} paths, {} deep) under this path",
+            tree.max_nodes, tree.max_depth
+        )
+    } else {
+        format!("{path} ({})", node.target)
+    };
+    let name = escape(&node.name);
+    let class = if node.other { "path other" } else { "path" };
+    let mut cells = format!(
+        "<span class=\"{class}\" style=\"--d:{depth}\" title=\"{}\">{name}</span>\
+         <span class=\"pct\" style=\"--p:{pct:.1}%\" data-v=\"{under_ns}\">{pct:.1}%</span>",
+        escape(&tip)
+    );
+    for (v, shown) in [
+        (node.calls, format_count(node.calls)),
+        (
+            node.self_time.total_ns,
+            format_duration(node.self_time.total_ns),
+        ),
+        (node.busy.total_ns, format_duration(node.busy.total_ns)),
+        (node.busy.p99_ns, format_duration(node.busy.p99_ns)),
+    ] {
+        let _ = write!(cells, "<span data-v=\"{v}\">{shown}</span>");
+    }
+    cells
+}
+
+/// Metrics from events in the console report's order, a table per kind of value: counters'
+/// sums, histograms' distributions, gauges' last values and extremes, each in its unit.
+fn metrics_section(snap: &Snapshot) -> String {
+    let metrics = metric_order(snap);
+    let rejected = metrics.iter().any(|m| m.rejected > 0);
+    let mut html = String::from(
+        "<p class=\"hint\">Events' <code>counter.</code>, <code>monotonic_counter.</code>, \
+         <code>histogram.</code> and <code>gauge.</code> fields, per span name they occurred in \
+         (- for events outside every profiled span); units from the metric's name.</p>\n",
+    );
+    let key = |m: &Metric| {
+        vec![
+            text(&m.name),
+            text(m.span.as_deref().unwrap_or("-")),
+            text(m.span_target.as_deref().unwrap_or("")),
+            text(m.unit.as_deref().unwrap_or("-")),
+            number(m.records as f64, format_count(m.records)),
+        ]
+    };
+    let value = |m: &Metric, v: f64| number(v, format_metric(v, m.unit.as_deref()));
+    let with_rejected = |mut heads: Vec<&'static str>| {
+        if rejected {
+            heads.push("rejected");
+        }
+        heads
+    };
+    let finish = |m: &Metric, mut row: Vec<Cell>| {
+        if rejected {
+            row.push(number(m.rejected as f64, format_count(m.rejected)));
+        }
+        row
+    };
+    let mut counters = Vec::new();
+    let mut histograms = Vec::new();
+    let mut gauges = Vec::new();
+    for m in metrics {
+        match &m.value {
+            MetricValue::Sum(sum) => {
+                let mut row = key(m);
+                row.insert(
+                    1,
+                    text(if m.kind == MetricKind::MonotonicCounter {
+                        "monotonic"
+                    } else {
+                        "up-down"
+                    }),
+                );
+                row.push(value(m, sum.total()));
+                counters.push(finish(m, row));
+            }
+            MetricValue::Histogram(h) => {
+                let mut row = key(m);
+                let (min, max) = h.min_max();
+                let figures = if h.count() == 0 {
+                    vec![
+                        missing(),
+                        missing(),
+                        missing(),
+                        missing(),
+                        missing(),
+                        missing(),
+                    ]
+                } else {
+                    vec![
+                        value(m, h.mean()),
+                        value(m, h.quantile(0.5)),
+                        value(m, h.quantile(0.9)),
+                        value(m, h.quantile(0.99)),
+                        value(m, min),
+                        value(m, max),
+                    ]
+                };
+                row.extend(figures);
+                histograms.push(finish(m, row));
+            }
+            MetricValue::Gauge(g) => {
+                let mut row = key(m);
+                if m.records > 0 {
+                    row.extend([value(m, g.last), value(m, g.min), value(m, g.max)]);
+                } else {
+                    row.extend([missing(), missing(), missing()]);
+                }
+                gauges.push(finish(m, row));
+            }
+        }
+    }
+    let common = ["metric", "span", "target", "unit", "records"];
+    let heads = |extra: &[&'static str], kind: bool| {
+        let mut heads: Vec<&'static str> = common.to_vec();
+        if kind {
+            heads.insert(1, "kind");
+        }
+        heads.extend_from_slice(extra);
+        with_rejected(heads)
+    };
+    for (id, title, extra, kind, rows) in [
+        ("metrics-counters", "Counters", &["sum"][..], true, counters),
+        (
+            "metrics-histograms",
+            "Histograms",
+            &["mean", "p50", "p90", "p99", "min", "max"][..],
+            false,
+            histograms,
+        ),
+        (
+            "metrics-gauges",
+            "Gauges",
+            &["last", "min", "max"][..],
+            false,
+            gauges,
+        ),
+    ] {
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(html, "<h3>{title}</h3>");
+        html.push_str(&figures_table(id, &heads(extra, kind), rows));
+    }
     html
 }
 
@@ -348,7 +827,7 @@ fn missing() -> Cell {
 
 /// The full table, rendered server-side (it reads without JavaScript): every figure of the
 /// console report per span name, throughput and resource columns where any span has them.
-fn table(spans: &[&SpanStats]) -> String {
+fn table(spans: &[&SpanStats], sample_every: Option<u64>) -> String {
     let all_self: u128 = spans
         .iter()
         .map(|s| u128::from(s.entry_self.total_ns))
@@ -473,9 +952,11 @@ fn table(spans: &[&SpanStats]) -> String {
         let none = SpanResources::default();
         let r = s.resources.as_ref().unwrap_or(&none);
         if has_cpu {
-            cells.push(r.cpu.as_ref().map_or_else(missing, |c| {
-                number(c.utilization_pct, format!("{:.0}%", c.utilization_pct))
-            }));
+            cells.push(
+                r.cpu
+                    .as_ref()
+                    .map_or_else(missing, |c| number(c.utilization_pct, cpu_pct(c))),
+            );
         }
         if has_memory {
             let m = r.memory.as_ref();
@@ -501,27 +982,41 @@ fn table(spans: &[&SpanStats]) -> String {
         }
         html.push_str("<tr>");
         for (cell, column) in cells.iter().zip(&columns) {
-            match cell.sort {
-                Some(v) if v.is_finite() => {
-                    let _ = write!(html, "<td data-v=\"{v}\">{}</td>", escape(&cell.text));
-                }
-                Some(_) => {
-                    let _ = write!(html, "<td data-v=\"-1e308\">{}</td>", escape(&cell.text));
-                }
-                None => {
-                    let class = if column.head == "name" {
-                        " class=\"name\""
-                    } else {
-                        ""
-                    };
-                    let _ = write!(html, "<td{class}>{}</td>", escape(&cell.text));
-                }
-            }
+            let class = if column.head == "name" {
+                " class=\"name\""
+            } else {
+                ""
+            };
+            td(&mut html, cell, class);
         }
         html.push_str("</tr>\n");
     }
     html.push_str("</tbody>\n</table></div>\n");
+    let sampled = spans.iter().any(|s| {
+        s.resources
+            .as_ref()
+            .and_then(|r| r.cpu.as_ref())
+            .is_some_and(|c| c.sampled())
+    });
+    if sampled {
+        let _ = writeln!(
+            html,
+            "<p class=\"hint\" id=\"cpu-sampled\">{}</p>",
+            escape(&sampled_note(sample_every))
+        );
+    }
     html
+}
+
+/// One cell: a number with its sort value (`-1e308` for a missing figure, so it sorts last),
+/// or text with `text_class` (` class="…"`, or nothing).
+fn td(html: &mut String, cell: &Cell, text_class: &str) {
+    let text = escape(&cell.text);
+    let _ = match cell.sort {
+        Some(v) if v.is_finite() => write!(html, "<td data-v=\"{v}\">{text}</td>"),
+        Some(_) => write!(html, "<td data-v=\"-1e308\">{text}</td>"),
+        None => write!(html, "<td{text_class}>{text}</td>"),
+    };
 }
 
 fn bytes(value: f64) -> Cell {

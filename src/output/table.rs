@@ -13,7 +13,8 @@ use super::units::{format_bytes, format_count, format_duration, format_metric, f
 use super::{Format, TreeView};
 use crate::analysis::{leaks, Leak, LeakSource};
 use crate::profile::{
-    Metric, MetricKind, MetricValue, Overhead, ResourceInfo, Snapshot, SpanResources, SpanStats,
+    BackoffStep, CpuUse, Metric, MetricKind, MetricValue, Overhead, ResourceInfo, Snapshot,
+    SpanResources, SpanStats,
 };
 
 /// Name of the report file in an output directory.
@@ -27,7 +28,7 @@ const METRIC_SPAN_WIDTH: usize = 12;
 const REPORT_WIDTH: usize = 100;
 /// Span names whose instrumentation (spanprof's estimated cost in them) is more than this share
 /// of their own busy time are named in the report, %.
-const COSTLY_PCT: f64 = 5.0;
+pub(crate) const COSTLY_PCT: f64 = 5.0;
 /// The most such names listed.
 const COSTLY_SHOWN: usize = 10;
 
@@ -371,15 +372,7 @@ impl<'a> View<'a> {
         if self.snap.metrics.is_empty() {
             return Ok(());
         }
-        let mut metrics: Vec<&Metric> = self.snap.metrics.iter().collect();
-        metrics.sort_by(|a, b| {
-            (&a.name, a.kind, &a.span, &a.span_target).cmp(&(
-                &b.name,
-                b.kind,
-                &b.span,
-                &b.span_target,
-            ))
-        });
+        let metrics = metric_order(self.snap);
         let shown = metrics.len().min(self.top);
         writeln!(f)?;
         writeln!(f, "metrics (from events)")?;
@@ -623,10 +616,7 @@ impl<'a> View<'a> {
         let mut costly: Vec<(f64, &Row<'a>)> = self
             .rows
             .iter()
-            .filter_map(|r| {
-                let pct = 100.0 * r.overhead_ns? as f64 / r.entry_busy.total_ns.max(1) as f64;
-                (pct > COSTLY_PCT).then_some((pct, r))
-            })
+            .filter_map(|r| Some((costly_share(r)?, r)))
             .collect();
         if costly.is_empty() {
             return Ok(());
@@ -678,12 +668,11 @@ impl<'a> View<'a> {
             .iter()
             .map(|s| {
                 format!(
-                    "at {} {} {} ({}{:.1}%)",
+                    "at {} {} {} ({})",
                     format_duration(s.at_ns),
                     s.resources.join(", "),
                     if s.on { "back on" } else { "off" },
-                    if s.on { "predicted " } else { "cost " },
-                    s.overhead_pct
+                    backoff_cost(s)
                 )
             })
             .collect();
@@ -835,11 +824,7 @@ fn memory_and_cpu(
             f,
             "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
             s.label,
-            cpu.map_or_else(dash, |c| format!(
-                "{}{:.0}%",
-                if c.sampled() { "~" } else { "" },
-                c.utilization_pct
-            )),
+            cpu.map_or_else(dash, cpu_pct),
             memory.map_or_else(dash, |m| per(m.rss_delta_bytes as f64, m.instances)),
             memory.map_or_else(dash, |m| format_bytes(m.peak_rss_bytes as f64)),
             memory
@@ -858,31 +843,73 @@ fn memory_and_cpu(
         .iter()
         .any(|(_, r)| r.cpu.as_ref().is_some_and(|c| c.sampled()))
     {
-        let which =
-            sample_every.map_or_else(|| "some entries".to_string(), |n| format!("1 entry in {n}"));
-        writeln!(
-            f,
-            "~ sampled: CPU time read for {which} of names with short entries (cpu% of the sample)"
-        )?;
+        writeln!(f, "{}", sampled_note(sample_every))?;
     }
     hidden_rows(f, hidden, "with memory and CPU figures")
 }
 
 /// The report header's line on spanprof's own cost.
 fn own_cost(f: &mut String, o: &Overhead) -> fmt::Result {
+    writeln!(f, "spanprof's own cost: {}", own_cost_text(o))
+}
+
+/// spanprof's own cost in words: its share of the process's CPU time (of the run where that is
+/// not readable) and what it is made of.
+pub(crate) fn own_cost_text(o: &Overhead) -> String {
     let of = if o.process_cpu_ns.is_some() {
         "process CPU time"
     } else {
         "the run"
     };
-    writeln!(
-        f,
-        "spanprof's own cost: ~{:.2}% of {of} (est. {}: {:.0} ns/span + {} readings)",
+    format!(
+        "~{:.2}% of {of} (est. {}: {:.0} ns/span + {} readings)",
         o.percent,
         format_duration(o.estimated_ns),
         o.span_cost_ns,
         format_duration(o.readings_ns),
     )
+}
+
+/// spanprof's estimated cost in a span name, as a share of the name's busy time (%), where it
+/// is over [`COSTLY_PCT`]: the names the report says spanprof distorts.
+pub(crate) fn costly_share(s: &SpanStats) -> Option<f64> {
+    let pct = 100.0 * s.overhead_ns? as f64 / s.entry_busy.total_ns.max(1) as f64;
+    (pct > COSTLY_PCT).then_some(pct)
+}
+
+/// A span name's CPU utilisation, `~` before it where the figure is a sample of its entries.
+pub(crate) fn cpu_pct(c: &CpuUse) -> String {
+    format!(
+        "{}{:.0}%",
+        if c.sampled() { "~" } else { "" },
+        c.utilization_pct
+    )
+}
+
+/// What the `~` of sampled CPU figures means (`sample_every`: the profile's
+/// [`Overhead::cpu_sample_every`], where known).
+pub(crate) fn sampled_note(sample_every: Option<u64>) -> String {
+    let which =
+        sample_every.map_or_else(|| "some entries".to_string(), |n| format!("1 entry in {n}"));
+    format!("~ sampled: CPU time read for {which} of names with short entries (cpu% of the sample)")
+}
+
+/// The cost a back-off step acted on: measured for a step down, predicted for a step back on.
+pub(crate) fn backoff_cost(s: &BackoffStep) -> String {
+    format!(
+        "{}{:.1}%",
+        if s.on { "predicted " } else { "cost " },
+        s.overhead_pct
+    )
+}
+
+/// The metrics of `snap` in the report's order: by name, kind, span name and target.
+pub(crate) fn metric_order(snap: &Snapshot) -> Vec<&Metric> {
+    let mut metrics: Vec<&Metric> = snap.metrics.iter().collect();
+    metrics.sort_by(|a, b| {
+        (&a.name, a.kind, &a.span, &a.span_target).cmp(&(&b.name, b.kind, &b.span, &b.span_target))
+    });
+    metrics
 }
 
 /// GPU per device and energy per span name, over instances.

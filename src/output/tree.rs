@@ -92,8 +92,7 @@ impl TreeView {
         }
         let mut stack: Vec<(Line, usize)> = Vec::new();
         let push_level = |stack: &mut Vec<(Line, usize)>, list: &[usize], depth: usize| {
-            let mut list = list.to_vec();
-            list.sort_by(|&a, &b| total[b].cmp(&total[a]).then(a.cmp(&b)));
+            let list = widest_first(list, &total);
             let shown = list.len().min(self.top);
             if list.len() > shown {
                 let rest = list[shown..].iter().map(|&i| total[i]).sum();
@@ -144,6 +143,14 @@ impl TreeView {
         }
         Ok(())
     }
+}
+
+/// The nodes `list` in the tree view's order: the most self time under them (`total`, from
+/// [`CallTree::total_ns`]) first, then node order.
+pub(crate) fn widest_first(list: &[usize], total: &[u64]) -> Vec<usize> {
+    let mut list = list.to_vec();
+    list.sort_by(|&a, &b| total[b].cmp(&total[a]).then(a.cmp(&b)));
+    list
 }
 
 impl Format for TreeView {
