@@ -258,10 +258,10 @@ fn unwritable_output_is_reported_not_fatal() {
         Error::Outputs(errors) => errors.iter().collect(),
         one => vec![one],
     };
-    // The profile, the HTML report, the CSV and Prometheus files, and the call tree's folded
-    // stacks, flamegraph and pprof profile.
+    // The profile, the HTML report, the CSV files (report and metrics) and the Prometheus
+    // file, and the call tree's folded stacks, flamegraph and pprof profile.
     let formats = 3
-        + usize::from(cfg!(feature = "csv"))
+        + 2 * usize::from(cfg!(feature = "csv"))
         + usize::from(cfg!(feature = "prometheus"))
         + usize::from(cfg!(feature = "flamegraph"))
         + usize::from(cfg!(feature = "pprof"));
