@@ -53,6 +53,49 @@ pub const METRICS_FILE: &str = "metrics.prom";
 /// `spanprof_gpu_temperature_celsius`, `spanprof_gpu_sm_clock_hertz`. A figure the profile does
 /// not have is left out, never written as 0.
 ///
+/// spanprof's own cost, where the profile has its estimate: `spanprof_overhead_ratio` (the
+/// estimate as a share of the process's CPU time, 0 to 1), `spanprof_overhead_estimated_seconds_total`,
+/// `spanprof_overhead_readings_seconds_total`, `spanprof_overhead_span_cost_seconds` (the
+/// calibrated cost of one span), `spanprof_process_cpu_seconds_total`; per span name
+/// `spanprof_span_overhead_seconds_total` and `spanprof_span_cpu_skipped_entries_total` (entries
+/// whose CPU time was sampled out: above 0, `spanprof_span_cpu_seconds_total` is an estimate);
+/// after back-off steps, `spanprof_backoff_steps_total` (labelled `direction`, `off` or `on`) and
+/// `spanprof_backoff_reading_off` (labelled `resource`: 1 while the back-off holds that
+/// per-span reading off).
+///
+/// # Metrics from events
+///
+/// Each metric from events ([`Snapshot::metrics`]) is a family of its own, named
+/// `spanprof_metric_<name>`, its samples labelled `span` and `target` (no labels for events
+/// outside every span); the help text names the event field it comes from:
+///
+/// | field | type | family |
+/// |---|---|---|
+/// | `monotonic_counter.<name>` | counter | `spanprof_metric_<name>_total`: the sum |
+/// | `counter.<name>` (up-down) | gauge | `spanprof_metric_<name>`: the sum |
+/// | `histogram.<name>` | histogram | `spanprof_metric_<name>`: `_bucket`, `_sum`, `_count` |
+/// | `gauge.<name>` | gauge | `spanprof_metric_<name>` (last value), `spanprof_metric_<name>_min`, `_max` |
+///
+/// The name is made a Prometheus name: camel case to snake case (`queueLength` →
+/// `queue_length`), every character but ASCII letters, digits and `_` replaced by `_`, lower
+/// case, a trailing `_total` dropped (counters get one). A unit suffix of the metric's name
+/// ([`unit_of`](crate::profile::metrics::unit_of)) becomes the Prometheus base unit, the values
+/// converted: `_milliseconds`, `_microseconds` and `_nanoseconds` are written in `_seconds`,
+/// `_percent` in `_ratio` (0 to 1), `_seconds`, `_bytes` and `_ratio` stay; the unit comes last
+/// (`gauge.hit_percent` → `spanprof_metric_hit_ratio`, `spanprof_metric_hit_min_ratio`).
+/// Two metrics whose names give the same family (`hit.rate` and `hit_rate`, or a gauge `x` and a
+/// histogram `x`) never share it: in the order of their names and kinds, the first gets it,
+/// the next `spanprof_metric_<name>_2`, and so on; each family's help names its field.
+///
+/// A metric histogram's `le` bounds are in its unit: the 1-2.5-5 series from the power of ten
+/// at or below its smallest non-zero value up to the power of ten above its largest (integer
+/// values from 1, float values from 10⁻⁹ to 1000), each rounded up to the top of its HDR bucket
+/// in the scale the values were recorded in (integers as they are, floats in nano-units,
+/// [`FLOAT_SCALE`]): the counts are the histogram's, exact (`le="1003"` for 1000 bytes,
+/// `le="0.001003519"` for 1 ms). Only a metric recorded with both integer and float values is
+/// counted at each part's own bucket top, its `le` the higher of the two (within one HDR bucket,
+/// 1/128, of exact). `_sum` is the exact sum, `_count` every value.
+///
 /// # Buckets
 ///
 /// The histograms' `le` bounds are [`export_bounds_ns`] in seconds: a 1-2.5-5 series from 1 µs
@@ -60,6 +103,12 @@ pub const METRICS_FILE: &str = "metrics.prom";
 /// bucket top the HDR histogram's cumulative count is exact, so every `_bucket` sample is the
 /// profile's count, not an interpolation; `+Inf` is the number of samples, `_sum` their exact
 /// total.
+///
+/// # Periodic
+///
+/// `metrics.prom` is re-written atomically at each window of the export cadence
+/// ([`Builder::with_every`](crate::Builder::with_every), `SPANPROF_EVERY`), node_exporter
+/// textfile style, as well as at the end ([`Format::periodic`]).
 ///
 /// ```
 /// use spanprof::output::{Format, Prometheus};
