@@ -533,44 +533,21 @@ fn event_metrics_are_families_named_by_convention() {
     assert_eq!(family("gauge.hit.rate"), "spanprof_metric_hit_rate");
     assert_eq!(family("gauge.hit_rate"), "spanprof_metric_hit_rate_2");
 
-    // Counters: the sums, in the span and outside every span.
-    assert_eq!(
-        metric_value(&lines, "spanprof_metric_requests_total", Some("step")),
-        12.0
-    );
-    assert_eq!(
-        metric_value(&lines, "spanprof_metric_requests_total", None),
-        2.0
-    );
-    assert_eq!(
-        metric_value(&lines, "spanprof_metric_queue", Some("step")),
-        6.0
-    );
-    // Gauges: last, min, max; percent as a ratio.
-    assert_eq!(
-        metric_value(&lines, "spanprof_metric_hit_ratio", Some("step")),
-        0.6
-    );
-    assert_eq!(
-        metric_value(&lines, "spanprof_metric_hit_min_ratio", Some("step")),
-        0.2
-    );
-    assert_eq!(
-        metric_value(&lines, "spanprof_metric_hit_max_ratio", Some("step")),
-        0.9
-    );
-    assert_eq!(
-        metric_value(&lines, "spanprof_metric_queue_length", Some("step")),
-        3.0
-    );
-    assert_eq!(
-        metric_value(&lines, "spanprof_metric_hit_rate", Some("step")),
-        0.5
-    );
-    assert_eq!(
-        metric_value(&lines, "spanprof_metric_hit_rate_2", Some("step")),
-        0.75
-    );
+    // Counters: the sums, in the span and outside every span; gauges: last, min, max, percent
+    // as a ratio.
+    for (name, span, want) in [
+        ("spanprof_metric_requests_total", Some("step"), 12.0),
+        ("spanprof_metric_requests_total", None, 2.0),
+        ("spanprof_metric_queue", Some("step"), 6.0),
+        ("spanprof_metric_hit_ratio", Some("step"), 0.6),
+        ("spanprof_metric_hit_min_ratio", Some("step"), 0.2),
+        ("spanprof_metric_hit_max_ratio", Some("step"), 0.9),
+        ("spanprof_metric_queue_length", Some("step"), 3.0),
+        ("spanprof_metric_hit_rate", Some("step"), 0.5),
+        ("spanprof_metric_hit_rate_2", Some("step"), 0.75),
+    ] {
+        assert_eq!(metric_value(&lines, name, span), want, "{name} {span:?}");
+    }
 
     // Histograms: `_count`, `_sum` and every bucket against the profile's buckets.
     for (field, name, factor, span) in [

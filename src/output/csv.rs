@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 
 use super::table::{clamped_spans, report_order};
-use super::Format;
+use super::{metrics_in_order, Format};
 use crate::profile::metrics::FLOAT_SCALE;
 use crate::profile::{CpuUse, GpuUse, HeapUse, MemoryUse, Snapshot, SpanResources, SpanStats};
 use crate::profile::{Metric, MetricValue};
@@ -72,9 +72,7 @@ impl Csv {
     /// # Errors
     /// None in practice (it writes to memory); the CSV writer's errors otherwise.
     pub fn to_string(&self, snapshot: &Snapshot) -> io::Result<String> {
-        let mut bytes = Vec::new();
-        self.render(snapshot, &mut bytes)?;
-        String::from_utf8(bytes).map_err(io::Error::other)
+        render_to_string(self, snapshot)
     }
 }
 
@@ -100,6 +98,13 @@ impl Format for Csv {
         }
         writer.flush()
     }
+}
+
+/// What `format` renders of `snapshot`, as text.
+fn render_to_string(format: &dyn Format, snapshot: &Snapshot) -> io::Result<String> {
+    let mut bytes = Vec::new();
+    format.render(snapshot, &mut bytes)?;
+    String::from_utf8(bytes).map_err(io::Error::other)
 }
 
 /// One column: its header and how a span name's cell is written.
@@ -329,9 +334,7 @@ impl CsvMetrics {
     /// # Errors
     /// None in practice (it writes to memory); the CSV writer's errors otherwise.
     pub fn to_string(&self, snapshot: &Snapshot) -> io::Result<String> {
-        let mut bytes = Vec::new();
-        self.render(snapshot, &mut bytes)?;
-        String::from_utf8(bytes).map_err(io::Error::other)
+        render_to_string(self, snapshot)
     }
 }
 
@@ -355,15 +358,7 @@ impl Format for CsvMetrics {
     }
 
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
-        let mut metrics: Vec<&Metric> = snapshot.metrics.iter().collect();
-        metrics.sort_by(|a, b| {
-            (&a.name, a.kind, &a.span, &a.span_target).cmp(&(
-                &b.name,
-                b.kind,
-                &b.span,
-                &b.span_target,
-            ))
-        });
+        let metrics = metrics_in_order(snapshot);
         let mut writer = ::csv::Writer::from_writer(out);
         writer.write_record(METRIC_COLUMNS)?;
         for m in metrics {

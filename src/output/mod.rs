@@ -120,6 +120,16 @@ pub(crate) fn by_self_time(a: &SpanStats, b: &SpanStats) -> std::cmp::Ordering {
         .then(a.target.cmp(&b.target))
 }
 
+/// The metrics from events of `snap` in the order every report lists them: by name, kind,
+/// span name and target (events outside every span first).
+pub(crate) fn metrics_in_order(snap: &Snapshot) -> Vec<&crate::profile::Metric> {
+    let mut metrics: Vec<_> = snap.metrics.iter().collect();
+    metrics.sort_by(|a, b| {
+        (&a.name, a.kind, &a.span, &a.span_target).cmp(&(&b.name, b.kind, &b.span, &b.span_target))
+    });
+    metrics
+}
+
 /// The names [`format_named`] knows, in the order `spanprof report --help` lists them.
 pub const FORMAT_NAMES: &[&str] = &[
     "table",

@@ -13,7 +13,7 @@ use super::units::{format_bytes, format_count, format_duration, format_metric, f
 use super::{Format, TreeView};
 use crate::analysis::{leaks, Leak, LeakSource};
 use crate::profile::{
-    Metric, MetricKind, MetricValue, Overhead, ResourceInfo, Snapshot, SpanResources, SpanStats,
+    MetricKind, MetricValue, Overhead, ResourceInfo, Snapshot, SpanResources, SpanStats,
 };
 
 /// Name of the report file in an output directory.
@@ -371,15 +371,7 @@ impl<'a> View<'a> {
         if self.snap.metrics.is_empty() {
             return Ok(());
         }
-        let mut metrics: Vec<&Metric> = self.snap.metrics.iter().collect();
-        metrics.sort_by(|a, b| {
-            (&a.name, a.kind, &a.span, &a.span_target).cmp(&(
-                &b.name,
-                b.kind,
-                &b.span,
-                &b.span_target,
-            ))
-        });
+        let metrics = super::metrics_in_order(self.snap);
         let shown = metrics.len().min(self.top);
         writeln!(f)?;
         writeln!(f, "metrics (from events)")?;
