@@ -261,6 +261,7 @@ fn unwritable_output_is_reported_not_fatal() {
     let mut files = vec!["profile.json", "report.html"];
     if cfg!(feature = "csv") {
         files.push("report.csv");
+        files.push("metrics.csv");
     }
     if cfg!(feature = "prometheus") {
         files.push("metrics.prom");

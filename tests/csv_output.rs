@@ -7,7 +7,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use spanprof::output::{Csv, Format, CSV_FILE};
+use spanprof::output::{Csv, CsvMetrics, Format, CSV_FILE, METRICS_CSV_FILE};
 use spanprof::profile::SpanStats;
 use spanprof::{ProfileLayer, Snapshot};
 
@@ -149,6 +149,7 @@ fn every_cell_is_the_profiles_and_names_round_trip() {
         "bytes",
         "flops",
         "allocs_per_entry",
+        "cpu_skipped_entries",
         "clamped",
     ];
     for h in &headers {
@@ -160,8 +161,13 @@ fn every_cell_is_the_profiles_and_names_round_trip() {
             "{h} has no unit"
         );
     }
-    // No resources sampled (basic preset): their cells are empty, not 0.
+    // No resources sampled (basic preset): their cells are empty, not 0; no overhead estimate
+    // on a mock clock: empty too.
     assert!(rows.iter().all(|r| r["cpu_ns"].is_empty()));
+    assert!(rows.iter().all(|r| r["cpu_skipped_entries"].is_empty()));
+    assert!(rows
+        .iter()
+        .all(|r| r["overhead_ns"].is_empty() && r["overhead_pct"].is_empty()));
 }
 
 #[test]
@@ -236,4 +242,162 @@ fn gpu_columns_per_device_are_the_profiles() {
     assert_eq!(num(row, "gpu0_energy_j"), g.energy_j.unwrap());
     assert_eq!(num(row, "energy_j"), r.energy_j.unwrap());
     assert_eq!(row["co2e_g"], "", "no grid intensity given");
+}
+
+#[test]
+fn overhead_and_sampled_cpu_columns_are_the_profiles() {
+    let snap = support::run_with(ProfileLayer::builder(), || {
+        for _ in 0..40 {
+            tracing::info_span!("outer").in_scope(|| tracing::info_span!("inner").in_scope(|| {}));
+        }
+    });
+    assert!(snap.overhead.is_some(), "a real clock is calibrated");
+    let (_, overhead_rows) = rows(&Csv::new().to_string(&snap).unwrap());
+    for s in &snap.spans {
+        let row = overhead_rows.iter().find(|r| r["name"] == s.name).unwrap();
+        let overhead = s.overhead_ns.expect("estimated per span name");
+        assert!(overhead > 0);
+        assert_eq!(row["overhead_ns"], overhead.to_string());
+        assert_eq!(
+            num(row, "overhead_pct"),
+            100.0 * overhead as f64 / s.entry_busy.total_ns as f64
+        );
+    }
+    // Sampled CPU figures: the entries not read, per span name.
+    let mut json: serde_json::Value =
+        serde_json::from_str(include_str!("data/profile-v2-detailed.json")).unwrap();
+    let spans = json["spans"].as_array_mut().unwrap();
+    spans[0]["resources"]["cpu"]["skipped_entries"] = serde_json::json!(17);
+    let sampled = spans[0]["name"].as_str().unwrap().to_string();
+    let snap = Snapshot::from_json(&json.to_string(), "sampled.json").unwrap();
+    let (_, sampled_rows) = rows(&Csv::new().to_string(&snap).unwrap());
+    for s in &snap.spans {
+        let row = sampled_rows.iter().find(|r| r["name"] == s.name).unwrap();
+        let skipped = s
+            .resources
+            .as_ref()
+            .unwrap()
+            .cpu
+            .as_ref()
+            .unwrap()
+            .skipped_entries;
+        assert_eq!(skipped, if s.name == sampled { 17 } else { 0 });
+        assert_eq!(row["cpu_skipped_entries"], skipped.to_string());
+    }
+}
+
+/// Events with metric fields of every kind, in spans with names the CSV must quote and outside
+/// every span.
+fn metrics_profile() -> Snapshot {
+    let (dispatch, guard, _clock) = support::mock();
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!(COMMAS).in_scope(|| {
+            for (i, v) in [0.5f64, 2.0, 120.0, 7.25].into_iter().enumerate() {
+                tracing::info!(
+                    histogram.step_seconds = v,
+                    histogram.batch_bytes = 1_000u64 * (i as u64 + 1),
+                    counter.queue = if i % 2 == 0 { 5i64 } else { -2i64 },
+                    gauge.loss = 1.0 / (i as f64 + 1.0),
+                );
+            }
+            tracing::info!(histogram.batch_bytes = -3i64);
+        });
+        tracing::info_span!(NEWLINE).in_scope(|| tracing::info!(monotonic_counter.requests = 4u64));
+        tracing::info!(monotonic_counter.requests = 2u64);
+    });
+    guard.snapshot()
+}
+
+#[test]
+fn metrics_csv_rows_are_the_profiles_metrics() {
+    use spanprof::profile::MetricValue;
+    let snap = metrics_profile();
+    assert_eq!(snap.metrics.len(), 6, "{:?}", snap.metrics);
+    let (headers, rows) = rows(&CsvMetrics::new().to_string(&snap).unwrap());
+    assert_eq!(headers[..5], ["metric", "kind", "unit", "span", "target"]);
+    assert_eq!(rows.len(), snap.metrics.len());
+    let close = |row: &HashMap<String, String>, column: &str, want: f64| {
+        let got = num(row, column);
+        assert!(
+            (got - want).abs() <= 1e-12 * want.abs(),
+            "{column}: {got} ≠ {want}"
+        );
+    };
+    for m in &snap.metrics {
+        let span = m.span.clone().unwrap_or_default();
+        let row = rows
+            .iter()
+            .find(|r| r["metric"] == m.name && r["span"] == span)
+            .unwrap_or_else(|| panic!("no row for {} in {span:?}", m.name));
+        assert_eq!(row["kind"], m.kind.as_str());
+        assert_eq!(row["unit"], m.unit.clone().unwrap_or_default());
+        assert_eq!(row["target"], m.span_target.clone().unwrap_or_default());
+        assert_eq!(row["records"], m.records.to_string());
+        assert_eq!(row["rejected"], m.rejected.to_string());
+        match &m.value {
+            MetricValue::Sum(sum) => {
+                close(row, "sum", sum.total());
+                assert_eq!((&*row["last"], &*row["count"]), ("", ""));
+            }
+            MetricValue::Gauge(g) => {
+                close(row, "last", g.last);
+                close(row, "min", g.min);
+                close(row, "max", g.max);
+                assert_eq!(row["sum"], "");
+            }
+            MetricValue::Histogram(h) => {
+                assert_eq!(row["count"], h.count().to_string());
+                let (min, max) = h.min_max();
+                close(row, "min", min);
+                close(row, "max", max);
+                close(row, "mean", h.mean());
+                close(row, "sum", h.mean() * h.count() as f64);
+                close(row, "p50", h.quantile(0.5));
+                close(row, "p99", h.quantile(0.99));
+                assert_eq!(row["last"], "");
+            }
+            _ => unreachable!(),
+        }
+    }
+    // The figures themselves, not only as the snapshot has them.
+    let row = |metric: &str, span: &str| {
+        rows.iter()
+            .find(|r| r["metric"] == metric && r["span"] == span)
+            .unwrap()
+    };
+    let steps = row("step_seconds", COMMAS);
+    assert_eq!(
+        (&*steps["unit"], &*steps["count"], &*steps["sum"]),
+        ("seconds", "4", "129.75")
+    );
+    assert_eq!((&*steps["min"], &*steps["max"]), ("0.5", "120"));
+    let batches = row("batch_bytes", COMMAS);
+    assert_eq!((&*batches["sum"], &*batches["rejected"]), ("10000", "1"));
+    assert_eq!(row("queue", COMMAS)["sum"], "6");
+    assert_eq!(row("loss", COMMAS)["last"], "0.25");
+    assert_eq!(row("requests", NEWLINE)["sum"], "4");
+    assert_eq!(row("requests", "")["sum"], "2");
+    assert_eq!(row("requests", "")["target"], "");
+}
+
+#[test]
+fn the_output_directory_gets_metrics_csv_from_the_final_profile() {
+    let dir = support::temp_dir("metrics-csv");
+    let (dispatch, guard) = support::install(ProfileLayer::builder().with_output_dir(&dir));
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("work").in_scope(|| tracing::info!(histogram.size_bytes = 64u64));
+    });
+    let outputs = guard.finish().unwrap();
+    let path = dir.join(METRICS_CSV_FILE);
+    assert_eq!(outputs.file("csv-metrics"), Some(path.as_path()));
+    let written = std::fs::read_to_string(&path).unwrap();
+    let profile = Snapshot::read_json(outputs.profile().unwrap()).unwrap();
+    assert_eq!(written, CsvMetrics::new().to_string(&profile).unwrap());
+    let (_, rows) = rows(&written);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (&*rows[0]["metric"], &*rows[0]["span"], &*rows[0]["sum"]),
+        ("size_bytes", "work", "64")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -71,6 +71,7 @@ fn a_custom_format_is_written_beside_the_profile() {
     }
     if cfg!(feature = "csv") {
         expected.push("report.csv");
+        expected.push("metrics.csv");
     }
     expected.sort();
     assert_eq!(names, expected);

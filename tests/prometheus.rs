@@ -433,3 +433,325 @@ fn gpu_readings_are_gauges_per_device() {
         assert!(ok && said.is_empty(), "promtool: {said}\n{text}");
     }
 }
+
+/// The family names of the event metrics, by field (`histogram.x`), read from the `# HELP`
+/// lines (each names its field), with each family's type.
+fn event_families(text: &str) -> BTreeMap<String, (String, String)> {
+    let types: BTreeMap<&str, &str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# HELP spanprof_metric_"))
+        .filter(|l| !l.contains("the smallest") && !l.contains("the largest"))
+        .map(|l| {
+            let (name, help) = l.split_once(' ').unwrap();
+            let field = help.split('`').nth(1).unwrap().to_string();
+            let name = format!("spanprof_metric_{name}");
+            let kind = types[name.as_str()].to_string();
+            (field, (name, kind))
+        })
+        .collect()
+}
+
+/// Events with metric fields of every kind, units, names that need sanitizing and two that
+/// sanitize alike, on a mock clock.
+fn metrics_profile() -> Snapshot {
+    let (dispatch, guard, _clock) = support::mock();
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("step").in_scope(|| {
+            for (i, bytes) in [100u64, 1_000, 5_000, 70_000].into_iter().enumerate() {
+                tracing::info!(
+                    monotonic_counter.requests_total = 3u64,
+                    counter.queue = if i % 2 == 0 { 5i64 } else { -2i64 },
+                    histogram.batch_bytes = bytes,
+                    histogram.step_milliseconds = [0.5, 2.0, 120.0, 7.25][i],
+                    gauge.hit_percent = [50.0, 20.0, 90.0, 60.0][i],
+                    gauge.queueLength = i as u64,
+                );
+            }
+            tracing::info!(gauge.hit.rate = 0.5, gauge.hit_rate = 0.75);
+        });
+        tracing::info_span!(TRICKY).in_scope(|| tracing::info!(histogram.batch_bytes = 7u64));
+        // Outside every span: no span label.
+        tracing::info!(monotonic_counter.requests_total = 2u64);
+    });
+    guard.snapshot()
+}
+
+fn event_metric<'a>(
+    snap: &'a Snapshot,
+    name: &str,
+    span: Option<&str>,
+) -> &'a spanprof::profile::Metric {
+    snap.metrics
+        .iter()
+        .find(|m| m.name == name && m.span.as_deref() == span)
+        .unwrap_or_else(|| panic!("no metric {name} in {span:?}: {:?}", snap.metrics))
+}
+
+/// The one sample of `name` labelled with `span` (none: no `span` label).
+fn metric_value(lines: &[Line], name: &str, span: Option<&str>) -> f64 {
+    let found: Vec<_> = lines
+        .iter()
+        .filter(|l| l.name == name && l.labels.get("span").map(String::as_str) == span)
+        .collect();
+    assert_eq!(found.len(), 1, "{name} {span:?}: {found:?}");
+    found[0].value
+}
+
+#[test]
+fn event_metrics_are_families_named_by_convention() {
+    use spanprof::profile::MetricValue;
+    let snap = metrics_profile();
+    let text = Prometheus::new().to_string(&snap);
+    let lines = parse(&text);
+    let families = event_families(&text);
+    let family = |field: &str| families[field].0.clone();
+    let kind = |field: &str| families[field].1.clone();
+    // Names: `_total` once for counters, units in base units, snake case, odd characters
+    // replaced, and two names sanitized alike kept apart.
+    assert_eq!(
+        family("monotonic_counter.requests_total"),
+        "spanprof_metric_requests_total"
+    );
+    assert_eq!(kind("monotonic_counter.requests_total"), "counter");
+    assert_eq!(family("counter.queue"), "spanprof_metric_queue");
+    assert_eq!(kind("counter.queue"), "gauge");
+    assert_eq!(
+        family("histogram.batch_bytes"),
+        "spanprof_metric_batch_bytes"
+    );
+    assert_eq!(kind("histogram.batch_bytes"), "histogram");
+    assert_eq!(
+        family("histogram.step_milliseconds"),
+        "spanprof_metric_step_seconds"
+    );
+    assert_eq!(family("gauge.hit_percent"), "spanprof_metric_hit_ratio");
+    assert_eq!(family("gauge.queueLength"), "spanprof_metric_queue_length");
+    assert_eq!(family("gauge.hit.rate"), "spanprof_metric_hit_rate");
+    assert_eq!(family("gauge.hit_rate"), "spanprof_metric_hit_rate_2");
+
+    // Counters: the sums, in the span and outside every span; gauges: last, min, max, percent
+    // as a ratio.
+    for (name, span, want) in [
+        ("spanprof_metric_requests_total", Some("step"), 12.0),
+        ("spanprof_metric_requests_total", None, 2.0),
+        ("spanprof_metric_queue", Some("step"), 6.0),
+        ("spanprof_metric_hit_ratio", Some("step"), 0.6),
+        ("spanprof_metric_hit_min_ratio", Some("step"), 0.2),
+        ("spanprof_metric_hit_max_ratio", Some("step"), 0.9),
+        ("spanprof_metric_queue_length", Some("step"), 3.0),
+        ("spanprof_metric_hit_rate", Some("step"), 0.5),
+        ("spanprof_metric_hit_rate_2", Some("step"), 0.75),
+    ] {
+        assert_eq!(metric_value(&lines, name, span), want, "{name} {span:?}");
+    }
+
+    // Histograms: `_count`, `_sum` and every bucket against the profile's buckets.
+    for (field, name, factor, span) in [
+        ("batch_bytes", "spanprof_metric_batch_bytes", 1.0, "step"),
+        ("batch_bytes", "spanprof_metric_batch_bytes", 1.0, TRICKY),
+        (
+            "step_milliseconds",
+            "spanprof_metric_step_seconds",
+            1e-3,
+            "step",
+        ),
+    ] {
+        let m = event_metric(&snap, field, Some(span));
+        let MetricValue::Histogram(h) = &m.value else {
+            panic!("{m:?}")
+        };
+        let (stat, scale) = match (&h.integers, &h.floats) {
+            (Some(s), None) => (s, 1.0),
+            (None, Some(s)) => (s, 1e9),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            metric_value(&lines, &format!("{name}_count"), Some(span)),
+            h.count() as f64
+        );
+        let sum = metric_value(&lines, &format!("{name}_sum"), Some(span));
+        assert!(
+            (sum - h.mean() * h.count() as f64 * factor).abs() <= 1e-12 * sum.abs(),
+            "{sum}"
+        );
+        let buckets: Vec<_> = lines
+            .iter()
+            .filter(|l| l.name == format!("{name}_bucket") && l.labels["span"] == span)
+            .collect();
+        assert!(buckets.len() >= 4, "{name} {span:?}: {buckets:?}");
+        let mut previous = 0.0;
+        for b in &buckets {
+            let count = match b.labels["le"].as_str() {
+                "+Inf" => stat.count,
+                le => {
+                    // The bound is the top of an HDR bucket in the values' scale: the count
+                    // at it is the histogram's.
+                    let le = le.parse::<f64>().unwrap() / factor * scale;
+                    let top = le.round() as u64;
+                    assert!((le - top as f64).abs() < 1e-3 * le.max(1.0), "{le}");
+                    assert_eq!(spanprof::profile::buckets::bucket_top(top), top);
+                    stat.histogram.count_at_or_below(top)
+                }
+            };
+            assert_eq!(b.value, count as f64, "{name} {span:?} {b:?}");
+            assert!(b.value >= previous);
+            previous = b.value;
+        }
+        assert_eq!(buckets.last().unwrap().labels["le"], "+Inf");
+    }
+    // The bounds split the values: a wrong bucket would show.
+    let steps: Vec<f64> = lines
+        .iter()
+        .filter(|l| l.name == "spanprof_metric_step_seconds_bucket")
+        .map(|l| l.value)
+        .collect();
+    assert!(
+        steps.contains(&1.0) && steps.contains(&2.0) && steps.contains(&3.0),
+        "{steps:?}"
+    );
+
+    // Label values escaped, and promtool silent about the whole exposition.
+    assert!(text.contains(r#"span="tricky \"name\" \\ with\nnewline""#));
+    if let Some((ok, said)) = promtool(&text) {
+        assert!(ok && said.is_empty(), "promtool: {said}\n{text}");
+    }
+}
+
+#[test]
+fn overhead_and_backoff_are_gauges_and_counters() {
+    let snap = support::run_with(ProfileLayer::builder(), || {
+        for _ in 0..50 {
+            tracing::info_span!("work").in_scope(|| {});
+        }
+    });
+    let overhead = snap.overhead.clone().expect("a real clock is calibrated");
+    // Back-off steps, as a profile read back holds them.
+    let mut json: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+    json["backoff"] = serde_json::json!([
+        {"at_ns": 1000, "on": false, "resources": ["cpu", "heap"], "overhead_pct": 7.5},
+        {"at_ns": 9000, "on": true, "resources": ["heap"], "overhead_pct": 0.5},
+    ]);
+    let snap = Snapshot::from_json(&json.to_string(), "backoff.json").unwrap();
+    let text = Prometheus::new().to_string(&snap);
+    let lines = parse(&text);
+    let global = |name: &str, labels: &[(&str, &str)]| {
+        let found: Vec<_> = lines
+            .iter()
+            .filter(|l| {
+                l.name == name
+                    && l.labels.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| l.labels.get(*k).map(String::as_str) == Some(v))
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{name} {labels:?}\n{text}");
+        found[0].value
+    };
+    assert_eq!(
+        global("spanprof_overhead_ratio", &[]),
+        overhead.percent / 100.0
+    );
+    assert_eq!(
+        global("spanprof_overhead_estimated_seconds_total", &[]),
+        seconds(overhead.estimated_ns)
+    );
+    assert_eq!(
+        global("spanprof_overhead_readings_seconds_total", &[]),
+        seconds(overhead.readings_ns)
+    );
+    assert_eq!(
+        global("spanprof_overhead_span_cost_seconds", &[]),
+        overhead.span_cost_ns / 1e9
+    );
+    if let Some(cpu) = overhead.process_cpu_ns {
+        assert_eq!(
+            global("spanprof_process_cpu_seconds_total", &[]),
+            seconds(cpu)
+        );
+    }
+    let work = support::span(&snap, "work");
+    assert_eq!(
+        value(&lines, "spanprof_span_overhead_seconds_total", work),
+        seconds(work.overhead_ns.unwrap())
+    );
+    assert!(work.overhead_ns.unwrap() > 0);
+    assert_eq!(
+        global("spanprof_backoff_steps_total", &[("direction", "off")]),
+        1.0
+    );
+    assert_eq!(
+        global("spanprof_backoff_steps_total", &[("direction", "on")]),
+        1.0
+    );
+    assert_eq!(
+        global("spanprof_backoff_reading_off", &[("resource", "cpu")]),
+        1.0
+    );
+    assert_eq!(
+        global("spanprof_backoff_reading_off", &[("resource", "heap")]),
+        0.0
+    );
+    if let Some((ok, said)) = promtool(&text) {
+        assert!(ok && said.is_empty(), "promtool: {said}\n{text}");
+    }
+    // Without the estimate (a mock clock) or steps: no such series, rather than zeros.
+    let plain = Prometheus::new().to_string(&profile());
+    assert!(!plain.contains("spanprof_overhead_"), "{plain}");
+    assert!(!plain.contains("spanprof_backoff_"), "{plain}");
+}
+
+/// Polls `done` until it holds; panics after a generous bound (a wait, not a timing).
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited 60 s for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn metrics_prom_is_rewritten_at_each_window_of_the_cadence() {
+    let dir = support::temp_dir("metrics-prom-periodic");
+    let (dispatch, guard) = support::install(
+        ProfileLayer::builder()
+            .with_output_dir(&dir)
+            .with_every(spanprof::Every::Steps(3))
+            .with_step_span("train_step"),
+    );
+    let file = dir.join(METRICS_FILE);
+    let calls = |file: &std::path::Path| {
+        let text = std::fs::read_to_string(file).ok()?;
+        parse(&text)
+            .into_iter()
+            .find(|l| {
+                l.name == "spanprof_span_calls_total"
+                    && l.labels.get("span").map(String::as_str) == Some("train_step")
+            })
+            .map(|l| l.value)
+    };
+    assert_eq!(calls(&file), None, "nothing before the first window");
+    tracing::dispatcher::with_default(&dispatch, || {
+        for window in 1..=3u32 {
+            for _ in 0..3 {
+                tracing::info_span!("train_step").in_scope(|| {});
+            }
+            // Each window's file holds the steps so far (the window is taken after the
+            // third close, so exactly 3 × window).
+            wait_until("metrics.prom of the window", || {
+                calls(&file) == Some(f64::from(3 * window))
+            });
+        }
+    });
+    let outputs = guard.finish().unwrap();
+    assert_eq!(calls(&file), Some(9.0));
+    assert_eq!(outputs.file("prometheus"), Some(file.as_path()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

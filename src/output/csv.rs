@@ -1,13 +1,18 @@
-//! `report.csv`: the CSV report, [`Csv`].
+//! `report.csv`: the CSV report, [`Csv`]; `metrics.csv`: the metrics from events, [`CsvMetrics`].
 
 use std::io::{self, Write};
 
 use super::table::{clamped_spans, report_order};
-use super::Format;
+use super::{metrics_in_order, Format};
+use crate::profile::metrics::FLOAT_SCALE;
 use crate::profile::{CpuUse, GpuUse, HeapUse, MemoryUse, Snapshot, SpanResources, SpanStats};
+use crate::profile::{Metric, MetricValue};
 
 /// Name of the CSV report in an output directory.
 pub const CSV_FILE: &str = "report.csv";
+
+/// Name of the CSV file of metrics from events in an output directory.
+pub const METRICS_CSV_FILE: &str = "metrics.csv";
 
 /// `report.csv`: one row per span name with every figure of the console report, for
 /// spreadsheets and data frames. Written with the `csv` crate: names holding commas, quotes or
@@ -33,7 +38,16 @@ pub const CSV_FILE: &str = "report.csv";
 ///   `self_kept_per_entry_bytes`, then per GPU device `i` of the profile `gpu<i>_util_pct`,
 ///   `gpu<i>_mem_delta_per_instance_bytes`, `gpu<i>_peak_mem_bytes`, `gpu<i>_energy_j`, then
 ///   `energy_j`, `co2e_g`;
+/// - `cpu_skipped_entries` (after `cpu_pct`): entries whose CPU time was not read; above 0,
+///   `cpu_ns` and `cpu_pct` are estimates from the entries read (short spans are sampled);
+/// - spanprof's own cost: `overhead_ns` (its estimated cost in spans of this name) and
+///   `overhead_pct` (that cost as a share of their busy time, `total_ns`), empty where the
+///   profile has no estimate;
 /// - `clamped`: spans with a time over the histograms' highest value (the report's note).
+///
+/// The metrics from events are in a file of their own, [`CsvMetrics`] (`metrics.csv`): one
+/// row per metric and span name, which columns of this one-row-per-span-name table cannot
+/// hold (a metric may be recorded outside every span, and each has its own figures).
 ///
 /// ```
 /// use spanprof::output::Csv;
@@ -58,9 +72,7 @@ impl Csv {
     /// # Errors
     /// None in practice (it writes to memory); the CSV writer's errors otherwise.
     pub fn to_string(&self, snapshot: &Snapshot) -> io::Result<String> {
-        let mut bytes = Vec::new();
-        self.render(snapshot, &mut bytes)?;
-        String::from_utf8(bytes).map_err(io::Error::other)
+        render_to_string(self, snapshot)
     }
 }
 
@@ -86,6 +98,13 @@ impl Format for Csv {
         }
         writer.flush()
     }
+}
+
+/// What `format` renders of `snapshot`, as text.
+fn render_to_string(format: &dyn Format, snapshot: &Snapshot) -> io::Result<String> {
+    let mut bytes = Vec::new();
+    format.render(snapshot, &mut bytes)?;
+    String::from_utf8(bytes).map_err(io::Error::other)
 }
 
 /// One column: its header and how a span name's cell is written.
@@ -210,6 +229,9 @@ fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
         column("flops_per_s", |s| opt(s.rate(s.flops), real)),
         column("cpu_ns", |s| opt(cpu(s), |c| int(c.cpu_ns))),
         column("cpu_pct", |s| opt(cpu(s), |c| real(c.utilization_pct))),
+        column("cpu_skipped_entries", |s| {
+            opt(cpu(s), |c| int(c.skipped_entries))
+        }),
         column("rss_delta_per_instance_bytes", |s| {
             opt(memory(s), |m| per(m.rss_delta_bytes as f64, m.instances))
         }),
@@ -263,6 +285,125 @@ fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
     c.push(column("co2e_g", |s| {
         opt(resources(s).and_then(|r| r.co2e_g), real)
     }));
+    c.push(column("overhead_ns", |s| opt(s.overhead_ns, int)));
+    c.push(column("overhead_pct", |s| {
+        opt(s.overhead_ns, |ns| {
+            pct(ns as f64, s.entry_busy.total_ns as f64)
+        })
+    }));
     c.push(column("clamped", |s| int(clamped_spans(s))));
     c
+}
+
+/// `metrics.csv`: the metrics from events ([`Snapshot::metrics`]), one row per metric and span
+/// name, written with the `csv` crate like [`Csv`].
+///
+/// Rows are sorted by metric name, kind, span name and target (events outside every span
+/// first). Figures are in the metric's unit (the `unit` column, from the name's suffix: a
+/// `histogram.step_seconds` row is in seconds), shortest round-trip decimals; a cell is empty
+/// where the kind has no such figure. The columns:
+///
+/// - `metric` (the name without its prefix), `kind` (`counter`, `monotonic_counter`,
+///   `histogram`, `gauge`), `unit`, `span`, `target` (empty outside every span), `records`
+///   (values recorded), `rejected` (values refused: wrong sign, not finite, not a number);
+/// - `sum`: a counter's sum, a histogram's exact sum;
+/// - `last`: a gauge's last value; `min`, `max`: a gauge's or histogram's extremes (exact);
+/// - `count`, `mean`, `p50`, `p90`, `p99`: a histogram's values, mean exact, quantiles to the
+///   histograms' precision (2 significant digits).
+///
+/// ```
+/// use spanprof::output::CsvMetrics;
+/// # let snapshot = spanprof::profile::Snapshot::from_json(
+/// #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
+/// let text = CsvMetrics::new().to_string(&snapshot)?;
+/// assert!(text.starts_with("metric,kind,unit,span,target,records,rejected,sum,"));
+/// assert_eq!(text.lines().count(), 1 + snapshot.metrics.len());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CsvMetrics;
+
+impl CsvMetrics {
+    /// The CSV file of metrics.
+    pub fn new() -> Self {
+        Self
+    }
+
+    /// The file as text.
+    ///
+    /// # Errors
+    /// None in practice (it writes to memory); the CSV writer's errors otherwise.
+    pub fn to_string(&self, snapshot: &Snapshot) -> io::Result<String> {
+        render_to_string(self, snapshot)
+    }
+}
+
+/// The header of `metrics.csv`.
+const METRIC_COLUMNS: [&str; 16] = [
+    "metric", "kind", "unit", "span", "target", "records", "rejected", "sum", "last", "min", "max",
+    "count", "mean", "p50", "p90", "p99",
+];
+
+impl Format for CsvMetrics {
+    fn name(&self) -> &'static str {
+        "csv-metrics"
+    }
+
+    fn file_name(&self) -> &'static str {
+        METRICS_CSV_FILE
+    }
+
+    fn action(&self) -> &'static str {
+        "writing CSV metrics"
+    }
+
+    fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
+        let metrics = metrics_in_order(snapshot);
+        let mut writer = ::csv::Writer::from_writer(out);
+        writer.write_record(METRIC_COLUMNS)?;
+        for m in metrics {
+            writer.write_record(metric_row(m))?;
+        }
+        writer.flush()
+    }
+}
+
+/// The cells of one metric's row, in the order of [`METRIC_COLUMNS`].
+fn metric_row(m: &Metric) -> [String; 16] {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let mut row: [String; 16] = Default::default();
+    row[0].clone_from(&m.name);
+    row[1] = m.kind.as_str().to_string();
+    row[2] = text(&m.unit);
+    row[3] = text(&m.span);
+    row[4] = text(&m.span_target);
+    row[5] = int(m.records);
+    row[6] = int(m.rejected);
+    match &m.value {
+        MetricValue::Sum(sum) => row[7] = real(sum.total()),
+        MetricValue::Gauge(g) => {
+            row[8] = real(g.last);
+            row[9] = real(g.min);
+            row[10] = real(g.max);
+        }
+        MetricValue::Histogram(h) => {
+            let count = h.count();
+            let (min, max) = h.min_max();
+            let sum = h.integers.as_ref().map_or(0.0, |s| s.total_ns as f64)
+                + h.floats
+                    .as_ref()
+                    .map_or(0.0, |s| s.total_ns as f64 / FLOAT_SCALE);
+            row[7] = real(sum);
+            row[11] = int(count);
+            if count > 0 {
+                row[9] = real(min);
+                row[10] = real(max);
+                row[12] = real(h.mean());
+                row[13] = real(h.quantile(0.5));
+                row[14] = real(h.quantile(0.9));
+                row[15] = real(h.quantile(0.99));
+            }
+        }
+    }
+    row
 }

@@ -20,8 +20,8 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::table::{
-    backoff_cost, clamped_spans, costly_share, cpu_pct, metric_order, multi_entry, own_cost_text,
-    report_order, sampled_note, share, COSTLY_PCT,
+    backoff_cost, clamped_spans, costly_share, cpu_pct, multi_entry, own_cost_text, report_order,
+    sampled_note, share, COSTLY_PCT,
 };
 use super::tree::widest_first;
 use super::units::{format_bytes, format_count, format_duration, format_metric, format_si};
@@ -619,7 +619,7 @@ fn tree_cells(tree: &CallTree, i: usize, depth: usize, pct: f64, under_ns: u64) 
 /// Metrics from events in the console report's order, a table per kind of value: counters'
 /// sums, histograms' distributions, gauges' last values and extremes, each in its unit.
 fn metrics_section(snap: &Snapshot) -> String {
-    let metrics = metric_order(snap);
+    let metrics = super::metrics_in_order(snap);
     let rejected = metrics.iter().any(|m| m.rejected > 0);
     let mut html = String::from(
         "<p class=\"hint\">Events' <code>counter.</code>, <code>monotonic_counter.</code>, \

@@ -15,6 +15,7 @@
 //! | `Flamegraph` | `FLAMEGRAPH_FILE` | the call tree as an SVG flamegraph (feature `flamegraph`) |
 //! | `Pprof` | `PPROF_FILE` | the call tree as a gzipped pprof profile (feature `pprof`) |
 //! | `Csv` | `report.csv` | one row per span name, every figure of the report (feature `csv`) |
+//! | `CsvMetrics` | `metrics.csv` | one row per metric from events and span name (feature `csv`) |
 //! | `Prometheus` | `metrics.prom` | the Prometheus text exposition (feature `prometheus`) |
 //! | [`Html`] | [`HTML_FILE`] | a self-contained page for a browser: charts and a sortable table |
 //! | [`Markdown`] | [`MARKDOWN_FILE`] | the report as a Markdown table (pull-request comments) |
@@ -59,7 +60,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 #[cfg(feature = "csv")]
-pub use self::csv::{Csv, CSV_FILE};
+pub use self::csv::{Csv, CsvMetrics, CSV_FILE, METRICS_CSV_FILE};
 #[cfg(feature = "prometheus")]
 pub use self::prometheus::{Prometheus, METRICS_FILE};
 #[cfg(feature = "flamegraph")]
@@ -119,6 +120,16 @@ pub(crate) fn by_self_time(a: &SpanStats, b: &SpanStats) -> std::cmp::Ordering {
         .then(a.target.cmp(&b.target))
 }
 
+/// The metrics from events of `snap` in the order every report lists them: by name, kind,
+/// span name and target (events outside every span first).
+pub(crate) fn metrics_in_order(snap: &Snapshot) -> Vec<&crate::profile::Metric> {
+    let mut metrics: Vec<_> = snap.metrics.iter().collect();
+    metrics.sort_by(|a, b| {
+        (&a.name, a.kind, &a.span, &a.span_target).cmp(&(&b.name, b.kind, &b.span, &b.span_target))
+    });
+    metrics
+}
+
 /// The names [`format_named`] knows, in the order `spanprof report --help` lists them.
 pub const FORMAT_NAMES: &[&str] = &[
     "table",
@@ -127,6 +138,8 @@ pub const FORMAT_NAMES: &[&str] = &[
     "html",
     #[cfg(feature = "csv")]
     "csv",
+    #[cfg(feature = "csv")]
+    "csv-metrics",
     #[cfg(feature = "prometheus")]
     "prom",
     "tree",
@@ -153,6 +166,8 @@ pub fn format_named(name: &str, top: usize) -> Option<Box<dyn Format>> {
         "html" => Some(Box::new(Html)),
         #[cfg(feature = "csv")]
         "csv" => Some(Box::new(Csv::new())),
+        #[cfg(feature = "csv")]
+        "csv-metrics" => Some(Box::new(CsvMetrics::new())),
         #[cfg(feature = "prometheus")]
         "prom" => Some(Box::new(Prometheus::new())),
         "tree" => Some(Box::new(TreeView::new())),
@@ -281,12 +296,14 @@ impl Outputs {
 }
 
 /// The formats an output directory gets, in the order they are written: the JSON profile,
-/// the HTML report, then `report.csv` and `metrics.prom` where their features are on, and with the call tree
+/// the HTML report, then `report.csv`, `metrics.csv` and `metrics.prom` where their features are on, and with the call tree
 /// (`tree`) its folded stacks, flamegraph and pprof profile.
 pub(crate) fn directory_formats(tree: bool) -> Vec<Box<dyn Format>> {
     let mut formats: Vec<Box<dyn Format>> = vec![Box::new(Json), Box::new(Html)];
     #[cfg(feature = "csv")]
     formats.push(Box::new(Csv::new()));
+    #[cfg(feature = "csv")]
+    formats.push(Box::new(CsvMetrics::new()));
     #[cfg(feature = "prometheus")]
     formats.push(Box::new(Prometheus::new()));
     if tree {

@@ -6,9 +6,13 @@ use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 
+use std::collections::{BTreeMap, HashSet};
+
 use super::Format;
-use crate::profile::buckets::export_bounds_ns;
-use crate::profile::{Sample, Snapshot, SpanStats, Stat};
+use crate::profile::buckets::{bucket_top, export_bounds_ns};
+use crate::profile::metrics::{HistogramValue, FLOAT_SCALE};
+use crate::profile::{Metric as EventMetric, MetricKind, MetricValue, Sample, Snapshot};
+use crate::profile::{SpanStats, Stat, HIGHEST_NS};
 
 /// Name of the metrics file in an output directory (node_exporter textfile style: point its
 /// `--collector.textfile.directory` at the output directory).
@@ -49,6 +53,49 @@ pub const METRICS_FILE: &str = "metrics.prom";
 /// `spanprof_gpu_temperature_celsius`, `spanprof_gpu_sm_clock_hertz`. A figure the profile does
 /// not have is left out, never written as 0.
 ///
+/// spanprof's own cost, where the profile has its estimate: `spanprof_overhead_ratio` (the
+/// estimate as a share of the process's CPU time, 0 to 1), `spanprof_overhead_estimated_seconds_total`,
+/// `spanprof_overhead_readings_seconds_total`, `spanprof_overhead_span_cost_seconds` (the
+/// calibrated cost of one span), `spanprof_process_cpu_seconds_total`; per span name
+/// `spanprof_span_overhead_seconds_total` and `spanprof_span_cpu_skipped_entries_total` (entries
+/// whose CPU time was sampled out: above 0, `spanprof_span_cpu_seconds_total` is an estimate);
+/// after back-off steps, `spanprof_backoff_steps_total` (labelled `direction`, `off` or `on`) and
+/// `spanprof_backoff_reading_off` (labelled `resource`: 1 while the back-off holds that
+/// per-span reading off).
+///
+/// # Metrics from events
+///
+/// Each metric from events ([`Snapshot::metrics`]) is a family of its own, named
+/// `spanprof_metric_<name>`, its samples labelled `span` and `target` (no labels for events
+/// outside every span); the help text names the event field it comes from:
+///
+/// | field | type | family |
+/// |---|---|---|
+/// | `monotonic_counter.<name>` | counter | `spanprof_metric_<name>_total`: the sum |
+/// | `counter.<name>` (up-down) | gauge | `spanprof_metric_<name>`: the sum |
+/// | `histogram.<name>` | histogram | `spanprof_metric_<name>`: `_bucket`, `_sum`, `_count` |
+/// | `gauge.<name>` | gauge | `spanprof_metric_<name>` (last value), `spanprof_metric_<name>_min`, `_max` |
+///
+/// The name is made a Prometheus name: camel case to snake case (`queueLength` →
+/// `queue_length`), every character but ASCII letters, digits and `_` replaced by `_`, lower
+/// case, a trailing `_total` dropped (counters get one). A unit suffix of the metric's name
+/// ([`unit_of`](crate::profile::metrics::unit_of)) becomes the Prometheus base unit, the values
+/// converted: `_milliseconds`, `_microseconds` and `_nanoseconds` are written in `_seconds`,
+/// `_percent` in `_ratio` (0 to 1), `_seconds`, `_bytes` and `_ratio` stay; the unit comes last
+/// (`gauge.hit_percent` → `spanprof_metric_hit_ratio`, `spanprof_metric_hit_min_ratio`).
+/// Two metrics whose names give the same family (`hit.rate` and `hit_rate`, or a gauge `x` and a
+/// histogram `x`) never share it: in the order of their names and kinds, the first gets it,
+/// the next `spanprof_metric_<name>_2`, and so on; each family's help names its field.
+///
+/// A metric histogram's `le` bounds are in its unit: the 1-2.5-5 series from the power of ten
+/// at or below its smallest non-zero value up to the power of ten above its largest (integer
+/// values from 1, float values from 10⁻⁹ to 1000), each rounded up to the top of its HDR bucket
+/// in the scale the values were recorded in (integers as they are, floats in nano-units,
+/// [`FLOAT_SCALE`]): the counts are the histogram's, exact (`le="1003"` for 1000 bytes,
+/// `le="0.001003519"` for 1 ms). Only a metric recorded with both integer and float values is
+/// counted at each part's own bucket top, its `le` the higher of the two (within one HDR bucket,
+/// 1/128, of exact). `_sum` is the exact sum, `_count` every value.
+///
 /// # Buckets
 ///
 /// The histograms' `le` bounds are [`export_bounds_ns`] in seconds: a 1-2.5-5 series from 1 µs
@@ -56,6 +103,12 @@ pub const METRICS_FILE: &str = "metrics.prom";
 /// bucket top the HDR histogram's cumulative count is exact, so every `_bucket` sample is the
 /// profile's count, not an interpolation; `+Inf` is the number of samples, `_sum` their exact
 /// total.
+///
+/// # Periodic
+///
+/// `metrics.prom` is re-written atomically at each window of the export cadence
+/// ([`Builder::with_every`](crate::Builder::with_every), `SPANPROF_EVERY`), node_exporter
+/// textfile style, as well as at the end ([`Format::periodic`]).
 ///
 /// ```
 /// use spanprof::output::{Format, Prometheus};
@@ -102,6 +155,12 @@ impl Format for Prometheus {
 
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
         out.write_all(self.to_string(snapshot).as_bytes())
+    }
+
+    /// `metrics.prom` is re-written at each window of the export cadence, node_exporter
+    /// textfile style: a scraper sees the profile so far while the program runs.
+    fn periodic(&self) -> bool {
+        true
     }
 }
 
@@ -397,7 +456,377 @@ fn families(snap: &Snapshot) -> Vec<MetricFamily> {
             gpu_gauges(&mut f, last);
         }
     }
+    overhead(&mut f, snap, spans);
+    event_metrics(&mut f, &snap.metrics);
     f.0
+}
+
+/// spanprof's own cost: the estimate, per span name, the sampled CPU readings and the back-off.
+fn overhead(f: &mut Families, snap: &Snapshot, spans: &[&SpanStats]) {
+    use MetricType::{COUNTER, GAUGE};
+    let one = |v: f64| vec![sample(GAUGE, Vec::new(), v)];
+    let total = |v: f64| vec![sample(COUNTER, Vec::new(), v)];
+    if let Some(o) = &snap.overhead {
+        f.add(
+            "overhead_ratio",
+            "spanprof's estimated cost as a share of the process's CPU time (of the run's wall \
+             time where that is not readable), 0 to 1.",
+            GAUGE,
+            one(o.percent / 100.0),
+        );
+        f.add(
+            "overhead_estimated_seconds_total",
+            "spanprof's estimated cost: spans times the calibrated cost of one, plus its \
+             measured readings, seconds.",
+            COUNTER,
+            total(seconds(o.estimated_ns)),
+        );
+        f.add(
+            "overhead_readings_seconds_total",
+            "spanprof's measured time reading resources at enters and exits, seconds.",
+            COUNTER,
+            total(seconds(o.readings_ns)),
+        );
+        f.add(
+            "overhead_span_cost_seconds",
+            "Calibrated cost of one span (open, enter, exit, close) at the basic preset, seconds.",
+            GAUGE,
+            one(o.span_cost_ns / 1e9),
+        );
+        f.add(
+            "process_cpu_seconds_total",
+            "CPU time of the process (every thread) at the snapshot, seconds.",
+            COUNTER,
+            o.process_cpu_ns
+                .map(|ns| sample(COUNTER, Vec::new(), seconds(ns)))
+                .into_iter()
+                .collect(),
+        );
+    }
+    f.per_span(
+        spans,
+        "span_overhead_seconds_total",
+        "spanprof's estimated cost in spans of this name (their count times the calibrated cost \
+         of a span, plus their readings), seconds.",
+        COUNTER,
+        |s| s.overhead_ns.map(seconds),
+    );
+    f.per_span(
+        spans,
+        "span_cpu_skipped_entries_total",
+        "Entries whose CPU time was not read (short spans are sampled): where above 0, \
+         spanprof_span_cpu_seconds_total is an estimate from the entries read.",
+        COUNTER,
+        |s| Some(resources(s)?.cpu.as_ref()?.skipped_entries as f64),
+    );
+    if snap.backoff.is_empty() {
+        return;
+    }
+    let steps = |on: bool| {
+        let n = snap.backoff.iter().filter(|s| s.on == on).count();
+        let direction = if on { "on" } else { "off" };
+        sample(COUNTER, labels(&[("direction", direction)]), n as f64)
+    };
+    f.add(
+        "backoff_steps_total",
+        "Steps of the automatic back-off: per-span readings switched off, or back on.",
+        COUNTER,
+        vec![steps(false), steps(true)],
+    );
+    // The state of each reading the back-off switched: the last step that named it.
+    let mut state: BTreeMap<&str, bool> = BTreeMap::new();
+    for step in &snap.backoff {
+        for resource in &step.resources {
+            state.insert(resource, step.on);
+        }
+    }
+    f.add(
+        "backoff_reading_off",
+        "1 where the back-off has switched this per-span reading off, 0 where back on.",
+        GAUGE,
+        state
+            .into_iter()
+            .map(|(resource, on)| {
+                sample(
+                    GAUGE,
+                    labels(&[("resource", resource)]),
+                    f64::from(u8::from(!on)),
+                )
+            })
+            .collect(),
+    );
+}
+
+/// How a metric's unit (from its name) is written by Prometheus conventions: the base unit's
+/// suffix and the factor from the metric's unit to it.
+fn prometheus_unit(unit: Option<&str>) -> Option<(&'static str, f64)> {
+    Some(match unit? {
+        "seconds" => ("seconds", 1.0),
+        "milliseconds" => ("seconds", 1e-3),
+        "microseconds" => ("seconds", 1e-6),
+        "nanoseconds" => ("seconds", 1e-9),
+        "bytes" => ("bytes", 1.0),
+        "ratio" => ("ratio", 1.0),
+        "percent" => ("ratio", 1e-2),
+        _ => return None,
+    })
+}
+
+/// A metric name as a Prometheus name part: snake case (`stepTime` → `step_time`), every
+/// character but ASCII letters, digits and `_` replaced by `_`, lower case.
+fn sanitize(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut previous_lower = false;
+    for c in name.chars() {
+        if c.is_ascii_uppercase() && previous_lower {
+            out.push('_');
+        }
+        previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        out.push(if c.is_ascii_alphanumeric() {
+            c.to_ascii_lowercase()
+        } else {
+            '_'
+        });
+    }
+    out
+}
+
+/// The names a family of `kind` called `name` writes samples under.
+fn series_names(name: &str, kind: MetricType) -> Vec<String> {
+    let mut names = vec![name.to_string()];
+    if kind == MetricType::HISTOGRAM {
+        names.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}")));
+    }
+    names
+}
+
+/// Families of the metrics from events, one per metric name and kind, its samples labelled
+/// `span` and `target` (none for events outside every profiled span). See
+/// [`Prometheus`]'s documentation for the names.
+fn event_metrics(f: &mut Families, metrics: &[EventMetric]) {
+    let mut by_key: BTreeMap<(&str, MetricKind), Vec<&EventMetric>> = BTreeMap::new();
+    for m in metrics {
+        by_key.entry((&m.name, m.kind)).or_default().push(m);
+    }
+    let mut taken: HashSet<String> =
+        f.0.iter()
+            .flat_map(|family| series_names(family.name(), family.get_field_type()))
+            .collect();
+    for ((name, kind), mut metrics) in by_key {
+        metrics.sort_by(|a, b| (&a.span, &a.span_target).cmp(&(&b.span, &b.span_target)));
+        let unit = prometheus_unit(metrics.iter().find_map(|m| m.unit.as_deref()));
+        let (suffix, factor) = unit.map_or(("", 1.0), |(u, factor)| (u, factor));
+        let mut base = sanitize(name);
+        if let Some(unit) = metrics.iter().find_map(|m| m.unit.as_deref()) {
+            if let Some(rest) = base.strip_suffix(unit) {
+                base = rest.trim_end_matches('_').to_string();
+            }
+        }
+        while let Some(rest) = base.strip_suffix("_total") {
+            base = rest.to_string();
+        }
+        let unit_part = if suffix.is_empty() {
+            String::new()
+        } else {
+            format!("_{suffix}")
+        };
+        let field = format!("{}{name}", kind.prefix());
+        let unit_help = unit.map_or(String::new(), |(u, _)| format!(", {u}"));
+        // One family per (name, kind): the first free of `base`, `base_2`, `base_3`, ...
+        // (names sanitized alike never share a family silently: the help names the field).
+        let mut n = 1;
+        let family = |stem: &str, extra: &str| match kind {
+            MetricKind::MonotonicCounter => format!("metric_{stem}{extra}{unit_part}_total"),
+            _ => format!("metric_{stem}{extra}{unit_part}"),
+        };
+        let stem = loop {
+            let stem = if n == 1 {
+                base.clone()
+            } else {
+                format!("{base}_{n}")
+            };
+            let names: Vec<String> = match kind {
+                MetricKind::Histogram => series_names(
+                    &format!("spanprof_{}", family(&stem, "")),
+                    MetricType::HISTOGRAM,
+                ),
+                MetricKind::Gauge => ["", "_min", "_max"]
+                    .map(|e| format!("spanprof_{}", family(&stem, e)))
+                    .to_vec(),
+                _ => vec![format!("spanprof_{}", family(&stem, ""))],
+            };
+            if names.iter().all(|n| !taken.contains(n)) {
+                taken.extend(names);
+                break stem;
+            }
+            n += 1;
+        };
+        let labels_of = |m: &EventMetric| match (&m.span, &m.span_target) {
+            (Some(span), target) => {
+                labels(&[("span", span), ("target", target.as_deref().unwrap_or(""))])
+            }
+            (None, _) => Vec::new(),
+        };
+        let values = |read: &dyn Fn(&MetricValue) -> Option<f64>, kind| {
+            metrics
+                .iter()
+                .filter_map(|m| Some(sample(kind, labels_of(m), read(&m.value)? * factor)))
+                .collect::<Vec<_>>()
+        };
+        use MetricType::{COUNTER, GAUGE, HISTOGRAM};
+        match kind {
+            MetricKind::MonotonicCounter | MetricKind::Counter => {
+                let prom_kind = if kind == MetricKind::Counter {
+                    GAUGE
+                } else {
+                    COUNTER
+                };
+                let what = if kind == MetricKind::Counter {
+                    "up-down counter: the sum of its values"
+                } else {
+                    "counter: the sum of its values"
+                };
+                f.add(
+                    &family(&stem, ""),
+                    &format!("Event metric `{field}`, {what}{unit_help}."),
+                    prom_kind,
+                    values(
+                        &|v| match v {
+                            MetricValue::Sum(sum) => Some(sum.total()),
+                            _ => None,
+                        },
+                        prom_kind,
+                    ),
+                );
+            }
+            MetricKind::Gauge => {
+                type Read = fn(&crate::profile::metrics::GaugeValue) -> f64;
+                let parts: [(&str, &str, Read); 3] = [
+                    ("", "the last value set", |g| g.last),
+                    ("_min", "the smallest value set", |g| g.min),
+                    ("_max", "the largest value set", |g| g.max),
+                ];
+                for (extra, what, read) in parts {
+                    f.add(
+                        &family(&stem, extra),
+                        &format!("Event metric `{field}`, gauge: {what}{unit_help}."),
+                        GAUGE,
+                        values(
+                            &|v| match v {
+                                MetricValue::Gauge(g) => Some(read(g)),
+                                _ => None,
+                            },
+                            GAUGE,
+                        ),
+                    );
+                }
+            }
+            MetricKind::Histogram => {
+                let series = metrics
+                    .iter()
+                    .filter_map(|m| match &m.value {
+                        MetricValue::Histogram(h) => {
+                            let mut metric = Metric::from_label(labels_of(m));
+                            metric.set_histogram(value_histogram(h, factor));
+                            Some(metric)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                f.add(
+                    &family(&stem, ""),
+                    &format!("Event metric `{field}`, histogram of its values{unit_help}."),
+                    HISTOGRAM,
+                    series,
+                );
+            }
+        }
+    }
+}
+
+/// The nominal bounds of a metric's histogram, in its unit: the 1-2.5-5 series from the power
+/// of ten at or below its smallest non-zero value to the power of ten above its largest (from
+/// 1 for integer values; floats from 10⁻⁹ and to 1000, what their nano-unit scale holds).
+fn nominal_bounds(h: &HistogramValue) -> Vec<f64> {
+    let mut smallest = f64::INFINITY;
+    for (stat, scale) in parts(h) {
+        if let Some((v, _)) = stat.histogram.iter().find(|&(v, n)| v > 0 && n > 0) {
+            smallest = smallest.min(v as f64 / scale);
+        }
+    }
+    let (_, largest) = h.min_max();
+    let floats = h.floats.as_ref().is_some_and(|s| s.count > 0);
+    let lowest = if h.integers.as_ref().is_some_and(|s| s.count > 0) && !floats {
+        0
+    } else {
+        -9
+    };
+    let highest = if floats { 3 } else { 12 };
+    let exponent = |v: f64| (v.log10().floor() as i32).clamp(lowest, highest);
+    let from = if smallest.is_finite() {
+        exponent(smallest)
+    } else {
+        lowest.max(0)
+    };
+    let to = if largest > 0.0 {
+        exponent(largest)
+    } else {
+        from
+    }
+    .max(from);
+    let mut bounds: Vec<f64> = (from..=to)
+        .flat_map(|e| [1.0, 2.5, 5.0].map(|m| m * 10f64.powi(e)))
+        .collect();
+    // A bound at or above the largest value, where the scale holds one.
+    if to < highest {
+        bounds.push(10f64.powi(to + 1));
+    }
+    bounds
+}
+
+/// The parts of a histogram metric with their scale (recorded units per unit of the metric).
+fn parts(h: &HistogramValue) -> impl Iterator<Item = (&Stat, f64)> {
+    h.integers
+        .iter()
+        .map(|s| (s, 1.0))
+        .chain(h.floats.iter().map(|s| (s, FLOAT_SCALE)))
+}
+
+/// The Prometheus histogram of a metric's values, `factor` converting its unit to the base
+/// unit: buckets at [`nominal_bounds`], each rounded up to the top of its HDR bucket in the
+/// scale of the values (see [`Prometheus`]), `_sum` and `_count` exact.
+fn value_histogram(h: &HistogramValue, factor: f64) -> Histogram {
+    let mut buckets: Vec<Bucket> = Vec::new();
+    for nominal in nominal_bounds(h) {
+        let mut le = 0.0f64;
+        let mut below = 0u64;
+        for (stat, scale) in parts(h) {
+            let scaled = (nominal * scale).round().min(HIGHEST_NS as f64) as u64;
+            let top = bucket_top(scaled);
+            if top >= HIGHEST_NS {
+                // The clamped values' bucket: not a bound of the values.
+                continue;
+            }
+            le = le.max(top as f64 / scale);
+            below += stat.histogram.count_at_or_below(top);
+        }
+        let le = le * factor;
+        if buckets.last().is_some_and(|b| b.upper_bound() >= le) || le == 0.0 {
+            continue;
+        }
+        let mut bucket = Bucket::default();
+        bucket.set_upper_bound(le);
+        bucket.set_cumulative_count(below);
+        buckets.push(bucket);
+    }
+    let sum: f64 = parts(h)
+        .map(|(stat, scale)| stat.total_ns as f64 / scale)
+        .sum();
+    let mut histogram = Histogram::default();
+    histogram.set_sample_count(h.count());
+    histogram.set_sample_sum(sum * factor);
+    histogram.set_bucket(buckets);
+    histogram
 }
 
 /// The latest process-wide readings: resident and heap memory (at the snapshot where the

@@ -13,8 +13,8 @@ use super::units::{format_bytes, format_count, format_duration, format_metric, f
 use super::{Format, TreeView};
 use crate::analysis::{leaks, Leak, LeakSource};
 use crate::profile::{
-    BackoffStep, CpuUse, Metric, MetricKind, MetricValue, Overhead, ResourceInfo, Snapshot,
-    SpanResources, SpanStats,
+    BackoffStep, CpuUse, MetricKind, MetricValue, Overhead, ResourceInfo, Snapshot, SpanResources,
+    SpanStats,
 };
 
 /// Name of the report file in an output directory.
@@ -372,7 +372,7 @@ impl<'a> View<'a> {
         if self.snap.metrics.is_empty() {
             return Ok(());
         }
-        let metrics = metric_order(self.snap);
+        let metrics = super::metrics_in_order(self.snap);
         let shown = metrics.len().min(self.top);
         writeln!(f)?;
         writeln!(f, "metrics (from events)")?;
@@ -901,15 +901,6 @@ pub(crate) fn backoff_cost(s: &BackoffStep) -> String {
         if s.on { "predicted " } else { "cost " },
         s.overhead_pct
     )
-}
-
-/// The metrics of `snap` in the report's order: by name, kind, span name and target.
-pub(crate) fn metric_order(snap: &Snapshot) -> Vec<&Metric> {
-    let mut metrics: Vec<&Metric> = snap.metrics.iter().collect();
-    metrics.sort_by(|a, b| {
-        (&a.name, a.kind, &a.span, &a.span_target).cmp(&(&b.name, b.kind, &b.span, &b.span_target))
-    });
-    metrics
 }
 
 /// GPU per device and energy per span name, over instances.
