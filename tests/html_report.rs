@@ -623,7 +623,7 @@ fn own_cost_back_off_and_costly_names_come_from_the_profile() {
     // The estimate in the console report's words.
     let estimate = meta(&html, "overhead", "estimate");
     assert!(
-        estimate.starts_with(&format!("~{:.2}% of the process's CPU time (", o.percent)),
+        estimate.starts_with(&format!("~{:.2}% of process CPU time (", o.percent)),
         "{estimate}"
     );
     assert!(
