@@ -32,6 +32,55 @@
 //! histogram buckets), so their bucket counts are the HDR histogram's exactly, not estimates;
 //! sums, counts, minima and maxima are exact too.
 //!
+//! ## Metrics from events
+//!
+//! Each metric that events recorded ([`crate::profile::metrics`]) is pushed under its own
+//! name, as `tracing-opentelemetry` does (`histogram.loss` → `loss`), one data point per span
+//! name it was recorded in (attributes `span.name`, `span.target`; none for events outside
+//! every profiled span), its unit in UCUM from the name's suffix (`_seconds` → `s`,
+//! `_milliseconds` → `ms`, `_microseconds` → `us`, `_nanoseconds` → `ns`, `_bytes` → `By`,
+//! `_ratio` → `1`, `_percent` → `%`; none otherwise):
+//!
+//! | field | pushed as |
+//! |---|---|
+//! | `monotonic_counter.<name>` | cumulative monotonic sum |
+//! | `counter.<name>` | cumulative non-monotonic sum (up-down) |
+//! | `histogram.<name>` | cumulative histogram with explicit bounds, in the metric's unit |
+//! | `gauge.<name>` | gauge: the last value, at the time it was set |
+//!
+//! A sum is an integer while only integers were added (exact), a double once a float was.
+//! A gauge's point has the time of its last value; its minimum and maximum stay in the
+//! profile.
+//!
+//! A histogram's bucket counts are exact too: its bounds are a 1-2-5 series placed at tops
+//! of the HDR buckets the values were recorded in (integers as they are, floats in
+//! nano-units, see [`crate::profile::metrics`]):
+//!
+//! - integer values only: 1, 2, 5, 10, … 10¹² (from 256 on, each rounded up to its bucket's
+//!   top, at most 1/128 above: 500 becomes 501);
+//! - float values only: 10⁻⁹, 2 × 10⁻⁹, … 1000, each rounded up to the top of its
+//!   nano-unit bucket (at most 1/128 above: 1 becomes 1.002438655);
+//! - both: the same series, each bound moved up to the first nano-unit bucket top whose whole
+//!   part is also an integer bucket top (every whole part below 256 is; above, up to 4%:
+//!   1000 becomes 1039.38…).
+//!
+//! OpenTelemetry's exponential histograms cannot carry these counts exactly: their bucket
+//! boundaries are powers of 2^(2^-scale), which the HDR buckets (linear within each power of
+//! two, and in nano-units for floats) do not share, so explicit bounds are used. Counts,
+//! sums (integers plus floats ÷ 10⁹), minima and maxima are the profile's exactly; floats are
+//! as precise as the profile keeps them (nano-units; above 3600 clamped).
+//!
+//! ## spanprof's own cost
+//!
+//! Where the profile has the estimate ([`Snapshot::overhead`]):
+//!
+//! | metric | kind | unit | what |
+//! |---|---|---|---|
+//! | `spanprof.overhead.ratio` | gauge | `1` | estimated cost as a share of the process's CPU time (0..1; of wall time where CPU time is not readable) |
+//! | `spanprof.overhead.estimated` | gauge | `s` | estimated cost since the start |
+//! | `spanprof.backoff.steps` | monotonic sum | `{step}` | automatic back-off steps, attribute `direction` = `off` (readings switched off) or `on` (back on) |
+//! | `spanprof.span.overhead` | monotonic sum | `s` | estimated cost in spans of each name (attributes `span.name`, `span.target`) |
+//!
 //! The resource has `service.name` (`OTEL_SERVICE_NAME`, else `service.name` in
 //! `OTEL_RESOURCE_ATTRIBUTES`, else `unknown_service:<program>`), the attributes of
 //! `OTEL_RESOURCE_ATTRIBUTES`, `host.name`, `process.pid` and `telemetry.sdk.*`.
@@ -860,7 +909,7 @@ fn integer_bounds() -> &'static [ValueBound] {
 /// 10⁻⁹, 2 × 10⁻⁹, 5 × 10⁻⁹, … 1000 (at most 1/128 above each).
 fn float_bounds() -> &'static [ValueBound] {
     static BOUNDS: std::sync::OnceLock<Vec<ValueBound>> = std::sync::OnceLock::new();
-    BOUNDS.get_or_init(|| nano_bounds(|nano| bucket_top(nano)))
+    BOUNDS.get_or_init(|| nano_bounds(bucket_top))
 }
 
 /// The bounds of histograms with both integer and float values: for each of 10⁻⁹,
