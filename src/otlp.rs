@@ -656,51 +656,35 @@ fn request(
 ) -> ExportMetricsServiceRequest {
     let start = snapshot.run.start_unix_ns;
     let now = start.saturating_add(snapshot.run.duration_ns);
-    let cumulative = AggregationTemporality::Cumulative as i32;
     let bounds_s: Vec<f64> = bounds.iter().map(|&b| b as f64 / 1e9).collect();
     let attributes = |s: &SpanStats| span_attributes(&s.name, &s.target);
-    let histogram = |name: &str, description: &str, stat: fn(&SpanStats) -> &Stat| Metric {
-        name: name.to_string(),
-        description: description.to_string(),
-        unit: "s".to_string(),
-        data: Some(metric::Data::Histogram(Histogram {
-            data_points: snapshot
-                .spans
-                .iter()
-                .map(|s| histogram_point(stat(s), bounds, &bounds_s, attributes(s), start, now))
-                .collect(),
-            aggregation_temporality: cumulative,
-        })),
-        ..Default::default()
+    let histogram = |name: &str, description: &str, stat: fn(&SpanStats) -> &Stat| {
+        let points = snapshot
+            .spans
+            .iter()
+            .map(|s| histogram_point(stat(s), bounds, &bounds_s, attributes(s), start, now))
+            .collect();
+        otlp_metric(name, description, "s", cumulative_histogram(points))
     };
     let sum = |name: &str, description: &str, unit: &str, value: fn(&SpanStats) -> Option<u64>| {
         let data_points: Vec<NumberDataPoint> = snapshot
             .spans
             .iter()
             .filter_map(|s| {
-                value(s).map(|v| NumberDataPoint {
-                    attributes: attributes(s),
-                    start_time_unix_nano: start,
-                    time_unix_nano: now,
-                    // Counts above i64::MAX cannot be sent as OTLP integers.
-                    value: Some(number_data_point::Value::AsInt(
-                        i64::try_from(v).unwrap_or(i64::MAX),
-                    )),
-                    ..Default::default()
+                // Counts above i64::MAX cannot be sent as OTLP integers.
+                value(s).map(|v| {
+                    let v = i64::try_from(v).unwrap_or(i64::MAX);
+                    number_point(
+                        attributes(s),
+                        start,
+                        now,
+                        number_data_point::Value::AsInt(v),
+                    )
                 })
             })
             .collect();
-        (!data_points.is_empty()).then(|| Metric {
-            name: name.to_string(),
-            description: description.to_string(),
-            unit: unit.to_string(),
-            data: Some(metric::Data::Sum(Sum {
-                data_points,
-                aggregation_temporality: cumulative,
-                is_monotonic: true,
-            })),
-            ..Default::default()
-        })
+        (!data_points.is_empty())
+            .then(|| otlp_metric(name, description, unit, cumulative_sum(data_points, true)))
     };
     let mut metrics = vec![
         histogram(
@@ -852,6 +836,14 @@ fn cumulative_sum(data_points: Vec<NumberDataPoint>, is_monotonic: bool) -> metr
     })
 }
 
+/// A cumulative histogram of `data_points`.
+fn cumulative_histogram(data_points: Vec<HistogramDataPoint>) -> metric::Data {
+    metric::Data::Histogram(Histogram {
+        data_points,
+        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+    })
+}
+
 /// The UCUM unit of a metric's unit ([`crate::profile::metrics::unit_of`]); empty (no unit)
 /// for a plain number.
 fn ucum(unit: Option<&str>) -> &'static str {
@@ -975,10 +967,7 @@ fn event_metrics(snapshot: &Snapshot, start: u64, now: u64) -> Vec<Metric> {
                     ),
                     MetricValue::Histogram(_) => (
                         "Values of events' histogram fields",
-                        metric::Data::Histogram(Histogram {
-                            data_points: Vec::new(),
-                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                        }),
+                        cumulative_histogram(Vec::new()),
                     ),
                     MetricValue::Gauge(_) => (
                         "Last value of events' gauge fields",
