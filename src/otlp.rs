@@ -32,6 +32,55 @@
 //! histogram buckets), so their bucket counts are the HDR histogram's exactly, not estimates;
 //! sums, counts, minima and maxima are exact too.
 //!
+//! ## Metrics from events
+//!
+//! Each metric that events recorded ([`crate::profile::metrics`]) is pushed under its own
+//! name, as `tracing-opentelemetry` does (`histogram.loss` → `loss`), one data point per span
+//! name it was recorded in (attributes `span.name`, `span.target`; none for events outside
+//! every profiled span), its unit in UCUM from the name's suffix (`_seconds` → `s`,
+//! `_milliseconds` → `ms`, `_microseconds` → `us`, `_nanoseconds` → `ns`, `_bytes` → `By`,
+//! `_ratio` → `1`, `_percent` → `%`; none otherwise):
+//!
+//! | field | pushed as |
+//! |---|---|
+//! | `monotonic_counter.<name>` | cumulative monotonic sum |
+//! | `counter.<name>` | cumulative non-monotonic sum (up-down) |
+//! | `histogram.<name>` | cumulative histogram with explicit bounds, in the metric's unit |
+//! | `gauge.<name>` | gauge: the last value, at the time it was set |
+//!
+//! A sum is an integer while only integers were added (exact), a double once a float was.
+//! A gauge's point has the time of its last value; its minimum and maximum stay in the
+//! profile.
+//!
+//! A histogram's bucket counts are exact too: its bounds are a 1-2-5 series placed at tops
+//! of the HDR buckets the values were recorded in (integers as they are, floats in
+//! nano-units, see [`crate::profile::metrics`]):
+//!
+//! - integer values only: 1, 2, 5, 10, … 10¹² (from 256 on, each rounded up to its bucket's
+//!   top, at most 1/128 above: 500 becomes 501);
+//! - float values only: 10⁻⁹, 2 × 10⁻⁹, … 1000, each rounded up to the top of its
+//!   nano-unit bucket (at most 1/128 above: 1 becomes 1.002438655);
+//! - both: the same series, each bound moved up to the first nano-unit bucket top whose whole
+//!   part is also an integer bucket top (every whole part below 256 is; above, up to 4%:
+//!   1000 becomes 1039.38…).
+//!
+//! OpenTelemetry's exponential histograms cannot carry these counts exactly: their bucket
+//! boundaries are powers of 2^(2^-scale), which the HDR buckets (linear within each power of
+//! two, and in nano-units for floats) do not share, so explicit bounds are used. Counts,
+//! sums (integers plus floats ÷ 10⁹), minima and maxima are the profile's exactly; floats are
+//! as precise as the profile keeps them (nano-units; above 3600 clamped).
+//!
+//! ## spanprof's own cost
+//!
+//! Where the profile has the estimate ([`Snapshot::overhead`]):
+//!
+//! | metric | kind | unit | what |
+//! |---|---|---|---|
+//! | `spanprof.overhead.ratio` | gauge | `1` | estimated cost as a share of the process's CPU time (0..1; of wall time where CPU time is not readable) |
+//! | `spanprof.overhead.estimated` | gauge | `s` | estimated cost since the start |
+//! | `spanprof.backoff.steps` | monotonic sum | `{step}` | automatic back-off steps, attribute `direction` = `off` (readings switched off) or `on` (back on) |
+//! | `spanprof.span.overhead` | monotonic sum | `s` | estimated cost in spans of each name (attributes `span.name`, `span.target`) |
+//!
 //! The resource has `service.name` (`OTEL_SERVICE_NAME`, else `service.name` in
 //! `OTEL_RESOURCE_ATTRIBUTES`, else `unknown_service:<program>`), the attributes of
 //! `OTEL_RESOURCE_ATTRIBUTES`, `host.name`, `process.pid` and `telemetry.sdk.*`.
@@ -74,14 +123,15 @@ use std::time::{Duration, Instant};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
-    metric, number_data_point, AggregationTemporality, Histogram, HistogramDataPoint, Metric,
-    NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    metric, number_data_point, AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
+    Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
 use crate::error::{Error, Result};
-use crate::profile::buckets::export_bounds_ns;
+use crate::profile::buckets::{bucket_top, export_bounds_ns};
+use crate::profile::metrics::{HistogramValue, MetricKind, MetricValue, FLOAT_SCALE};
 use crate::profile::{Snapshot, SpanStats, Stat};
 use crate::PERF_TARGET;
 
@@ -606,56 +656,35 @@ fn request(
 ) -> ExportMetricsServiceRequest {
     let start = snapshot.run.start_unix_ns;
     let now = start.saturating_add(snapshot.run.duration_ns);
-    let cumulative = AggregationTemporality::Cumulative as i32;
     let bounds_s: Vec<f64> = bounds.iter().map(|&b| b as f64 / 1e9).collect();
-    let attributes = |s: &SpanStats| {
-        vec![
-            string_kv("span.name", s.name.as_str()),
-            string_kv("span.target", s.target.as_str()),
-        ]
-    };
-    let histogram = |name: &str, description: &str, stat: fn(&SpanStats) -> &Stat| Metric {
-        name: name.to_string(),
-        description: description.to_string(),
-        unit: "s".to_string(),
-        data: Some(metric::Data::Histogram(Histogram {
-            data_points: snapshot
-                .spans
-                .iter()
-                .map(|s| histogram_point(stat(s), bounds, &bounds_s, attributes(s), start, now))
-                .collect(),
-            aggregation_temporality: cumulative,
-        })),
-        ..Default::default()
+    let attributes = |s: &SpanStats| span_attributes(&s.name, &s.target);
+    let histogram = |name: &str, description: &str, stat: fn(&SpanStats) -> &Stat| {
+        let points = snapshot
+            .spans
+            .iter()
+            .map(|s| histogram_point(stat(s), bounds, &bounds_s, attributes(s), start, now))
+            .collect();
+        otlp_metric(name, description, "s", cumulative_histogram(points))
     };
     let sum = |name: &str, description: &str, unit: &str, value: fn(&SpanStats) -> Option<u64>| {
         let data_points: Vec<NumberDataPoint> = snapshot
             .spans
             .iter()
             .filter_map(|s| {
-                value(s).map(|v| NumberDataPoint {
-                    attributes: attributes(s),
-                    start_time_unix_nano: start,
-                    time_unix_nano: now,
-                    // Counts above i64::MAX cannot be sent as OTLP integers.
-                    value: Some(number_data_point::Value::AsInt(
-                        i64::try_from(v).unwrap_or(i64::MAX),
-                    )),
-                    ..Default::default()
+                // Counts above i64::MAX cannot be sent as OTLP integers.
+                value(s).map(|v| {
+                    let v = i64::try_from(v).unwrap_or(i64::MAX);
+                    number_point(
+                        attributes(s),
+                        start,
+                        now,
+                        number_data_point::Value::AsInt(v),
+                    )
                 })
             })
             .collect();
-        (!data_points.is_empty()).then(|| Metric {
-            name: name.to_string(),
-            description: description.to_string(),
-            unit: unit.to_string(),
-            data: Some(metric::Data::Sum(Sum {
-                data_points,
-                aggregation_temporality: cumulative,
-                is_monotonic: true,
-            })),
-            ..Default::default()
-        })
+        (!data_points.is_empty())
+            .then(|| otlp_metric(name, description, unit, cumulative_sum(data_points, true)))
     };
     let mut metrics = vec![
         histogram(
@@ -710,6 +739,8 @@ fn request(
         .into_iter()
         .flatten(),
     );
+    metrics.extend(event_metrics(snapshot, start, now));
+    metrics.extend(overhead_metrics(snapshot, start, now));
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
             resource: Some(resource(snapshot, options)),
@@ -761,6 +792,347 @@ fn histogram_point(
     }
 }
 
+/// The attributes of a data point of spans of `name` and `target`.
+fn span_attributes(name: &str, target: &str) -> Vec<KeyValue> {
+    vec![
+        string_kv("span.name", name),
+        string_kv("span.target", target),
+    ]
+}
+
+/// A number data point from the profile's start to `time`.
+fn number_point(
+    attributes: Vec<KeyValue>,
+    start: u64,
+    time: u64,
+    value: number_data_point::Value,
+) -> NumberDataPoint {
+    NumberDataPoint {
+        attributes,
+        start_time_unix_nano: start,
+        time_unix_nano: time,
+        value: Some(value),
+        ..Default::default()
+    }
+}
+
+/// A metric of `data`.
+fn otlp_metric(name: &str, description: &str, unit: &str, data: metric::Data) -> Metric {
+    Metric {
+        name: name.to_string(),
+        description: description.to_string(),
+        unit: unit.to_string(),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// A cumulative sum of `data_points`.
+fn cumulative_sum(data_points: Vec<NumberDataPoint>, is_monotonic: bool) -> metric::Data {
+    metric::Data::Sum(Sum {
+        data_points,
+        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+        is_monotonic,
+    })
+}
+
+/// A cumulative histogram of `data_points`.
+fn cumulative_histogram(data_points: Vec<HistogramDataPoint>) -> metric::Data {
+    metric::Data::Histogram(Histogram {
+        data_points,
+        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+    })
+}
+
+/// The UCUM unit of a metric's unit ([`crate::profile::metrics::unit_of`]); empty (no unit)
+/// for a plain number.
+fn ucum(unit: Option<&str>) -> &'static str {
+    match unit {
+        Some("seconds") => "s",
+        Some("milliseconds") => "ms",
+        Some("microseconds") => "us",
+        Some("nanoseconds") => "ns",
+        Some("bytes") => "By",
+        Some("ratio") => "1",
+        Some("percent") => "%",
+        _ => "",
+    }
+}
+
+/// One explicit bound of a histogram of event values: in the metric's unit, and the values at
+/// which the integer and nano-unit histograms are read (both bucket tops).
+#[derive(Debug, Clone, Copy)]
+struct ValueBound {
+    /// In the metric's unit.
+    value: f64,
+    /// Integer values at or below `value` are those at or below this (`floor(value)`).
+    integer: u64,
+    /// Float values at or below `value` are those at or below this, in nano-units.
+    nano: u64,
+}
+
+/// The nominal 1-2-5 series from `from` to `to`, ascending.
+fn one_two_five(from: u64, to: u64) -> impl Iterator<Item = u64> {
+    std::iter::successors(Some(from), |&d| d.checked_mul(10))
+        .take_while(move |&d| d <= to)
+        .flat_map(|d| [d, d * 2, d * 5])
+        .filter(move |&v| v <= to)
+}
+
+/// The bounds of histograms of integer values only: the tops of the integer buckets holding
+/// 1, 2, 5, 10, … 10¹².
+fn integer_bounds() -> &'static [ValueBound] {
+    static BOUNDS: std::sync::OnceLock<Vec<ValueBound>> = std::sync::OnceLock::new();
+    BOUNDS.get_or_init(|| {
+        one_two_five(1, 1_000_000_000_000)
+            .map(|nominal| {
+                let top = bucket_top(nominal);
+                ValueBound {
+                    value: top as f64,
+                    integer: top,
+                    nano: top.saturating_mul(FLOAT_SCALE as u64),
+                }
+            })
+            .collect()
+    })
+}
+
+/// The bounds of histograms of float values only: the tops of the nano-unit buckets holding
+/// 10⁻⁹, 2 × 10⁻⁹, 5 × 10⁻⁹, … 1000 (at most 1/128 above each).
+fn float_bounds() -> &'static [ValueBound] {
+    static BOUNDS: std::sync::OnceLock<Vec<ValueBound>> = std::sync::OnceLock::new();
+    BOUNDS.get_or_init(|| nano_bounds(bucket_top))
+}
+
+/// The bounds of histograms with both integer and float values: for each of 10⁻⁹,
+/// 2 × 10⁻⁹, … 1000, the first top of a nano-unit bucket at or above it whose whole part is
+/// also the top of an integer bucket, so that both histograms' counts at the bound are exact
+/// (every whole part below 256 is; above, a bound is up to 4% above its nominal value).
+fn mixed_bounds() -> &'static [ValueBound] {
+    static BOUNDS: std::sync::OnceLock<Vec<ValueBound>> = std::sync::OnceLock::new();
+    BOUNDS.get_or_init(|| {
+        nano_bounds(|nominal| {
+            let scale = FLOAT_SCALE as u64;
+            let mut nano = bucket_top(nominal);
+            // One nano-unit bucket top in a few qualifies (a unit test checks every bound).
+            for _ in 0..64 {
+                let whole = nano / scale;
+                if bucket_top(whole) == whole {
+                    break;
+                }
+                nano = bucket_top(nano + 1);
+            }
+            nano
+        })
+    })
+}
+
+/// Bounds at `top(n)` nano-units for each `n` of the 1-2-5 series from 10⁻⁹ to 1000 units.
+fn nano_bounds(top: impl Fn(u64) -> u64) -> Vec<ValueBound> {
+    let scale = FLOAT_SCALE as u64;
+    one_two_five(1, 1_000 * scale)
+        .map(|nominal| {
+            let nano = top(nominal);
+            ValueBound {
+                value: nano as f64 / FLOAT_SCALE,
+                integer: nano / scale,
+                nano,
+            }
+        })
+        .collect()
+}
+
+/// The OTLP metrics of the metrics events recorded: one per metric name and kind, one data
+/// point per span name.
+fn event_metrics(snapshot: &Snapshot, start: u64, now: u64) -> Vec<Metric> {
+    let mut out: Vec<(MetricKind, Metric)> = Vec::new();
+    for m in &snapshot.metrics {
+        let mut attributes = Vec::new();
+        if let Some(span) = &m.span {
+            attributes.push(string_kv("span.name", span.as_str()));
+        }
+        if let Some(target) = &m.span_target {
+            attributes.push(string_kv("span.target", target.as_str()));
+        }
+        let index = match out
+            .iter()
+            .position(|(kind, o)| *kind == m.kind && o.name == m.name)
+        {
+            Some(index) => index,
+            None => {
+                let (description, data) = match &m.value {
+                    MetricValue::Sum(_) => (
+                        "Sum of the values of events' counter fields",
+                        cumulative_sum(Vec::new(), m.kind == MetricKind::MonotonicCounter),
+                    ),
+                    MetricValue::Histogram(_) => (
+                        "Values of events' histogram fields",
+                        cumulative_histogram(Vec::new()),
+                    ),
+                    MetricValue::Gauge(_) => (
+                        "Last value of events' gauge fields",
+                        metric::Data::Gauge(Gauge::default()),
+                    ),
+                };
+                let unit = ucum(m.unit.as_deref());
+                out.push((m.kind, otlp_metric(&m.name, description, unit, data)));
+                out.len() - 1
+            }
+        };
+        match (&mut out[index].1.data, &m.value) {
+            (Some(metric::Data::Sum(sum)), MetricValue::Sum(value)) => {
+                // Integers stay exact as long as no float was added.
+                let value = if value.float == 0.0 {
+                    number_data_point::Value::AsInt(value.integer)
+                } else {
+                    number_data_point::Value::AsDouble(value.total())
+                };
+                sum.data_points
+                    .push(number_point(attributes, start, now, value));
+            }
+            (Some(metric::Data::Histogram(h)), MetricValue::Histogram(value)) => {
+                h.data_points
+                    .push(value_histogram_point(value, attributes, start, now));
+            }
+            (Some(metric::Data::Gauge(g)), MetricValue::Gauge(value)) => {
+                g.data_points.push(number_point(
+                    attributes,
+                    start,
+                    value.last_unix_ns,
+                    number_data_point::Value::AsDouble(value.last),
+                ));
+            }
+            // Metrics of one name and kind have one kind of value.
+            _ => {}
+        }
+    }
+    out.into_iter().map(|(_, m)| m).collect()
+}
+
+/// The data point of a histogram of event values, in the metric's unit: bucket counts exact
+/// at [`integer_bounds`] (integer values only), [`float_bounds`] (floats only) or
+/// [`mixed_bounds`]; count, sum, minimum and maximum exact.
+fn value_histogram_point(
+    value: &HistogramValue,
+    attributes: Vec<KeyValue>,
+    start: u64,
+    now: u64,
+) -> HistogramDataPoint {
+    let bounds = match (&value.integers, &value.floats) {
+        (Some(_), Some(_)) => mixed_bounds(),
+        (None, Some(_)) => float_bounds(),
+        _ => integer_bounds(),
+    };
+    let cumulative = |stat: Option<&Stat>, at: fn(&ValueBound) -> u64| {
+        let at: Vec<u64> = bounds.iter().map(at).collect();
+        stat.map_or_else(
+            || vec![0; bounds.len()],
+            |s| s.histogram.cumulative_counts(&at),
+        )
+    };
+    let integers = cumulative(value.integers.as_ref(), |b| b.integer);
+    let floats = cumulative(value.floats.as_ref(), |b| b.nano);
+    let count = value.integers.as_ref().map_or(0, |s| s.histogram.len())
+        + value.floats.as_ref().map_or(0, |s| s.histogram.len());
+    let mut bucket_counts = Vec::with_capacity(bounds.len() + 1);
+    let mut below = 0;
+    for (i, f) in integers.iter().zip(&floats) {
+        bucket_counts.push(i + f - below);
+        below = i + f;
+    }
+    bucket_counts.push(count - below);
+    let sum = value.integers.as_ref().map_or(0.0, |s| s.total_ns as f64)
+        + value
+            .floats
+            .as_ref()
+            .map_or(0.0, |s| s.total_ns as f64 / FLOAT_SCALE);
+    let (min, max) = value.min_max();
+    HistogramDataPoint {
+        attributes,
+        start_time_unix_nano: start,
+        time_unix_nano: now,
+        count,
+        sum: Some(sum),
+        bucket_counts,
+        explicit_bounds: bounds.iter().map(|b| b.value).collect(),
+        min: (count > 0).then_some(min),
+        max: (count > 0).then_some(max),
+        ..Default::default()
+    }
+}
+
+/// spanprof's own cost, where the profile has its estimate: the share of the process's CPU
+/// time, the estimate in seconds, the back-off's steps and the cost per span name.
+fn overhead_metrics(snapshot: &Snapshot, start: u64, now: u64) -> Vec<Metric> {
+    let Some(overhead) = &snapshot.overhead else {
+        return Vec::new();
+    };
+    let gauge = |value: f64| {
+        metric::Data::Gauge(Gauge {
+            data_points: vec![number_point(
+                Vec::new(),
+                start,
+                now,
+                number_data_point::Value::AsDouble(value),
+            )],
+        })
+    };
+    let steps = |on: bool| {
+        let n = snapshot.backoff.iter().filter(|s| s.on == on).count();
+        number_point(
+            vec![string_kv("direction", if on { "on" } else { "off" })],
+            start,
+            now,
+            number_data_point::Value::AsInt(i64::try_from(n).unwrap_or(i64::MAX)),
+        )
+    };
+    let mut metrics = vec![
+        otlp_metric(
+            "spanprof.overhead.ratio",
+            "spanprof's estimated cost as a share of the process's CPU time (of wall time where \
+             that is not readable)",
+            "1",
+            gauge(overhead.percent / 100.0),
+        ),
+        otlp_metric(
+            "spanprof.overhead.estimated",
+            "spanprof's estimated cost since the start: spans times their calibrated cost plus \
+             the measured time of its readings",
+            "s",
+            gauge(overhead.estimated_ns as f64 / 1e9),
+        ),
+        otlp_metric(
+            "spanprof.backoff.steps",
+            "Steps of the automatic back-off: per-span readings switched off, and back on",
+            "{step}",
+            cumulative_sum(vec![steps(false), steps(true)], true),
+        ),
+    ];
+    let per_span: Vec<NumberDataPoint> = snapshot
+        .spans
+        .iter()
+        .filter_map(|s| {
+            s.overhead_ns.map(|ns| {
+                number_point(
+                    span_attributes(&s.name, &s.target),
+                    start,
+                    now,
+                    number_data_point::Value::AsDouble(ns as f64 / 1e9),
+                )
+            })
+        })
+        .collect();
+    if !per_span.is_empty() {
+        metrics.push(otlp_metric(
+            "spanprof.span.overhead",
+            "spanprof's estimated cost in spans of this name",
+            "s",
+            cumulative_sum(per_span, true),
+        ));
+    }
+    metrics
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,6 +1141,38 @@ mod tests {
 
     fn options(pairs: &[(&str, &str)]) -> Option<OtlpOptions> {
         resolve(None, &env(pairs)).unwrap().0.map(|p| p.options)
+    }
+
+    #[test]
+    fn bounds_of_value_histograms_are_bucket_tops_in_both_scales() {
+        let nominal: Vec<f64> = one_two_five(1, 1_000_000_000_000)
+            .map(|n| n as f64 / FLOAT_SCALE)
+            .collect();
+        for (bounds, nano, ints, above) in [
+            (integer_bounds(), false, true, 1.0 / 128.0),
+            (float_bounds(), true, false, 1.0 / 128.0),
+            (mixed_bounds(), true, true, 0.04),
+        ] {
+            assert_eq!(bounds.len(), 37);
+            for pair in bounds.windows(2) {
+                assert!(pair[0].value < pair[1].value, "{pair:?}");
+            }
+            for (i, b) in bounds.iter().enumerate() {
+                assert_eq!(b.integer, b.value.floor() as u64, "{b:?}");
+                if ints {
+                    assert_eq!(bucket_top(b.integer), b.integer, "{b:?}");
+                }
+                if nano {
+                    assert_eq!(bucket_top(b.nano), b.nano, "{b:?}");
+                    assert_eq!((b.value * FLOAT_SCALE).round() as u64, b.nano, "{b:?}");
+                    let n = nominal[i];
+                    assert!(b.value >= n && b.value <= n * (1.0 + above), "{b:?} {n}");
+                }
+            }
+        }
+        assert_eq!(integer_bounds()[2].value, 5.0);
+        assert_eq!(ucum(Some("bytes")), "By");
+        assert_eq!(ucum(None), "");
     }
 
     #[test]

@@ -18,8 +18,10 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use prost::Message;
 use spanprof::otlp::OtlpOptions;
-use spanprof::profile::buckets::export_bounds_ns;
-use spanprof::profile::{SpanStats, Stat};
+use spanprof::output::{Destination, Json};
+use spanprof::profile::buckets::{bucket_top, export_bounds_ns};
+use spanprof::profile::metrics::{HistogramValue, FLOAT_SCALE};
+use spanprof::profile::{MetricKind, MetricValue, SpanStats, Stat};
 use spanprof::{Every, ProfileLayer, ReportTarget, Snapshot};
 use support::events::{capture, wait_until};
 use tracing_subscriber::prelude::*;
@@ -448,8 +450,16 @@ fn encoding_a_push_of_100_span_names_is_cheap_enough_to_measure() {
     let body = options.encode(&snapshot);
     let decoded = ExportMetricsServiceRequest::decode(body.as_slice()).unwrap();
     let metrics = &decoded.resource_metrics[0].scope_metrics[0].metrics;
-    assert_eq!(metrics.len(), 6, "3 histograms, calls, instances, errors");
-    for m in metrics {
+    let span_metrics: Vec<_> = metrics
+        .iter()
+        .filter(|m| m.name.starts_with("spanprof.span.") && m.name != "spanprof.span.overhead")
+        .collect();
+    assert_eq!(
+        span_metrics.len(),
+        6,
+        "3 histograms, calls, instances, errors"
+    );
+    for m in span_metrics {
         let points = match &m.data {
             Some(metric::Data::Histogram(h)) => h.data_points.len(),
             Some(metric::Data::Sum(s)) => s.data_points.len(),
@@ -467,4 +477,254 @@ fn encoding_a_push_of_100_span_names_is_cheap_enough_to_measure() {
         body.len(),
         start.elapsed() / rounds
     );
+}
+
+/// The data points of `name` whose attributes are `span.name` = `span` (none for `None`).
+fn points_of<'a, T>(
+    points: &'a [T],
+    attributes: fn(&T) -> &[KeyValue],
+    span: Option<&str>,
+) -> &'a T {
+    let found: Vec<&T> = points
+        .iter()
+        .filter(|p| string(attributes(p), "span.name").as_deref() == span)
+        .collect();
+    assert_eq!(found.len(), 1, "one point for {span:?}");
+    found[0]
+}
+
+fn number(p: &NumberDataPoint) -> number_data_point::Value {
+    p.value.unwrap()
+}
+
+/// Checks a histogram of event values against the profile's: count, sum, minimum, maximum and
+/// every bucket count, at bounds that are bucket tops of the scales present (so the counts
+/// are exact, not estimates).
+fn check_value_histogram(p: &HistogramDataPoint, h: &HistogramValue, what: &str) {
+    let stats = [(&h.integers, 1.0), (&h.floats, FLOAT_SCALE)];
+    assert_eq!(p.count, h.count(), "{what}");
+    let sum: f64 = stats
+        .iter()
+        .filter_map(|(s, scale)| s.as_ref().map(|s| s.total_ns as f64 / scale))
+        .sum();
+    assert_eq!(p.sum, Some(sum), "{what}");
+    let (min, max) = h.min_max();
+    assert_eq!((p.min, p.max), (Some(min), Some(max)), "{what}");
+    assert_eq!(p.bucket_counts.len(), p.explicit_bounds.len() + 1, "{what}");
+    assert_eq!(p.bucket_counts.iter().sum::<u64>(), h.count(), "{what}");
+    let mut below = 0;
+    for (i, &bound) in p.explicit_bounds.iter().enumerate() {
+        let mut at_or_below = 0;
+        for (stat, scale) in &stats {
+            if let Some(stat) = stat {
+                // The bound in this scale: whole units, or nano-units.
+                let at = if *scale == 1.0 {
+                    bound.floor() as u64
+                } else {
+                    (bound * FLOAT_SCALE).round() as u64
+                };
+                assert_eq!(bucket_top(at), at, "{what}: {bound} is not a bucket top");
+                at_or_below += stat.histogram.count_at_or_below(at);
+            }
+        }
+        assert_eq!(
+            p.bucket_counts[i],
+            at_or_below - below,
+            "{what} bucket ≤ {bound}"
+        );
+        below = at_or_below;
+    }
+    assert!(
+        p.bucket_counts.iter().filter(|&&n| n > 0).count() >= 2,
+        "{what}: several buckets compared: {:?}",
+        p.bucket_counts
+    );
+}
+
+#[test]
+fn the_push_carries_metrics_from_events_and_spanprof_s_overhead_exactly() {
+    let (_one, _events) = capture();
+    let collector = Collector::start(200);
+    let dir = support::temp_dir("otlp-event-metrics");
+    let (dispatch, guard) = support::install(
+        ProfileLayer::builder()
+            // The profile written at the end is the snapshot of the last push.
+            .with_output(Json, Destination::Dir(dir.clone()))
+            .with_otlp(OtlpOptions::new(collector.url("/v1/metrics"))),
+    );
+    tracing::dispatcher::with_default(&dispatch, || {
+        for step in 0..200u64 {
+            tracing::info_span!("train_step").in_scope(|| {
+                let delta = if step % 3 == 0 { -2i64 } else { 5 };
+                tracing::info!(
+                    monotonic_counter.samples = 32u64,
+                    counter.queue_depth = delta,
+                    histogram.batch_bytes = 100 + step * step * 50,
+                    histogram.loss = 4.0 / (1.0 + step as f64),
+                    gauge.learning_rate = 0.1 / (1.0 + step as f64),
+                    "step"
+                );
+                // Integers and floats in one histogram.
+                if step % 2 == 0 {
+                    tracing::info!(histogram.wait_seconds = step / 10, "waited");
+                } else {
+                    tracing::info!(histogram.wait_seconds = step as f64 / 7.0, "waited");
+                }
+                tracing::info_span!("eval").in_scope(|| {
+                    tracing::info!(monotonic_counter.samples = 1.5f64, "eval");
+                });
+            });
+        }
+        // Outside every span: no span attributes.
+        tracing::info!(gauge.memory_bytes = 1_234_567u64, "outside");
+    });
+    guard.finish().unwrap();
+    let snapshot = Snapshot::read_json(dir.join("profile.json")).unwrap();
+    let received = collector.received();
+    assert_eq!(received.len(), 1);
+    let r = &received[0];
+    assert!(snapshot.metrics.len() >= 7, "{:?}", snapshot.metrics);
+    for m in &snapshot.metrics {
+        let what = format!("{} {:?} in {:?}", m.name, m.kind, m.span);
+        // The metric's own name, its unit in UCUM.
+        let pushed = metrics(r)
+            .iter()
+            .find(|o| {
+                o.name == m.name
+                    && matches!(
+                        (&o.data, m.kind),
+                        (Some(metric::Data::Sum(_)), MetricKind::Counter)
+                            | (Some(metric::Data::Sum(_)), MetricKind::MonotonicCounter)
+                            | (Some(metric::Data::Histogram(_)), MetricKind::Histogram)
+                            | (Some(metric::Data::Gauge(_)), MetricKind::Gauge)
+                    )
+            })
+            .unwrap_or_else(|| panic!("no metric for {what}"));
+        let unit = match m.name.as_str() {
+            "batch_bytes" | "memory_bytes" => "By",
+            "wait_seconds" => "s",
+            _ => "",
+        };
+        assert_eq!(pushed.unit, unit, "{what}");
+        let span = m.span.as_deref();
+        match (&pushed.data, &m.value) {
+            (Some(metric::Data::Sum(sum)), MetricValue::Sum(value)) => {
+                assert_eq!(sum.is_monotonic, m.kind == MetricKind::MonotonicCounter);
+                assert_eq!(sum.aggregation_temporality, 2, "cumulative");
+                let p = points_of(&sum.data_points, |p| &p.attributes, span);
+                let expected = if value.float == 0.0 {
+                    number_data_point::Value::AsInt(value.integer)
+                } else {
+                    number_data_point::Value::AsDouble(value.total())
+                };
+                assert_eq!(number(p), expected, "{what}");
+                assert_eq!(
+                    string(&p.attributes, "span.target").as_deref(),
+                    m.span_target.as_deref()
+                );
+            }
+            (Some(metric::Data::Histogram(h)), MetricValue::Histogram(value)) => {
+                let p = points_of(&h.data_points, |p| &p.attributes, span);
+                check_value_histogram(p, value, &what);
+                assert_eq!(
+                    string(&p.attributes, "span.target").as_deref(),
+                    m.span_target.as_deref()
+                );
+            }
+            (Some(metric::Data::Gauge(g)), MetricValue::Gauge(value)) => {
+                let p = points_of(&g.data_points, |p| &p.attributes, span);
+                assert_eq!(
+                    number(p),
+                    number_data_point::Value::AsDouble(value.last),
+                    "{what}"
+                );
+                assert_eq!(p.time_unix_nano, value.last_unix_ns, "{what}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    // The figures the run recorded, so the comparison above was of the right things.
+    let samples = |span: &str| {
+        snapshot
+            .metrics
+            .iter()
+            .find(|m| m.name == "samples" && m.span.as_deref() == Some(span))
+            .map(|m| match &m.value {
+                MetricValue::Sum(s) => s.total(),
+                v => panic!("{v:?}"),
+            })
+    };
+    assert_eq!(samples("train_step"), Some(32.0 * 200.0));
+    assert_eq!(samples("eval"), Some(1.5 * 200.0));
+    let Some(metric::Data::Sum(queue)) = &metric(r, "queue_depth").data else {
+        panic!()
+    };
+    let queue_depth: i64 = (0..200).map(|s| if s % 3 == 0 { -2 } else { 5 }).sum();
+    assert_eq!(
+        queue.data_points[0].value,
+        Some(number_data_point::Value::AsInt(queue_depth))
+    );
+    let Some(metric::Data::Gauge(memory)) = &metric(r, "memory_bytes").data else {
+        panic!()
+    };
+    assert!(
+        memory.data_points[0].attributes.is_empty(),
+        "outside every span"
+    );
+    assert_eq!(
+        memory.data_points[0].value,
+        Some(number_data_point::Value::AsDouble(1_234_567.0))
+    );
+    let Some(metric::Data::Gauge(rate)) = &metric(r, "learning_rate").data else {
+        panic!()
+    };
+    assert_eq!(
+        rate.data_points[0].value,
+        Some(number_data_point::Value::AsDouble(0.1 / 200.0))
+    );
+
+    // spanprof's own cost: the profile's estimate.
+    let overhead = snapshot
+        .overhead
+        .as_ref()
+        .expect("calibrated on the real clock");
+    let gauge = |name: &str| {
+        let Some(metric::Data::Gauge(g)) = &metric(r, name).data else {
+            panic!("{name} is not a gauge")
+        };
+        assert_eq!(g.data_points.len(), 1);
+        number(&g.data_points[0])
+    };
+    assert_eq!(
+        gauge("spanprof.overhead.ratio"),
+        number_data_point::Value::AsDouble(overhead.percent / 100.0)
+    );
+    assert_eq!(metric(r, "spanprof.overhead.ratio").unit, "1");
+    assert_eq!(
+        gauge("spanprof.overhead.estimated"),
+        number_data_point::Value::AsDouble(overhead.estimated_ns as f64 / 1e9)
+    );
+    assert!(overhead.estimated_ns > 0);
+    for s in &snapshot.spans {
+        let p = sum_point(r, "spanprof.span.overhead", s);
+        assert_eq!(
+            number(p),
+            number_data_point::Value::AsDouble(s.overhead_ns.unwrap() as f64 / 1e9),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            string(&p.attributes, "span.target").as_deref(),
+            Some(s.target.as_str())
+        );
+    }
+    let Some(metric::Data::Sum(steps)) = &metric(r, "spanprof.backoff.steps").data else {
+        panic!()
+    };
+    for p in &steps.data_points {
+        let on = string(&p.attributes, "direction") == Some("on".to_string());
+        let n = snapshot.backoff.iter().filter(|s| s.on == on).count();
+        assert_eq!(int(p), n as u64);
+    }
+    assert_eq!(steps.data_points.len(), 2);
 }
