@@ -960,8 +960,10 @@ mod tests {
                 .parent
                 .map(|p| if p as usize > validate { p - 1 } else { p });
         }
-        let mut opts = CompareOptions::default();
-        opts.min_calls = 1;
+        let mut opts = CompareOptions {
+            min_calls: 1,
+            ..CompareOptions::default()
+        };
         let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&slow), &opts);
         let path = c
             .paths
