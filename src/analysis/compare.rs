@@ -48,7 +48,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::output::glob_match;
-use crate::profile::{CallTree, Snapshot, SpanStats, TreeNode};
+use crate::profile::{CallTree, Snapshot, SpanStats, Stat, TreeNode};
 
 /// The timing figure compared, per span name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -95,29 +95,25 @@ impl Metric {
 
     /// This metric of one span name, ns.
     pub fn of(self, span: &SpanStats) -> f64 {
-        let e = &span.entry_busy;
-        match self {
-            Metric::P50 => e.p50_ns as f64,
-            Metric::P90 => e.p90_ns as f64,
-            Metric::P99 => e.p99_ns as f64,
-            Metric::Mean => e.mean_ns,
-            Metric::SelfTime => span.entry_self.mean_ns,
-            Metric::Total => e.total_ns as f64,
-        }
+        self.pick(&span.entry_busy, &span.entry_self)
     }
 
     /// This metric of one call path: its node's busy time per closed instance ([`Metric::P50`]
     /// to [`Metric::Mean`], [`Metric::Total`]) or self time per instance ([`Metric::SelfTime`]),
     /// ns.
     pub fn of_node(self, node: &TreeNode) -> f64 {
-        let b = &node.busy;
+        self.pick(&node.busy, &node.self_time)
+    }
+
+    /// This metric from a busy-time and a self-time statistic.
+    fn pick(self, busy: &Stat, self_time: &Stat) -> f64 {
         match self {
-            Metric::P50 => b.p50_ns as f64,
-            Metric::P90 => b.p90_ns as f64,
-            Metric::P99 => b.p99_ns as f64,
-            Metric::Mean => b.mean_ns,
-            Metric::SelfTime => node.self_time.mean_ns,
-            Metric::Total => b.total_ns as f64,
+            Metric::P50 => busy.p50_ns as f64,
+            Metric::P90 => busy.p90_ns as f64,
+            Metric::P99 => busy.p99_ns as f64,
+            Metric::Mean => busy.mean_ns,
+            Metric::SelfTime => self_time.mean_ns,
+            Metric::Total => busy.total_ns as f64,
         }
     }
 }

@@ -373,17 +373,24 @@ mod tests {
         assert!((share_pct - want).abs() < 1e-9);
     }
 
-    #[test]
-    fn tails_instrumentation_allocations_and_idle_gpus() {
+    /// The detailed test profile cut to one span name of 1000 calls of 200 ns each.
+    fn one_short_span() -> Snapshot {
         let mut s = detailed();
         s.spans.truncate(1);
         let span = &mut s.spans[0];
         span.calls = 1000;
         span.created = 1000;
         span.instances = 1000;
+        span.entry_busy.total_ns = 1000 * 200;
+        s
+    }
+
+    #[test]
+    fn tails_instrumentation_allocations_and_idle_gpus() {
+        let mut s = one_short_span();
+        let span = &mut s.spans[0];
         span.entry_busy.p50_ns = 100;
         span.entry_busy.p99_ns = 5_000;
-        span.entry_busy.total_ns = 1000 * 200;
         span.wall.total_ns = s.run.duration_ns / 2;
         let r = span.resources.get_or_insert_with(SpanResources::default);
         r.gpus = vec![GpuUse {
@@ -448,13 +455,7 @@ mod tests {
 
     #[test]
     fn instrumentation_uses_the_profiles_own_estimate() {
-        let mut s = detailed();
-        s.spans.truncate(1);
-        let span = &mut s.spans[0];
-        span.calls = 1000;
-        span.created = 1000;
-        span.instances = 1000;
-        span.entry_busy.total_ns = 1000 * 200;
+        let mut s = one_short_span();
         // The profile's calibrated cost of a span: 40 ns, 20 % of a 200 ns span.
         s.overhead = Some(crate::profile::Overhead {
             span_cost_ns: 40.0,
