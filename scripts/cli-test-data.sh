@@ -6,7 +6,7 @@
 #   SPANPROF_BLESS=1 cargo test --features cli --test cli
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --quiet --release --example training_loop
+cargo build --quiet --release --features cli --example training_loop
 example=target/release/examples/training_loop
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

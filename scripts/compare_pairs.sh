@@ -3,7 +3,8 @@
 # `--slowdown SLOWDOWN` (must be flagged, naming `forward`), and PAIRS pairs of two normal runs
 # (must not be flagged). Then one comparison of several runs per side (RUNS against RUNS, the
 # noise rule). Prints Markdown tables of the figures: the forward pass's p50 on each side, the
-# change, the exit status and the span names flagged.
+# change, the largest change of another span name and of another call path, the exit status and
+# the span names and call paths flagged.
 #
 #   scripts/compare_pairs.sh                 # PAIRS=10 EPOCHS=1 SLOWDOWN=20 RUNS=5
 #   PAIRS=3 EPOCHS=2 scripts/compare_pairs.sh
@@ -35,18 +36,32 @@ row() {
   local forward flagged
   forward=$(printf '%s\n' "$text" | awk -F '  +' '$1 == "forward" { print $3 " | " $4 " | " $5 " | " $8; exit }')
   flagged=$(printf '%s\n' "$text" | sed -n 's/^result: REGRESSION in //p')
-  # The largest change of another span name judged on timing (enough calls): the noise.
-  other=$(printf '%s\n' "$text" | awk -F '  +' '
-    NF >= 8 && $1 != "forward" && $1 != "name" && $8 != "too few calls" {
+  # The largest change of another span name judged on timing (enough calls): the noise; and
+  # the largest change of a call path not ending in forward (the table after "timing per call
+  # path"), the noise of the paths.
+  other=$(largest "$text" names)
+  path=$(largest "$text" paths)
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$label" "$forward" "$other" "${path:-—}" "$status" "${flagged:-—}"
+}
+
+# The row of $1's timing tables ($2: names or paths) with the largest change, forward's
+# excepted, among those judged (enough calls).
+largest() {
+  printf '%s\n' "$1" | awk -F '  +' -v want="$2" '
+    /^timing per span name/ { table = "names" }
+    /^timing per call path/ { table = "paths" }
+    /^$/ { if (table != "") done[table] = 1 }
+    table == want && !done[want] && NF >= 8 && $1 != "name" && $1 != "path" && $8 != "too few calls" {
+      n = split($1, parts, ";")
+      if (parts[n] == "forward") next
       c = $5; sub(/ %/, "", c); c = c + 0; a = c < 0 ? -c : c
       if (row == "" || a > best) { best = a; row = $1 " " $5 }
     }
-    END { print row }')
-  printf '| %s | %s | %s | %s | %s |\n' "$label" "$forward" "$other" "$status" "${flagged:-—}"
+    END { print row }'
 }
 
-echo "| pair | forward p50 base | forward p50 new | change | verdict | largest other change | exit | flagged |"
-echo "|---|--:|--:|--:|---|---|--:|---|"
+echo "| pair | forward p50 base | forward p50 new | change | verdict | largest other change | largest other path change | exit | flagged |"
+echo "|---|--:|--:|--:|---|---|---|--:|---|"
 for i in $(seq 1 "$PAIRS"); do
   # Interleaved, so a drift of the machine's speed hits both kinds alike.
   train "$dir/base$i"

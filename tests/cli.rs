@@ -21,7 +21,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use spanprof::output::{Destination, Markdown, Selection};
-use spanprof::profile::Stat;
+use spanprof::profile::{MetricValue, Stat};
 use spanprof::{ReportTarget, Snapshot};
 use tracing_subscriber::prelude::*;
 
@@ -170,6 +170,11 @@ fn report_on_a_saved_profile_equals_the_live_output() {
         for i in 0..50u64 {
             let _step = tracing::info_span!("step").entered();
             clock.advance(Duration::from_nanos(1_000 + 37 * i));
+            tracing::info!(
+                histogram.size_bytes = 100 + i,
+                histogram.loss = i as f64 / 4.0,
+                monotonic_counter.items = 1 + i % 3,
+            );
             for _ in 0..3 {
                 let _inner = tracing::info_span!("inner_a").entered();
                 clock.advance(Duration::from_nanos(200 + i));
@@ -228,6 +233,37 @@ fn compare_flags_the_slowdown_and_names_forward() {
         "{row}"
     );
     assert!(slow.stdout.contains("low confidence"));
+    // The call path to forward, judged on its node's busy time per instance, regresses too.
+    let node_p50 = |s: &Snapshot| {
+        let tree = s.tree.as_ref().unwrap();
+        let i = (0..tree.nodes.len())
+            .find(|&i| tree.path(i) == ["train", "epoch", "train_step", "forward"])
+            .unwrap();
+        tree.nodes[i].busy.p50_ns as f64
+    };
+    let path_change = format!("{:+.1} %", (node_p50(&s) / node_p50(&b) - 1.0) * 100.0);
+    let path_row = slow
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("train;epoch;train_step;forward "))
+        .unwrap();
+    assert!(
+        path_row.contains(&path_change) && path_row.ends_with("regression"),
+        "{path_row}"
+    );
+    assert!(
+        result.contains(&format!(
+            "train;epoch;train_step;forward (p50 {path_change})"
+        )),
+        "{result}"
+    );
+    // Only forward's name and path regress.
+    let regressions = slow
+        .stdout
+        .lines()
+        .filter(|l| l.ends_with("  regression"))
+        .count();
+    assert_eq!(regressions, 2, "{}", slow.stdout);
     golden("compare-slow.txt", &slow.stdout);
 
     // Options go before `--`: everything after it is a new run.
@@ -246,6 +282,8 @@ fn compare_flags_the_slowdown_and_names_forward() {
     let same = spanprof(&["compare", "cli-base.json", "--", "cli-base.json"]);
     assert_eq!(same.status, 0, "{}", same.stdout);
     assert!(same.stdout.contains("result: no regression"));
+    assert!(same.stdout.contains("timing per call path"));
+    assert!(!same.stdout.contains("paths only in"));
     assert!(!same.stdout.contains("counts that changed"));
 
     // Two runs per side: the slow runs against the base runs, the spread between runs counts.
@@ -389,13 +427,49 @@ fn top_names_the_bottlenecks_with_their_figures() {
         )
     );
     assert!(ran.stdout.contains("allocations: "), "{}", ran.stdout);
+    // The hottest call path by self time, with its share of the tree's self time.
+    let tree = detailed.tree.as_ref().unwrap();
+    let (i, hot) = tree
+        .nodes
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, n)| n.self_time.total_ns)
+        .unwrap();
+    let hot_line = format!(
+        "- hot path: {} holds {:.1} % of the self time in the call tree ({} self over {} instances)",
+        tree.path(i).join(";"),
+        100.0 * hot.self_time.total_ns as f64 / tree.self_ns() as f64,
+        spanprof::output::format_duration(hot.self_time.total_ns),
+        spanprof::output::format_count(hot.instances)
+    );
+    assert!(
+        ran.stdout.lines().any(|l| l == hot_line),
+        "{hot_line}\n{}",
+        ran.stdout
+    );
+    // The instrumentation cost is the profile's own estimate for the name, not a constant.
+    let vb = detailed.span("validate_batch").unwrap();
+    let per_span = vb.overhead_ns.unwrap() as f64 / vb.created.max(vb.instances) as f64;
+    let cost = format!(
+        "a span costs about {} (this profile's estimate for the name), {:.0} % of it",
+        spanprof::output::format_duration(per_span.round() as u64),
+        100.0 * vb.overhead_ns.unwrap() as f64 / vb.entry_busy.total_ns as f64
+    );
+    assert!(
+        ran.stdout
+            .lines()
+            .any(|l| l.starts_with("- instrumentation: validate_batch ") && l.contains(&cost)),
+        "{cost}\n{}",
+        ran.stdout
+    );
     golden("top.txt", &ran.stdout);
     let md = spanprof(&["top", "cli-detailed.json", "--format", "markdown"]);
     golden("top.md", &md.stdout);
 }
 
 /// A deterministic workload on a mock clock: span `step` i lasts 1000 + 37·i ns, with two
-/// `inner` children of 100 + i ns.
+/// `inner` children of 100 + i ns; each step emits the metrics `histogram.size_bytes`
+/// (100 + i), `histogram.loss` (i / 4, a float) and `monotonic_counter.items` (1 + i mod 3).
 fn work(items: std::ops::Range<u64>, dir: &Path) -> Snapshot {
     let builder = spanprof::ProfileLayer::builder()
         .with_env(false)
@@ -406,6 +480,11 @@ fn work(items: std::ops::Range<u64>, dir: &Path) -> Snapshot {
         for i in items {
             let _step = tracing::info_span!("step").entered();
             clock.advance(Duration::from_nanos(1_000 + 37 * i));
+            tracing::info!(
+                histogram.size_bytes = 100 + i,
+                histogram.loss = i as f64 / 4.0,
+                monotonic_counter.items = 1 + i % 3,
+            );
             for _ in 0..2 {
                 let _inner = tracing::info_span!("inner").entered();
                 clock.advance(Duration::from_nanos(100 + i));
@@ -459,6 +538,48 @@ fn merging_per_process_profiles_equals_one_profile_of_the_same_work() {
     }
     assert_eq!(merged.span("step").unwrap().calls, 300);
     assert_eq!(merged.span("inner").unwrap().entry_busy.max_ns, 100 + 299);
+    // The call tree: the same paths, each node's counts and histograms identical.
+    let (mt, wt) = (merged.tree.as_ref().unwrap(), whole.tree.as_ref().unwrap());
+    assert_eq!(mt.nodes.len(), wt.nodes.len());
+    assert_eq!(wt.nodes.len(), 2, "step and step;inner");
+    for (i, w) in wt.nodes.iter().enumerate() {
+        let path = wt.path(i);
+        let j = (0..mt.nodes.len())
+            .find(|&j| mt.path(j) == path)
+            .unwrap_or_else(|| panic!("{path:?} not in the merged tree"));
+        let m = &mt.nodes[j];
+        assert_eq!(
+            (m.calls, m.instances, m.wall_ns),
+            (w.calls, w.instances, w.wall_ns),
+            "{path:?}"
+        );
+        assert_eq!(m.busy, w.busy, "{path:?} busy");
+        assert_eq!(m.self_time, w.self_time, "{path:?} self");
+    }
+    let inner = (0..wt.nodes.len())
+        .find(|&i| wt.path(i) == ["step", "inner"])
+        .unwrap();
+    assert_eq!(wt.nodes[inner].calls, 600);
+    assert_eq!(
+        wt.nodes[inner].busy.total_ns,
+        2 * (0..300).map(|i| 100 + i).sum::<u64>()
+    );
+    // The metrics of the events: every figure identical, and the sums those of the work.
+    assert_eq!(whole.metrics.len(), 3, "{:?}", whole.metrics);
+    assert_eq!(merged.metrics, whole.metrics);
+    let metric = |name: &str| merged.metrics.iter().find(|m| m.name == name).unwrap();
+    let MetricValue::Sum(items) = &metric("items").value else {
+        panic!("items is a counter: {:?}", metric("items"));
+    };
+    assert_eq!(items.integer, (0..300).map(|i| 1 + i % 3).sum::<i64>());
+    assert_eq!(metric("size_bytes").records, 300);
+    assert_eq!(metric("size_bytes").span.as_deref(), Some("step"));
+    let MetricValue::Histogram(loss) = &metric("loss").value else {
+        panic!("loss is a histogram: {:?}", metric("loss"));
+    };
+    let floats = loss.floats.as_ref().expect("float values");
+    assert_eq!(floats.count, 300);
+    assert_eq!(floats.max_ns, 299 * 250_000_000);
     let origins: Vec<Option<&str>> = merged.sources.iter().map(|s| s.origin.as_deref()).collect();
     let want: Vec<Option<&str>> = parts.iter().map(|p| p.to_str()).collect();
     assert_eq!(origins, want);

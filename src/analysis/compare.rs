@@ -34,13 +34,21 @@
 //! exceeding one is a regression whatever the baseline.
 //!
 //! Span names found on one side only are listed, and are not regressions.
+//!
+//! **Call paths** (where both sides recorded the call tree, [`Snapshot::tree`]): each path
+//! (`root;…;leaf`, matched by the names and targets along it) is judged on timing by the same
+//! rule and the same metrics and thresholds as its leaf's span name ([`CompareOptions::for_name`]),
+//! on the statistics of the path's node: busy and self time **per closed instance** (a span
+//! name's figures are per entry), the instances standing for the calls of `min_calls`. A
+//! regression on a path is a regression ([`Comparison::regressed`]) like one on a name. Paths
+//! found on one side only are listed, and are not regressions.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
 use crate::output::glob_match;
-use crate::profile::{Snapshot, SpanStats};
+use crate::profile::{CallTree, Snapshot, SpanStats, Stat, TreeNode};
 
 /// The timing figure compared, per span name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -87,14 +95,25 @@ impl Metric {
 
     /// This metric of one span name, ns.
     pub fn of(self, span: &SpanStats) -> f64 {
-        let e = &span.entry_busy;
+        self.pick(&span.entry_busy, &span.entry_self)
+    }
+
+    /// This metric of one call path: its node's busy time per closed instance ([`Metric::P50`]
+    /// to [`Metric::Mean`], [`Metric::Total`]) or self time per instance ([`Metric::SelfTime`]),
+    /// ns.
+    pub fn of_node(self, node: &TreeNode) -> f64 {
+        self.pick(&node.busy, &node.self_time)
+    }
+
+    /// This metric from a busy-time and a self-time statistic.
+    fn pick(self, busy: &Stat, self_time: &Stat) -> f64 {
         match self {
-            Metric::P50 => e.p50_ns as f64,
-            Metric::P90 => e.p90_ns as f64,
-            Metric::P99 => e.p99_ns as f64,
-            Metric::Mean => e.mean_ns,
-            Metric::SelfTime => span.entry_self.mean_ns,
-            Metric::Total => e.total_ns as f64,
+            Metric::P50 => busy.p50_ns as f64,
+            Metric::P90 => busy.p90_ns as f64,
+            Metric::P99 => busy.p99_ns as f64,
+            Metric::Mean => busy.mean_ns,
+            Metric::SelfTime => self_time.mean_ns,
+            Metric::Total => busy.total_ns as f64,
         }
     }
 }
@@ -442,14 +461,23 @@ pub struct Comparison {
     pub only_in_base: Vec<(String, String)>,
     /// (name, target) of span names found only in the new runs.
     pub only_in_new: Vec<(String, String)>,
+    /// Timing per call path found on both sides' trees (empty unless every run has a tree),
+    /// ordered as [`Comparison::timings`]: [`TimingChange::name`] is the path, `root;…;leaf`,
+    /// and [`TimingChange::target`] the leaf's target.
+    pub paths: Vec<TimingChange>,
+    /// Call paths found only in the baseline runs' trees.
+    pub paths_only_in_base: Vec<String>,
+    /// Call paths found only in the new runs' trees.
+    pub paths_only_in_new: Vec<String>,
 }
 
 impl Comparison {
-    /// Whether anything regressed: a timing or a count, or a budget exceeded (the CLI's exit
-    /// status 1).
+    /// Whether anything regressed: a timing (of a span name or a call path) or a count, or a
+    /// budget exceeded (the CLI's exit status 1).
     pub fn regressed(&self) -> bool {
         self.timings
             .iter()
+            .chain(&self.paths)
             .any(|t| t.verdict == Verdict::Regression)
             || self.counts.iter().any(|c| c.verdict == Verdict::Regression)
             || self.budgets.iter().any(|b| !b.within)
@@ -469,6 +497,94 @@ fn by_name(runs: &[Snapshot]) -> BTreeMap<Key, Vec<&SpanStats>> {
         }
     }
     map
+}
+
+/// A call path: the (name, target, other) of each node from the root.
+type PathKey = Vec<(String, String, bool)>;
+
+/// Every call path's node in each run of a side; `None` when a run has no tree.
+fn by_path(runs: &[Snapshot]) -> Option<BTreeMap<PathKey, Vec<&TreeNode>>> {
+    let mut map: BTreeMap<PathKey, Vec<&TreeNode>> = BTreeMap::new();
+    for run in runs {
+        let tree: &CallTree = run.tree.as_ref()?;
+        let mut keys: Vec<PathKey> = Vec::with_capacity(tree.nodes.len());
+        for (i, node) in tree.nodes.iter().enumerate() {
+            let mut key = node
+                .parent
+                .map(|p| p as usize)
+                .filter(|&p| p < i)
+                .map(|p| keys[p].clone())
+                .unwrap_or_default();
+            key.push((node.name.clone(), node.target.clone(), node.other));
+            map.entry(key.clone()).or_default().push(node);
+            keys.push(key);
+        }
+    }
+    Some(map)
+}
+
+/// The path as written in reports: the names, root first, joined by `;`.
+fn path_text(key: &PathKey) -> String {
+    let names: Vec<&str> = key.iter().map(|(name, _, _)| name.as_str()).collect();
+    names.join(";")
+}
+
+/// The timing changes of every call path on both sides, and the paths of each side only.
+fn compare_paths(
+    base: &[Snapshot],
+    new: &[Snapshot],
+    several: bool,
+    options: &CompareOptions,
+) -> (Vec<TimingChange>, Vec<String>, Vec<String>) {
+    let (Some(b), Some(n)) = (by_path(base), by_path(new)) else {
+        return Default::default();
+    };
+    let mut paths = Vec::new();
+    for (key, base_nodes) in &b {
+        let Some(new_nodes) = n.get(key) else {
+            continue;
+        };
+        let Some((leaf, target, _)) = key.last() else {
+            continue;
+        };
+        let side = |nodes: &[&TreeNode], metric: Metric| {
+            Side::new(
+                nodes.iter().map(|node| metric.of_node(node)).collect(),
+                nodes.iter().map(|node| node.instances).min().unwrap_or(0),
+            )
+        };
+        let shown = (path_text(key), target.clone());
+        for (metric, threshold_pct) in options.for_name(leaf) {
+            paths.push(judge_timing(
+                &shown,
+                metric,
+                threshold_pct,
+                side(base_nodes, metric),
+                side(new_nodes, metric),
+                several,
+                options,
+            ));
+        }
+    }
+    sort_timings(&mut paths);
+    let only = |a: &BTreeMap<PathKey, Vec<&TreeNode>>, b: &BTreeMap<PathKey, Vec<&TreeNode>>| {
+        a.keys()
+            .filter(|k| !b.contains_key(*k))
+            .map(path_text)
+            .collect()
+    };
+    let (only_base, only_new) = (only(&b, &n), only(&n, &b));
+    (paths, only_base, only_new)
+}
+
+/// Regressions first, then the largest change first, then by name.
+fn sort_timings(timings: &mut [TimingChange]) {
+    timings.sort_by(|a, b| {
+        a.verdict
+            .cmp(&b.verdict)
+            .then(b.ratio.total_cmp(&a.ratio))
+            .then(a.name.cmp(&b.name))
+    });
 }
 
 /// Compares baseline runs with new runs (see the module's rules).
@@ -512,12 +628,7 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
             counts.extend(judge_count(key, count, base_stats, new_stats, options));
         }
     }
-    timings.sort_by(|a, b| {
-        a.verdict
-            .cmp(&b.verdict)
-            .then(b.ratio.total_cmp(&a.ratio))
-            .then(a.name.cmp(&b.name))
-    });
+    sort_timings(&mut timings);
     counts.sort_by(|a, b| a.verdict.cmp(&b.verdict).then(a.name.cmp(&b.name)));
     let mut budgets = Vec::new();
     for budget in &options.budgets {
@@ -546,6 +657,7 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
     } else {
         Side::new(judged, 0).median
     };
+    let (paths, paths_only_in_base, paths_only_in_new) = compare_paths(base, new, several, options);
     Comparison {
         base_runs: base.len(),
         new_runs: new.len(),
@@ -556,6 +668,9 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
         budgets,
         only_in_base: only(&b, &n),
         only_in_new: only(&n, &b),
+        paths,
+        paths_only_in_base,
+        paths_only_in_new,
     }
 }
 
@@ -811,5 +926,66 @@ mod tests {
                 (Metric::P50, Verdict::Unchanged)
             ]
         );
+    }
+
+    fn with_tree() -> Snapshot {
+        Snapshot::from_json(
+            include_str!("../../tests/data/golden-profile.json"),
+            "test data",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn call_paths_are_judged_by_the_rule_of_their_leaf_name() {
+        let b = with_tree();
+        let mut slow = b.clone();
+        let tree = slow.tree.as_mut().unwrap();
+        let forward = tree.nodes.iter().position(|n| n.name == "forward").unwrap();
+        let p50 = tree.nodes[forward].busy.p50_ns;
+        tree.nodes[forward].busy.p50_ns = p50 * 2;
+        // The validate_batch leaf is gone from the new run's tree.
+        let validate = tree
+            .nodes
+            .iter()
+            .position(|n| n.name == "validate_batch")
+            .unwrap();
+        tree.nodes.remove(validate);
+        for node in tree.nodes.iter_mut().skip(validate) {
+            node.parent = node
+                .parent
+                .map(|p| if p as usize > validate { p - 1 } else { p });
+        }
+        let mut opts = CompareOptions {
+            min_calls: 1,
+            ..CompareOptions::default()
+        };
+        let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&slow), &opts);
+        let path = c
+            .paths
+            .iter()
+            .find(|t| t.name == "train;train_step;forward")
+            .unwrap();
+        assert_eq!(path.verdict, Verdict::Regression);
+        assert_eq!(path.base.median, p50 as f64);
+        assert_eq!(path.new.median, 2.0 * p50 as f64);
+        assert_eq!(c.paths[0].name, "train;train_step;forward");
+        assert!(c.paths[1..]
+            .iter()
+            .all(|t| t.verdict != Verdict::Regression));
+        // The names did not change: the path alone is the regression.
+        assert!(c.timings.iter().all(|t| t.verdict != Verdict::Regression));
+        assert!(c.regressed());
+        assert_eq!(c.paths_only_in_base, ["train;train_step;validate_batch"]);
+        assert!(c.paths_only_in_new.is_empty());
+        // A rule of the leaf's name applies to its path.
+        opts.rules.push(Rule::new("forward").with_threshold(150.0));
+        let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&slow), &opts);
+        assert!(!c.regressed());
+        // A side without a tree: no paths compared.
+        let mut bare = slow.clone();
+        bare.tree = None;
+        let c = compare(std::slice::from_ref(&b), &[bare], &opts);
+        assert!(c.paths.is_empty() && c.paths_only_in_base.is_empty());
     }
 }

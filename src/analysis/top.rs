@@ -13,7 +13,8 @@ pub const HEAVY_TAIL_RATIO: f64 = 10.0;
 pub const HEAVY_TAIL_MIN_CALLS: u64 = 100;
 /// What one span costs to instrument, ns: creation, entry, exit and close through the
 /// `tracing` registry and spanprof's `basic` preset (the README's overhead table: 125 ns
-/// measured on a 2-core VM). An estimate: it moves with the machine.
+/// measured on a 2-core VM). An estimate: it moves with the machine. Used only for profiles
+/// without spanprof's own estimate ([`CostSource`]).
 pub const SPAN_COST_NS: f64 = 125.0;
 /// Instrumentation costing at least this share of a span's own busy time is worth a look.
 pub const INSTRUMENTATION_MIN_SHARE_PCT: f64 = 5.0;
@@ -24,6 +25,32 @@ pub const ALLOCATIONS_MIN_CALLS: u64 = 30;
 pub const GPU_IDLE_PCT: f64 = 20.0;
 /// At most this many findings of each kind.
 pub const FINDINGS_PER_KIND: usize = 5;
+
+/// Where the instrumentation cost of a [`Finding::Instrumentation`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CostSource {
+    /// The span name's own estimate, [`SpanStats::overhead_ns`]: spans × the cost of a span
+    /// calibrated at start-up, plus the measured time of its readings.
+    Measured,
+    /// The profile's calibrated cost of one span ([`Overhead::span_cost_ns`](crate::profile::Overhead::span_cost_ns))
+    /// × the span name's instances (a profile with [`Snapshot::overhead`] but no per-name figure).
+    Calibrated,
+    /// [`SPAN_COST_NS`] × the span name's instances: a profile written before spanprof
+    /// estimated its own cost.
+    Assumed,
+}
+
+impl CostSource {
+    /// The words in reports: `measured`, `calibrated`, `assumed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CostSource::Measured => "measured",
+            CostSource::Calibrated => "calibrated",
+            CostSource::Assumed => "assumed",
+        }
+    }
+}
 
 /// What [`top`] found, with the figures behind it.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +65,19 @@ pub enum Finding {
         /// Its self time, ns.
         self_ns: u64,
         /// Share of all self time, %.
+        share_pct: f64,
+    },
+    /// The call path holding the most self time (from the call tree, where recorded).
+    HotPath {
+        /// The path's names, root first, joined by `;`.
+        path: String,
+        /// The leaf's target.
+        target: String,
+        /// Closed instances on this path.
+        instances: u64,
+        /// Its self time, ns.
+        self_ns: u64,
+        /// Share of the tree's self time, %.
         share_pct: f64,
     },
     /// A span name whose slow calls are far slower than its typical one.
@@ -65,7 +105,11 @@ pub enum Finding {
         calls: u64,
         /// Mean busy time per call, ns.
         mean_ns: f64,
-        /// Estimated instrumentation cost ([`SPAN_COST_NS`] per instance) over busy time, %.
+        /// spanprof's estimated cost per instance, ns.
+        cost_per_span_ns: f64,
+        /// Where that estimate comes from.
+        cost_source: CostSource,
+        /// Estimated instrumentation cost over busy time, %.
         cost_share_pct: f64,
     },
     /// A span name allocating much per call (counting allocator; child spans included), over
@@ -99,8 +143,8 @@ pub enum Finding {
     },
 }
 
-/// The bottlenecks of `snapshot`, by kind (self time, tails, instrumentation, allocations,
-/// leaks, idle GPUs), the largest first within a kind, at most [`FINDINGS_PER_KIND`] each.
+/// The bottlenecks of `snapshot`, by kind (self time, the hottest call path, tails,
+/// instrumentation, allocations, leaks, idle GPUs), the largest first within a kind, at most [`FINDINGS_PER_KIND`] each.
 ///
 /// ```
 /// use spanprof::analysis::{top, Finding};
@@ -139,6 +183,8 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         }
     }));
 
+    findings.extend(hot_path(snapshot));
+
     let mut tails: Vec<(f64, &SpanStats)> = spans
         .iter()
         .filter(|s| s.calls >= HEAVY_TAIL_MIN_CALLS && s.entry_busy.p50_ns > 0)
@@ -158,26 +204,40 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         }
     }));
 
-    let mut cheap: Vec<(f64, &SpanStats)> = spans
+    let mut cheap: Vec<(f64, f64, CostSource, &SpanStats)> = spans
         .iter()
         .filter(|s| s.calls > 0 && s.entry_busy.total_ns > 0)
         .map(|s| {
-            let cost = s.created.max(s.instances) as f64 * SPAN_COST_NS;
-            (100.0 * cost / s.entry_busy.total_ns as f64, s)
+            let spans = s.created.max(s.instances);
+            let (cost, source) = instrumentation_cost(snapshot, s);
+            let per_span = if spans == 0 { 0.0 } else { cost / spans as f64 };
+            (
+                100.0 * cost / s.entry_busy.total_ns as f64,
+                per_span,
+                source,
+                s,
+            )
         })
-        .filter(|(pct, _)| *pct >= INSTRUMENTATION_MIN_SHARE_PCT)
+        .filter(|(pct, ..)| *pct >= INSTRUMENTATION_MIN_SHARE_PCT)
         .collect();
     cheap.sort_by(|a, b| b.0.total_cmp(&a.0));
-    findings.extend(cheap.iter().take(FINDINGS_PER_KIND).map(|(pct, s)| {
-        let (name, target) = key(s);
-        Finding::Instrumentation {
-            name,
-            target,
-            calls: s.calls,
-            mean_ns: s.entry_busy.mean_ns,
-            cost_share_pct: *pct,
-        }
-    }));
+    findings.extend(
+        cheap
+            .iter()
+            .take(FINDINGS_PER_KIND)
+            .map(|&(pct, per_span, source, s)| {
+                let (name, target) = key(s);
+                Finding::Instrumentation {
+                    name,
+                    target,
+                    calls: s.calls,
+                    mean_ns: s.entry_busy.mean_ns,
+                    cost_per_span_ns: per_span,
+                    cost_source: source,
+                    cost_share_pct: pct,
+                }
+            }),
+    );
 
     let mut allocating: Vec<(f64, f64, u64, &SpanStats)> = spans
         .iter()
@@ -246,6 +306,35 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
     findings
 }
 
+/// spanprof's estimated cost in the spans of one name, ns, and where the estimate comes from.
+fn instrumentation_cost(snapshot: &Snapshot, s: &SpanStats) -> (f64, CostSource) {
+    let spans = s.created.max(s.instances) as f64;
+    match (s.overhead_ns, &snapshot.overhead) {
+        (Some(ns), _) => (ns as f64, CostSource::Measured),
+        (None, Some(o)) => (spans * o.span_cost_ns, CostSource::Calibrated),
+        (None, None) => (spans * SPAN_COST_NS, CostSource::Assumed),
+    }
+}
+
+/// The call path with the most self time, where the profile has a call tree.
+fn hot_path(snapshot: &Snapshot) -> Option<Finding> {
+    let tree = snapshot.tree.as_ref()?;
+    let all = u128::from(tree.self_ns());
+    let (index, node) = tree
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.self_time.total_ns > 0)
+        .max_by_key(|(_, n)| n.self_time.total_ns)?;
+    Some(Finding::HotPath {
+        path: tree.path(index).join(";"),
+        target: node.target.clone(),
+        instances: node.instances,
+        self_ns: node.self_time.total_ns,
+        share_pct: share(node.self_time.total_ns, all),
+    })
+}
+
 fn share(part: u64, all: u128) -> f64 {
     100.0 * part as f64 / all as f64
 }
@@ -284,17 +373,24 @@ mod tests {
         assert!((share_pct - want).abs() < 1e-9);
     }
 
-    #[test]
-    fn tails_instrumentation_allocations_and_idle_gpus() {
+    /// The detailed test profile cut to one span name of 1000 calls of 200 ns each.
+    fn one_short_span() -> Snapshot {
         let mut s = detailed();
         s.spans.truncate(1);
         let span = &mut s.spans[0];
         span.calls = 1000;
         span.created = 1000;
         span.instances = 1000;
+        span.entry_busy.total_ns = 1000 * 200;
+        s
+    }
+
+    #[test]
+    fn tails_instrumentation_allocations_and_idle_gpus() {
+        let mut s = one_short_span();
+        let span = &mut s.spans[0];
         span.entry_busy.p50_ns = 100;
         span.entry_busy.p99_ns = 5_000;
-        span.entry_busy.total_ns = 1000 * 200;
         span.wall.total_ns = s.run.duration_ns / 2;
         let r = span.resources.get_or_insert_with(SpanResources::default);
         r.gpus = vec![GpuUse {
@@ -324,6 +420,11 @@ mod tests {
         assert!((cost - 100.0 * SPAN_COST_NS / 200.0).abs() < 1e-9);
         assert!(found.iter().any(|f| matches!(
             f,
+            Finding::Instrumentation { cost_source: CostSource::Assumed, cost_per_span_ns, .. }
+                if *cost_per_span_ns == SPAN_COST_NS
+        )));
+        assert!(found.iter().any(|f| matches!(
+            f,
             Finding::GpuIdle { utilization_pct, wall_share_pct, .. }
                 if *utilization_pct == 3.0 && (*wall_share_pct - 50.0).abs() < 0.01
         )));
@@ -335,5 +436,83 @@ mod tests {
                 ));
             }
         }
+    }
+
+    fn instrumentation(found: &[Finding]) -> (f64, f64, CostSource) {
+        found
+            .iter()
+            .find_map(|f| match f {
+                Finding::Instrumentation {
+                    cost_share_pct,
+                    cost_per_span_ns,
+                    cost_source,
+                    ..
+                } => Some((*cost_share_pct, *cost_per_span_ns, *cost_source)),
+                _ => None,
+            })
+            .expect("an instrumentation finding")
+    }
+
+    #[test]
+    fn instrumentation_uses_the_profiles_own_estimate() {
+        let mut s = one_short_span();
+        // The profile's calibrated cost of a span: 40 ns, 20 % of a 200 ns span.
+        s.overhead = Some(crate::profile::Overhead {
+            span_cost_ns: 40.0,
+            cpu_read_ns: 0.0,
+            cpu_every_entry_from_ns: 0,
+            cpu_sample_every: 1,
+            readings_ns: 0,
+            estimated_ns: 40_000,
+            process_cpu_ns: None,
+            percent: 1.0,
+        });
+        let (pct, per_span, source) = instrumentation(&top(&s));
+        assert_eq!(source, CostSource::Calibrated);
+        assert_eq!(per_span, 40.0);
+        assert!((pct - 20.0).abs() < 1e-9, "{pct}");
+        // The span name's own figure wins: 60 µs over 200 µs of busy time.
+        s.spans[0].overhead_ns = Some(60_000);
+        let (pct, per_span, source) = instrumentation(&top(&s));
+        assert_eq!(source, CostSource::Measured);
+        assert_eq!(per_span, 60.0);
+        assert!((pct - 30.0).abs() < 1e-9, "{pct}");
+    }
+
+    #[test]
+    fn the_hottest_path_by_self_time_is_found_in_the_tree() {
+        let s = Snapshot::from_json(
+            include_str!("../../tests/data/golden-profile.json"),
+            "test data",
+        )
+        .unwrap();
+        let tree = s.tree.as_ref().unwrap();
+        let (i, hottest) = tree
+            .nodes
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, n)| n.self_time.total_ns)
+            .unwrap();
+        let found = top(&s);
+        let Some(Finding::HotPath {
+            path,
+            self_ns,
+            share_pct,
+            instances,
+            ..
+        }) = found.iter().find(|f| matches!(f, Finding::HotPath { .. }))
+        else {
+            panic!("no hot path: {found:?}");
+        };
+        assert_eq!(path, &tree.path(i).join(";"));
+        assert_eq!(*self_ns, hottest.self_time.total_ns);
+        assert_eq!(*instances, hottest.instances);
+        let want = 100.0 * hottest.self_time.total_ns as f64 / tree.self_ns() as f64;
+        assert!((share_pct - want).abs() < 1e-9);
+        let mut bare = s.clone();
+        bare.tree = None;
+        assert!(!top(&bare)
+            .iter()
+            .any(|f| matches!(f, Finding::HotPath { .. })));
     }
 }

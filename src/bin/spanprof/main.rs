@@ -55,8 +55,9 @@ enum Command {
     /// (and --min-shift) is a regression, but with two or more runs per side only if the shift of the medians
     /// is larger than the spread (max - min) of either side's runs; with one run per side the
     /// verdict is low-confidence. Span names with fewer than --min-calls calls in a run are
-    /// not judged. Calls, instances and allocations are compared exactly. Exit status 1 on a
-    /// regression.
+    /// not judged. Calls, instances and allocations are compared exactly. Where every run has
+    /// the call tree, each call path (root;...;leaf) is judged too, by its leaf name's rule on
+    /// busy and self time per instance. Exit status 1 on a regression of a name or a path.
     Compare {
         /// Baseline profiles.
         #[arg(required = true)]

@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use spanprof::analysis::{CompareOptions, Comparison, Finding, Side, Verdict};
+use spanprof::analysis::{
+    CompareOptions, Comparison, CostSource, Finding, Side, TimingChange, Verdict,
+};
 use spanprof::output::{format_bytes, format_count, format_duration};
 use spanprof::profile::Snapshot;
 
@@ -156,6 +158,7 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
     let regressions: Vec<String> = c
         .timings
         .iter()
+        .chain(&c.paths)
         .filter(|t| t.verdict == Verdict::Regression)
         .map(|t| {
             format!(
@@ -204,29 +207,15 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
         format,
         "timing per span name (median of runs; spread = max - min)",
     );
-    let mut t = Table::new(&[
-        ("name", false),
-        ("metric", false),
-        ("base", true),
-        ("new", true),
-        ("change", true),
-        ("base spread", true),
-        ("new spread", true),
-        ("verdict", false),
-    ]);
-    for x in &c.timings {
-        t.rows.push(vec![
-            code(format, &x.name),
-            x.metric.to_string(),
-            dur(x.base.median),
-            dur(x.new.median),
-            change(x.ratio),
-            spread(&x.base),
-            spread(&x.new),
-            x.verdict.name().to_string(),
-        ]);
+    timing_table(&mut f, format, "name", &c.timings);
+    if !c.paths.is_empty() {
+        heading(
+            &mut f,
+            format,
+            "timing per call path (root;...;leaf; busy and self time per instance)",
+        );
+        timing_table(&mut f, format, "path", &c.paths);
     }
-    t.write(&mut f, format);
 
     if !c.counts.is_empty() {
         heading(&mut f, format, "counts that changed (exact, no noise rule)");
@@ -283,7 +272,43 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
             let _ = writeln!(f, "\n{what}: {}", list.join(", "));
         }
     }
+    for (what, paths) in [
+        ("paths only in the baseline", &c.paths_only_in_base),
+        ("paths only in the new runs", &c.paths_only_in_new),
+    ] {
+        if !paths.is_empty() {
+            let list: Vec<String> = paths.iter().map(|p| code(format, p)).collect();
+            let _ = writeln!(f, "\n{what}: {}", list.join(", "));
+        }
+    }
     f
+}
+
+/// One row per timing change: `first` names the first column (a span name or a call path).
+fn timing_table(f: &mut String, format: TextFormat, first: &'static str, rows: &[TimingChange]) {
+    let mut t = Table::new(&[
+        (first, false),
+        ("metric", false),
+        ("base", true),
+        ("new", true),
+        ("change", true),
+        ("base spread", true),
+        ("new spread", true),
+        ("verdict", false),
+    ]);
+    for x in rows {
+        t.rows.push(vec![
+            code(format, &x.name),
+            x.metric.to_string(),
+            dur(x.base.median),
+            dur(x.new.median),
+            change(x.ratio),
+            spread(&x.base),
+            spread(&x.new),
+            x.verdict.name().to_string(),
+        ]);
+    }
+    t.write(f, format);
 }
 
 /// The bottlenecks, one line each with its figures.
@@ -316,6 +341,18 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding], format: TextFo
                 code(format, name),
                 format_duration(*self_ns)
             ),
+            Finding::HotPath {
+                path,
+                instances,
+                self_ns,
+                share_pct,
+                ..
+            } => format!(
+                "hot path: {} holds {share_pct:.1} % of the self time in the call tree ({} self over {} instances)",
+                code(format, path),
+                format_duration(*self_ns),
+                format_count(*instances)
+            ),
             Finding::HeavyTail {
                 name,
                 calls,
@@ -334,13 +371,20 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding], format: TextFo
                 name,
                 calls,
                 mean_ns,
+                cost_per_span_ns,
+                cost_source,
                 cost_share_pct,
                 ..
             } => format!(
-                "instrumentation: {} lasts {} per call; a span costs about {} ns, {cost_share_pct:.0} % of it ({} calls): instrument its caller instead",
+                "instrumentation: {} lasts {} per call; a span costs about {} ({}), {cost_share_pct:.0} % of it ({} calls): instrument its caller instead",
                 code(format, name),
                 dur(*mean_ns),
-                spanprof::analysis::SPAN_COST_NS,
+                dur(*cost_per_span_ns),
+                match cost_source {
+                    CostSource::Measured => "this profile's estimate for the name",
+                    CostSource::Calibrated => "calibrated at the run's start",
+                    _ => "assumed: the profile has no estimate of its own",
+                },
                 format_count(*calls)
             ),
             Finding::Allocations {
