@@ -21,6 +21,7 @@
 //! exact sums (the same [`AtomicHist`] as the per-name statistics). About 200 bytes per node
 //! and thread, plus about 9 KiB per histogram once it holds a sample.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Mutex};
 
@@ -70,6 +71,10 @@ struct NodeInfo {
 #[derive(Debug)]
 struct State {
     nodes: Vec<NodeInfo>,
+    /// Every (parent, name) pair decided, with its node: the lock-free table's source of truth
+    /// (two threads may miss the table for the same new pair at once; past the table's
+    /// capacity, pairs are found here, under the lock).
+    pairs: HashMap<(u16, u32), u16>,
     /// Nodes of span names (not other nodes), the root excluded.
     named: usize,
     entries: usize,
@@ -112,6 +117,7 @@ impl Tree {
                     depth: 0,
                     other: 0,
                 }],
+                pairs: HashMap::new(),
                 named: 0,
                 entries: 0,
             }),
@@ -143,7 +149,13 @@ impl Tree {
     fn insert(&self, parent: u16, name: u32) -> u16 {
         crate::alloc::untracked(|| {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(&node) = state.pairs.get(&(parent, name)) {
+                // Decided by another thread since this one missed the table, or past its
+                // capacity.
+                return node;
+            }
             let node = state.node_of(parent, name);
+            state.pairs.insert((parent, name), node);
             if state.entries < MAX_ENTRIES {
                 let key = key(parent, name);
                 let mut i = home(key);
@@ -452,6 +464,37 @@ mod tests {
         // Same name under another parent: another node.
         let c = tree.child(ROOT, 3);
         assert_ne!(tree.child(c, 2), b);
+    }
+
+    #[test]
+    fn a_pair_two_threads_miss_at_once_gets_one_node() {
+        let tree = Tree::new();
+        let a = tree.child(ROOT, 1);
+        // What the second of two threads that both missed the lock-free table does.
+        let first = tree.insert(a, 2);
+        let second = tree.insert(a, 2);
+        assert_eq!(first, second);
+        assert_eq!(tree.state.lock().unwrap().nodes.len(), 3, "root, a, a;b");
+        // Many threads creating the same new paths at once: one node per path.
+        let tree = std::sync::Arc::new(Tree::new());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let tree = tree.clone();
+                std::thread::spawn(move || {
+                    (0..200u32)
+                        .map(|n| tree.child(tree.child(ROOT, n % 50), 1000 + n % 7))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let results: Vec<Vec<u16>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert!(
+            results.windows(2).all(|w| w[0] == w[1]),
+            "every thread got the same nodes"
+        );
+        let nodes = tree.state.lock().unwrap().nodes.len();
+        // 50 parents, and 200 distinct (parent, child) pairs (50 and 7 are coprime).
+        assert_eq!(nodes, 1 + 50 + 200, "no duplicate node");
     }
 
     #[test]
