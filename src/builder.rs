@@ -608,7 +608,7 @@ impl Builder {
             SessionOutputs {
                 outputs,
                 table,
-                selection: b.selection,
+                selection: b.selection.clone(),
             },
             records,
         ));
@@ -621,6 +621,8 @@ impl Builder {
                     steps,
                     #[cfg(feature = "otlp")]
                     otlp,
+                    #[cfg(feature = "otlp")]
+                    selection: b.selection.clone(),
                 },
             );
         }

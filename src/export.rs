@@ -149,6 +149,10 @@ pub(crate) struct ExportSettings {
     /// The OTLP metrics push, if configured.
     #[cfg(feature = "otlp")]
     pub(crate) otlp: Option<crate::otlp::Pusher>,
+    /// The span names the push shows, as every output
+    /// ([`Builder::with_output_filter`](crate::Builder::with_output_filter)).
+    #[cfg(feature = "otlp")]
+    pub(crate) selection: crate::output::Selection,
 }
 
 impl fmt::Debug for ExportSettings {
@@ -383,7 +387,7 @@ impl Worker {
         }
         #[cfg(feature = "otlp")]
         if let Some(otlp) = &mut self.settings.otlp {
-            otlp.push(&snapshot);
+            otlp.push(&self.settings.selection.apply(&snapshot));
         }
         self.previous = Some(snapshot);
     }

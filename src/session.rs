@@ -129,8 +129,9 @@ impl ProfileSession {
         if done.is_some() || !self.records {
             return;
         }
+        let selected = self.selection.apply(snapshot);
         for output in self.outputs.iter().filter(|o| o.format.periodic()) {
-            if let Err(e) = output.write(snapshot) {
+            if let Err(e) = output.write(&selected) {
                 if !self.periodic_warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(target: PERF_TARGET, error = %e, "spanprof could not re-write a periodic output (further failures are reported when the profile ends)");
                 }
@@ -144,7 +145,8 @@ impl ProfileSession {
     #[cfg(feature = "http")]
     pub(crate) fn serve_metrics(session: &std::sync::Arc<Self>, listener: crate::http::Listener) {
         let weak = std::sync::Arc::downgrade(session);
-        let source = Box::new(move || weak.upgrade().map(|s| s.snapshot()));
+        // The span names every output shows (`Builder::with_output_filter`).
+        let source = Box::new(move || weak.upgrade().map(|s| s.selection.apply(&s.snapshot())));
         match crate::http::MetricsServer::start(listener, source) {
             Ok(server) => {
                 tracing::info!(target: crate::PROFILING_TARGET, addr = %server.addr(), "spanprof serves Prometheus metrics at http://{}/metrics", server.addr());

@@ -237,3 +237,25 @@ fn a_real_prometheus_server_scrapes_the_endpoint() {
     drop(guard);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_endpoint_shows_the_span_names_every_output_shows() {
+    let selection: spanprof::output::Selection = "kept*".parse().unwrap();
+    let (dispatch, guard) = support::install(
+        ProfileLayer::builder()
+            .with_metrics_addr(([127, 0, 0, 1], 0))
+            .with_output_filter(selection),
+    );
+    let addr = guard.metrics_addr().expect("the endpoint is served");
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("kept_name").in_scope(|| {});
+        tracing::info_span!("left_out").in_scope(|| {});
+    });
+    let (status, _, body) = http(addr, "GET", "/metrics").unwrap();
+    assert_eq!(status, 200);
+    let kept = r#"spanprof_span_calls_total{span="kept_name",target="http_endpoint"}"#;
+    assert_eq!(sample(&body, kept), Some(1.0), "{body}");
+    assert!(!body.contains(r#"span="left_out""#), "{body}");
+    // The profile itself keeps every name.
+    assert_eq!(guard.snapshot().span("left_out").unwrap().calls, 1);
+}
