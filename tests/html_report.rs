@@ -11,7 +11,7 @@ mod support;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -1060,20 +1060,8 @@ fn out_dir() -> PathBuf {
 /// profile directory), returns its standard output. Killed after two minutes.
 fn run_chromium(chromium: &Path, url: &str, args: &[&str]) -> String {
     let profile = support::temp_dir("chromium-profile");
-    let mut child = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
+    let mut child = support::headless_chromium(chromium, &profile)
+        .args(["--disable-dev-shm-usage", "--hide-scrollbars"])
         .args(args)
         .arg(url)
         .stdout(Stdio::piped())

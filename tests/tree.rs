@@ -286,18 +286,7 @@ fn the_flamegraph_renders_in_a_browser_with_every_frame() {
         return;
     }
     let profile = support::temp_dir("tree-chromium");
-    let out = std::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
+    let out = support::headless_chromium(chromium, &profile)
         .arg("--dump-dom")
         .arg(format!("file://{}", svg.display()))
         .output()

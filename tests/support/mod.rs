@@ -139,3 +139,25 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_file(&path);
     path
 }
+
+/// Headless Chromium at `chromium` with a fresh profile directory (`profile`) and the flags
+/// this machine's closed network needs (no background connections, no updates, no sync).
+pub fn headless_chromium(
+    chromium: &std::path::Path,
+    profile: &std::path::Path,
+) -> std::process::Command {
+    let mut command = std::process::Command::new(chromium);
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()));
+    command
+}
