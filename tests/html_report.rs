@@ -695,7 +695,7 @@ fn chromium_draws_the_charts() {
     for s in order.iter().take(5) {
         let p99 = s.entry_busy.p99_ns;
         assert!(
-            dom.contains(&format!("{} ({} calls", s.name, s.calls)),
+            dom.contains(&format!("{} ({} call", s.name, s.calls)),
             "no legend entry for {}",
             s.name
         );
