@@ -150,6 +150,14 @@ fn tags<'a>(html: &'a str, tag: &str, marker: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The `data-name` of each `<path>` of class `class`, in document order.
+fn path_names(html: &str, class: &str) -> Vec<String> {
+    tags(html, "path", &format!("class=\"{class}\""))
+        .iter()
+        .map(|t| attr(t, "data-name").unwrap())
+        .collect()
+}
+
 /// The JSON blob the scripts read.
 fn data(html: &str) -> Value {
     let start = html.find("id=\"spanprof-data\">").unwrap() + "id=\"spanprof-data\">".len();
@@ -1153,16 +1161,13 @@ fn chromium_draws_the_charts() {
     }
     assert!(dom.contains(">self time, total over all calls</text>"));
     // The top 5 by self time as percentile curves, each with a legend entry.
-    let curves: Vec<String> = tags(&dom, "path", "class=\"curve\"")
-        .iter()
-        .map(|t| attr(t, "data-name").unwrap())
-        .collect();
+    let curves = path_names(&dom, "curve");
     let top5: Vec<String> = order.iter().take(5).map(|s| s.name.clone()).collect();
     assert_eq!(curves, top5);
     for s in order.iter().take(5) {
         let p99 = s.entry_busy.p99_ns;
         assert!(
-            dom.contains(&format!("{} ({} calls", s.name, s.calls)),
+            dom.contains(&format!("{} ({} call", s.name, s.calls)),
             "no legend entry for {}",
             s.name
         );
@@ -1196,10 +1201,7 @@ fn chromium_draws_the_charts() {
         assert!(dom.contains(tick), "no tick {tick}");
     }
     // The timeline: RSS and heap on the memory chart, process CPU.
-    let series: Vec<String> = tags(&dom, "path", "class=\"series\"")
-        .iter()
-        .map(|t| attr(t, "data-name").unwrap())
-        .collect();
+    let series = path_names(&dom, "series");
     assert_eq!(series, ["RSS", "heap", "process CPU"]);
     // The chooser lists every span name, the top 5 checked.
     assert_eq!(tags(&dom, "input", "type=\"checkbox\"").len(), 12);
@@ -1324,10 +1326,7 @@ fn chromium_shows_a_hundred_names() {
         );
     }
     assert!(dom.contains(" W</text>") && dom.contains(" J</text>") && dom.contains(" GiB</text>"));
-    let series: Vec<String> = tags(&dom, "path", "class=\"series\"")
-        .iter()
-        .map(|t| attr(t, "data-name").unwrap())
-        .collect();
+    let series = path_names(&dom, "series");
     assert_eq!(
         series,
         [

@@ -96,6 +96,7 @@
     return box;
   }
 
+  function calls(n) { return n + (n === 1 ? " call" : " calls"); }
   function truncate(s, n) { return s.length <= n ? s : s.slice(0, n - 1) + "…"; }
 
   // Decades of nanoseconds covering [lo, hi], for log time axes.
@@ -140,7 +141,7 @@
         var bar = svgEl("rect", { "class": "bar", x: box.x, y: y + 3, width: w, height: rowH - 6,
           "data-name": s.label, "data-self-ns": s.self_ns });
         tooltip(bar, s.label + ": " + fmtTime(s.self_ns) + " self, " + s.self_pct.toFixed(1) + "% of all self time, " +
-          s.calls + " calls");
+          calls(s.calls));
         svg.appendChild(bar);
         svg.appendChild(svgEl("text", { "class": "value", x: box.x + w + 6, y: y + rowH / 2 + 4 },
           fmtTime(s.self_ns) + "  " + s.self_pct.toFixed(1) + "%"));
@@ -180,7 +181,7 @@
 
     var boxes = [];
     spans.forEach(function (s) {
-      var li = el("li", { title: s.label + " (" + s.target + "), " + s.calls + " calls" });
+      var li = el("li", { title: s.label + " (" + s.target + "), " + calls(s.calls) });
       var label = el("label");
       var box = el("input", { type: "checkbox", value: s.label });
       box.checked = !!chosen[s.label];
@@ -238,7 +239,7 @@
         svg.appendChild(path);
         var last = s.curve[s.curve.length - 1];
         var dot = svgEl("circle", { cx: X(last[0]), cy: Y(last[1]), r: 3.5, fill: color[s.label], "class": "max-dot" });
-        tooltip(dot, s.label + ": max " + fmtTime(last[1]) + " (" + s.calls + " calls)");
+        tooltip(dot, s.label + ": max " + fmtTime(last[1]) + " (" + calls(s.calls) + ")");
         svg.appendChild(dot);
       });
       if (!shown.length) {
@@ -248,7 +249,7 @@
       plot.appendChild(svg);
       plot.appendChild(legend(shown.map(function (s) {
         var p99 = s.curve.filter(function (p) { return Math.abs(p[0] - 2) < 1e-6; })[0];
-        return { color: color[s.label], text: s.label + " (" + s.calls + " calls" +
+        return { color: color[s.label], text: s.label + " (" + calls(s.calls) +
           (p99 ? ", p99 " + fmtTime(p99[1]) : "") + ", max " + fmtTime(s.curve[s.curve.length - 1][1]) + ")" };
       })));
     }
