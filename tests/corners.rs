@@ -240,3 +240,40 @@ fn a_burst_of_open_spans_is_counted_and_leaves_nothing_behind() {
     let a = support::span(&snap, "after");
     assert_eq!((a.created, a.instances, a.open), (100, 100, 0));
 }
+
+/// Entries in progress are published 64 frames deep per thread (`LIVE_FRAMES`): a snapshot
+/// taken 70 spans deep counts the time of the outermost 64 as in progress, and the deeper ones
+/// once they complete.
+#[test]
+fn entries_in_progress_past_the_published_depth_are_counted_when_they_complete() {
+    let (dispatch, guard, clock) = support::mock();
+    tracing::dispatcher::with_default(&dispatch, || {
+        fn descend(depth: u64, clock: &spanprof::clock::MockClock, at_bottom: &mut dyn FnMut()) {
+            if depth == 0 {
+                return at_bottom();
+            }
+            clock.advance(us(1));
+            let _entered = tracing::info_span!("deep").entered();
+            descend(depth - 1, clock, at_bottom);
+        }
+        let mut during = None;
+        descend(70, &clock, &mut || {
+            clock.advance(us(100));
+            during = Some(guard.snapshot());
+        });
+        // Entered at 1, 2, … 70 µs; the snapshot at 170 µs sees the outermost 64.
+        let s = support::span(during.as_ref().unwrap(), "deep");
+        let outermost: u64 = (1..=64).map(|t| 170 - t).sum();
+        assert_eq!(s.in_progress_ns, outermost * US);
+        assert_eq!((s.open, s.calls), (70, 0));
+    });
+    let after = guard.snapshot();
+    let s = support::span(&after, "deep");
+    assert_eq!((s.calls, s.instances, s.in_progress_ns), (70, 70, 0));
+    // Every entry complete: the innermost lasted 100 µs, each outer one 1 µs more than the
+    // one inside it.
+    assert_eq!(
+        s.entry_busy.total_ns,
+        (0..70).map(|k| 100 + k).sum::<u64>() * US
+    );
+}
