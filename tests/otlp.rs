@@ -728,3 +728,30 @@ fn the_push_carries_metrics_from_events_and_spanprof_s_overhead_exactly() {
     }
     assert_eq!(steps.data_points.len(), 2);
 }
+
+#[test]
+fn the_push_shows_the_span_names_every_output_shows() {
+    let (_one, _events) = capture();
+    let collector = Collector::start(200);
+    let (dispatch, guard) = support::install(
+        ProfileLayer::builder()
+            .with_otlp(OtlpOptions::new(collector.url("/v1/metrics")))
+            .with_output_filter("matmul,load".parse().unwrap()),
+    );
+    let handle = guard.handle();
+    tracing::dispatcher::with_default(&dispatch, || work(5));
+    guard.finish().unwrap();
+    let received = collector.received();
+    assert_eq!(received.len(), 1, "{received:#?}");
+    let Some(metric::Data::Sum(calls)) = &metric(&received[0], "spanprof.span.calls").data else {
+        panic!("calls is not a sum");
+    };
+    let pushed: std::collections::BTreeSet<String> = calls
+        .data_points
+        .iter()
+        .filter_map(|p| string(&p.attributes, "span.name"))
+        .collect();
+    assert_eq!(pushed, ["load", "matmul"].map(String::from).into());
+    // The profile itself keeps every name.
+    assert!(handle.snapshot().span("train_step").is_some());
+}

@@ -724,7 +724,9 @@ fn metrics_prom_is_rewritten_at_each_window_of_the_cadence() {
         ProfileLayer::builder()
             .with_output_dir(&dir)
             .with_every(spanprof::Every::Steps(3))
-            .with_step_span("train_step"),
+            .with_step_span("train_step")
+            // The output filter holds for the file at every window, not only at the end.
+            .with_output_filter("train_*".parse().unwrap()),
     );
     let file = dir.join(METRICS_FILE);
     let calls = |file: &std::path::Path| {
@@ -742,16 +744,22 @@ fn metrics_prom_is_rewritten_at_each_window_of_the_cadence() {
         for window in 1..=3u32 {
             for _ in 0..3 {
                 tracing::info_span!("train_step").in_scope(|| {});
+                tracing::info_span!("left_out").in_scope(|| {});
             }
             // Each window's file holds the steps so far (the window is taken after the
             // third close, so exactly 3 × window).
             wait_until("metrics.prom of the window", || {
                 calls(&file) == Some(f64::from(3 * window))
             });
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(!text.contains(r#"span="left_out""#), "{text}");
         }
     });
     let outputs = guard.finish().unwrap();
     assert_eq!(calls(&file), Some(9.0));
+    assert!(!std::fs::read_to_string(&file)
+        .unwrap()
+        .contains(r#"span="left_out""#));
     assert_eq!(outputs.file("prometheus"), Some(file.as_path()));
     let _ = std::fs::remove_dir_all(&dir);
 }
