@@ -168,19 +168,14 @@ fn report_on_a_saved_profile_equals_the_live_output() {
     let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
     tracing::dispatcher::with_default(&dispatch, || {
         for i in 0..50u64 {
-            let _step = tracing::info_span!("step").entered();
-            clock.advance(Duration::from_nanos(1_000 + 37 * i));
-            tracing::info!(
-                histogram.size_bytes = 100 + i,
-                histogram.loss = i as f64 / 4.0,
-                monotonic_counter.items = 1 + i % 3,
-            );
-            for _ in 0..3 {
-                let _inner = tracing::info_span!("inner_a").entered();
-                clock.advance(Duration::from_nanos(200 + i));
-            }
-            let _other = tracing::info_span!("other").entered();
-            clock.advance(Duration::from_nanos(500));
+            step(i, &clock, || {
+                for _ in 0..3 {
+                    let _inner = tracing::info_span!("inner_a").entered();
+                    clock.advance(Duration::from_nanos(200 + i));
+                }
+                let _other = tracing::info_span!("other").entered();
+                clock.advance(Duration::from_nanos(500));
+            });
         }
     });
     drop(dispatch);
@@ -467,9 +462,22 @@ fn top_names_the_bottlenecks_with_their_figures() {
     golden("top.md", &md.stdout);
 }
 
-/// A deterministic workload on a mock clock: span `step` i lasts 1000 + 37·i ns, with two
-/// `inner` children of 100 + i ns; each step emits the metrics `histogram.size_bytes`
-/// (100 + i), `histogram.loss` (i / 4, a float) and `monotonic_counter.items` (1 + i mod 3).
+/// Step `i` of the mock-clock workloads: a span `step` of 1000 + 37·i ns of its own that
+/// emits the metrics `histogram.size_bytes` (100 + i), `histogram.loss` (i / 4, a float) and
+/// `monotonic_counter.items` (1 + i mod 3), then runs `inside` in it.
+fn step(i: u64, clock: &spanprof::clock::MockClock, inside: impl FnOnce()) {
+    let _step = tracing::info_span!("step").entered();
+    clock.advance(Duration::from_nanos(1_000 + 37 * i));
+    tracing::info!(
+        histogram.size_bytes = 100 + i,
+        histogram.loss = i as f64 / 4.0,
+        monotonic_counter.items = 1 + i % 3,
+    );
+    inside();
+}
+
+/// A deterministic workload on a mock clock: [`step`]s with two `inner` children of
+/// 100 + i ns each.
 fn work(items: std::ops::Range<u64>, dir: &Path) -> Snapshot {
     let builder = spanprof::ProfileLayer::builder()
         .with_env(false)
@@ -478,17 +486,12 @@ fn work(items: std::ops::Range<u64>, dir: &Path) -> Snapshot {
     let (dispatch, guard, clock) = support::mock_with(builder);
     tracing::dispatcher::with_default(&dispatch, || {
         for i in items {
-            let _step = tracing::info_span!("step").entered();
-            clock.advance(Duration::from_nanos(1_000 + 37 * i));
-            tracing::info!(
-                histogram.size_bytes = 100 + i,
-                histogram.loss = i as f64 / 4.0,
-                monotonic_counter.items = 1 + i % 3,
-            );
-            for _ in 0..2 {
-                let _inner = tracing::info_span!("inner").entered();
-                clock.advance(Duration::from_nanos(100 + i));
-            }
+            step(i, &clock, || {
+                for _ in 0..2 {
+                    let _inner = tracing::info_span!("inner").entered();
+                    clock.advance(Duration::from_nanos(100 + i));
+                }
+            });
         }
     });
     drop(dispatch);
