@@ -24,13 +24,16 @@ use crate::switches::{Preset, Resources};
 #[cfg(feature = "http")]
 pub use crate::env::ENV_METRICS_ADDR;
 pub use crate::env::{
-    ENV_EVERY, ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_MAX_OVERHEAD, ENV_OUT, ENV_OUTPUT_FILTER,
-    ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_STEP, ENV_TOP,
+    ENV_CPU_CLOCK, ENV_EVERY, ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_MAX_OVERHEAD, ENV_OUT,
+    ENV_OUTPUT_FILTER, ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_STEP, ENV_TOP,
 };
 
 pub use crate::record::metrics::{MAX_METRICS, MAX_METRIC_SITES};
 pub use crate::record::names::MAX_SPAN_NAMES;
 pub use crate::record::tree::{MAX_TREE_DEPTH, MAX_TREE_NODES};
+
+/// What `SPANPROF_CPU_CLOCK` may be.
+const CPU_CLOCK_EXPECTED: &str = "`perf` or `thread`";
 
 /// A GPU source handed to the builder (taken by the first `build`).
 #[derive(Clone, Default)]
@@ -87,6 +90,7 @@ pub enum ReportTarget {
 /// | `SPANPROF_GRID_G_PER_KWH` | a non-negative number | [`Builder::with_grid_intensity`] |
 /// | `SPANPROF_OUTPUT_FILTER` | name globs, `target=GLOB`, `top=N`, comma-separated | [`Builder::with_output_filter`] |
 /// | `SPANPROF_MAX_OVERHEAD` | a percentage over 0, up to 100 (`5`, `2.5%`), or `off` | [`Builder::with_max_overhead`] |
+/// | `SPANPROF_CPU_CLOCK` | `perf` (default) or `thread`: the thread CPU clock read per span | — |
 /// | `SPANPROF_METRICS_ADDR` | `host:port` or a port (feature `http`) | `Builder::with_metrics_addr` |
 /// | `SPANPROF_EVERY` | a duration (`30s`, `500ms`) or steps (`100 steps`), see [`Every`] | [`Builder::with_every`] |
 /// | `SPANPROF_STEP` | a span name, e.g. `train_step` | [`Builder::with_step_span`] |
@@ -740,6 +744,16 @@ impl Builder {
                 Some(rules::max_overhead(pct, Origin::Env(ENV_MAX_OVERHEAD, &v))?)
             };
         }
+        // Read where the clock is opened (`samplers::cpu`); checked here.
+        if let Some(v) = read(ENV_CPU_CLOCK, CPU_CLOCK_EXPECTED)? {
+            if !matches!(v.trim(), "perf" | "thread") {
+                return Err(Error::InvalidEnv {
+                    var: ENV_CPU_CLOCK,
+                    value: v.clone(),
+                    expected: CPU_CLOCK_EXPECTED,
+                });
+            }
+        }
         #[cfg(feature = "http")]
         if let Some(v) = read(ENV_METRICS_ADDR, rules::METRICS_ADDR)? {
             self.metrics_addr = Some(rules::metrics_addr(&v)?);
@@ -1077,6 +1091,24 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn the_cpu_clock_is_perf_or_thread() {
+        for v in ["tsc", "", "Thread"] {
+            let e = err(&[("SPANPROF_CPU_CLOCK", v)]);
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidEnv {
+                        var: "SPANPROF_CPU_CLOCK",
+                        expected: "`perf` or `thread`",
+                        ..
+                    }
+                ),
+                "{v}: {e:?}"
+            );
+        }
     }
 
     #[cfg(unix)]

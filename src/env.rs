@@ -36,6 +36,11 @@ pub const ENV_GRID: &str = "SPANPROF_GRID_G_PER_KWH";
 /// Environment variable: the back-off's threshold, spanprof's estimated cost as a share of the
 /// process's CPU time, % (`5`, `2.5%`), or `off`.
 pub const ENV_MAX_OVERHEAD: &str = "SPANPROF_MAX_OVERHEAD";
+/// Environment variable: the thread CPU clock read per span at `detailed` and up: `perf` (the
+/// default: a per-thread perf event, `CLOCK_THREAD_CPUTIME_ID` where perf events are not
+/// allowed) or `thread` (always `CLOCK_THREAD_CPUTIME_ID`). See the README's "No distortion".
+pub const ENV_CPU_CLOCK: &str = "SPANPROF_CPU_CLOCK";
+
 /// Environment variable: the export cadence, a duration (`30s`) or a number of steps
 /// (`100 steps`); see [`Every`](crate::Every).
 pub const ENV_EVERY: &str = "SPANPROF_EVERY";

@@ -77,6 +77,14 @@ fn the_estimate_is_in_the_profile_and_the_report() {
         "{overhead:?}"
     );
     assert!(overhead.readings_ns > 0, "{overhead:?}");
+    // The CPU clock read per span is named (the perf event where this machine allows it).
+    if spanprof::__private::cpu::SUPPORTED {
+        let clock = overhead.cpu_clock.as_deref();
+        assert!(
+            matches!(clock, Some("perf task-clock" | "CLOCK_THREAD_CPUTIME_ID")),
+            "{clock:?}"
+        );
+    }
 
     // (Without the call tree, which ends the report with lines of span names too.)
     let report = Table::new().with_tree(None).to_string(&snap);
@@ -88,6 +96,9 @@ fn the_estimate_is_in_the_profile_and_the_report() {
         header.contains(&format!("{:.2}%", overhead.percent)),
         "{header}"
     );
+    if let Some(clock) = &overhead.cpu_clock {
+        assert!(header.contains(&format!("CPU clock: {clock})")), "{header}");
+    }
     // Empty spans are mostly spanprof: named, the 100 ms of naps not.
     let note = report
         .lines()
@@ -109,6 +120,13 @@ fn the_estimate_is_in_the_profile_and_the_report() {
     // The profile keeps all of it; a profile of schema 3 reads without it.
     let back = Snapshot::from_json(&snap.to_json(), "overhead.json").unwrap();
     assert_eq!(back, snap);
+    // Written before the CPU clock was named: reads as not named.
+    let mut unnamed: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+    if let Some(o) = unnamed.get_mut("overhead").and_then(|o| o.as_object_mut()) {
+        o.remove("cpu_clock");
+    }
+    let unnamed = Snapshot::from_json(&unnamed.to_string(), "unnamed.json").unwrap();
+    assert_eq!(unnamed.overhead.unwrap().cpu_clock, None);
     let mut v3: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
     v3["version"] = 3.into();
     v3.as_object_mut().unwrap().remove("overhead");

@@ -465,6 +465,7 @@ mod tests {
             readings_ns: 0,
             estimated_ns: 40_000,
             process_cpu_ns: None,
+            cpu_clock: None,
             percent: 1.0,
         });
         let (pct, per_span, source) = instrumentation(&top(&s));

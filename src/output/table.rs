@@ -861,8 +861,12 @@ pub(crate) fn own_cost_text(o: &Overhead) -> String {
     } else {
         "the run"
     };
+    let clock = o
+        .cpu_clock
+        .as_deref()
+        .map_or_else(String::new, |c| format!(", CPU clock: {c}"));
     format!(
-        "~{:.2}% of {of} (est. {}: {:.0} ns/span + {} readings)",
+        "~{:.2}% of {of} (est. {}: {:.0} ns/span + {} readings{clock})",
         o.percent,
         format_duration(o.estimated_ns),
         o.span_cost_ns,

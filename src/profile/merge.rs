@@ -104,6 +104,13 @@ fn merge_overhead(profiles: &[Snapshot]) -> Option<Overhead> {
     merged.readings_ns = sum(|o| o.readings_ns);
     merged.estimated_ns = estimated_ns;
     merged.process_cpu_ns = process_cpu_ns;
+    let mut clocks: Vec<&str> = parts
+        .iter()
+        .filter_map(|o| o.cpu_clock.as_deref())
+        .collect();
+    clocks.sort_unstable();
+    clocks.dedup();
+    merged.cpu_clock = (!clocks.is_empty()).then(|| clocks.join(" / "));
     merged.percent = if base == 0 {
         0.0
     } else {

@@ -181,6 +181,13 @@ pub struct Overhead {
     /// `estimated_ns` as a share of the process's CPU time (of the run's wall time where that
     /// is not readable), %: for a program that keeps its threads busy, its slowdown.
     pub percent: f64,
+    /// The thread CPU clock read per span: `"perf task-clock"` or `"CLOCK_THREAD_CPUTIME_ID"`
+    /// (where perf events are not allowed, e.g. a container's seccomp profile, or with
+    /// `SPANPROF_CPU_CLOCK=thread`); absent when none was read. The latter draws the scheduler's
+    /// switches into its reads on a shared CPU: spanprof shares those waits out over the spans
+    /// (see the README's "No distortion"), less exactly than the perf event avoids them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_clock: Option<String>,
 }
 
 /// Metadata of the profiled run.

@@ -186,6 +186,12 @@ impl Recorder {
             readings_ns: readings.iter().sum(),
             estimated_ns: estimated,
             process_cpu_ns,
+            cpu_clock: self
+                .available
+                .contains(crate::switches::Resources::CPU)
+                .then(crate::samplers::cpu::thread_cpu_clock)
+                .flatten()
+                .map(str::to_string),
             percent: if base == 0 {
                 0.0
             } else {
