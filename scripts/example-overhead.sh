@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Overhead of spanprof on the training example: interleaved runs with and without the layer
-# (same registry and EnvFilter either way), comparing the "training took" times.
+# Overhead of spanprof on an example: interleaved runs with and without the layer (same
+# registry and EnvFilter either way). The training example (the default) compares its
+# "training took" wall times; EXAMPLE=async the async server's CPU time ("serving took … of
+# CPU": its client paces the requests, so the wall time does not move), REQUESTS of them.
 #
 #   scripts/example-overhead.sh [RUNS] [PRESET]      (defaults: 10 runs, SPANPROF=basic)
+#   EXAMPLE=async REQUESTS=20000 scripts/example-overhead.sh 6 detailed
 #
 # RUST_LOG and SPANPROF_MAX_OVERHEAD pass through (RUST_LOG=debug: the per-layer spans too).
 # Prints spanprof's own estimate of its cost beside the measured one.
@@ -10,14 +13,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-10}
 preset=${2:-basic}
-cargo build --release --example training_loop >/dev/null 2>&1
-bin=target/release/examples/training_loop
+example=${EXAMPLE:-training}
+case $example in
+  training) name=training_loop; args=(); took() { grep -Eo 'training took [0-9.]+ s' | awk '{print $3}'; } ;;
+  async) name=async_server; args=(--requests "${REQUESTS:-20000}"); took() { grep -Eo 'serving took [0-9.]+ s' | awk '{print $3}'; } ;;
+  *) echo "EXAMPLE is training or async" >&2; exit 2 ;;
+esac
+cargo build --release --example "$name" >/dev/null 2>&1
+bin=target/release/examples/$name
 out=$(mktemp -d)
-took() { grep -Eo 'training took [0-9.]+ s' | awk '{print $3}'; }
 base=() prof=()
 for i in $(seq "$runs"); do
-  base+=("$("$bin" --no-profile --out "$out" 2>&1 >/dev/null | took)")
-  prof+=("$(SPANPROF=$preset SPANPROF_REPORT=off "$bin" --out "$out" 2>&1 >/dev/null | took)")
+  base+=("$("$bin" "${args[@]}" --no-profile --out "$out" 2>&1 >/dev/null | took)")
+  prof+=("$(SPANPROF=$preset SPANPROF_REPORT=off "$bin" "${args[@]}" --out "$out" 2>&1 >/dev/null | took)")
 done
 python3 - "$preset" "${base[*]}" "${prof[*]}" "$out/profile.json" <<'PY'
 import json, statistics, sys
