@@ -96,8 +96,19 @@ fn the_estimate_is_in_the_profile_and_the_report() {
         header.contains(&format!("{:.2}%", overhead.percent)),
         "{header}"
     );
-    if let Some(clock) = &overhead.cpu_clock {
-        assert!(header.contains(&format!("CPU clock: {clock})")), "{header}");
+    // Only the fallback clock gets a note (it moves short spans' figures on a shared CPU).
+    for (clock, noted) in [
+        ("CLOCK_THREAD_CPUTIME_ID", true),
+        ("perf task-clock", false),
+    ] {
+        let mut with = snap.clone();
+        with.overhead.as_mut().unwrap().cpu_clock = Some(clock.to_string());
+        let report = Table::new().with_tree(None).to_string(&with);
+        let note = report
+            .lines()
+            .find(|l| l.starts_with("note: CPU clock CLOCK_THREAD_CPUTIME_ID (no perf events)"));
+        assert_eq!(note.is_some(), noted, "{clock}: {report}");
+        assert!(note.is_none_or(|l| l.chars().count() <= 100), "{note:?}");
     }
     // Empty spans are mostly spanprof: named, the 100 ms of naps not.
     let note = report

@@ -850,7 +850,20 @@ fn memory_and_cpu(
 
 /// The report header's line on spanprof's own cost.
 fn own_cost(f: &mut String, o: &Overhead) -> fmt::Result {
-    writeln!(f, "spanprof's own cost: {}", own_cost_text(o))
+    writeln!(f, "spanprof's own cost: {}", own_cost_text(o))?;
+    if let Some(note) = cpu_clock_note(o) {
+        writeln!(f, "{note}")?;
+    }
+    Ok(())
+}
+
+/// A note when the thread CPU clock was `CLOCK_THREAD_CPUTIME_ID` (no perf events): its reads
+/// draw the scheduler's switches on a shared CPU.
+pub(crate) fn cpu_clock_note(o: &Overhead) -> Option<&'static str> {
+    (o.cpu_clock.as_deref() == Some("CLOCK_THREAD_CPUTIME_ID")).then_some(
+        "note: CPU clock CLOCK_THREAD_CPUTIME_ID (no perf events): on a shared CPU, short spans \
+         move",
+    )
 }
 
 /// spanprof's own cost in words: its share of the process's CPU time (of the run where that is
@@ -861,12 +874,8 @@ pub(crate) fn own_cost_text(o: &Overhead) -> String {
     } else {
         "the run"
     };
-    let clock = o
-        .cpu_clock
-        .as_deref()
-        .map_or_else(String::new, |c| format!(", CPU clock: {c}"));
     format!(
-        "~{:.2}% of {of} (est. {}: {:.0} ns/span + {} readings{clock})",
+        "~{:.2}% of {of} (est. {}: {:.0} ns/span + {} readings)",
         o.percent,
         format_duration(o.estimated_ns),
         o.span_cost_ns,

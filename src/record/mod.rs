@@ -44,7 +44,7 @@ use names::{
     throughput_fields, Decision, Kind, NameInfo, Names, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS,
 };
 use overhead::Costs;
-use resources::{entry_figures, instance_figures, EntryFigures, EntryMark, InstanceMark};
+use resources::{entry_figures, instance_figures_at, EntryFigures, EntryMark, InstanceMark};
 use shards::{bump, with_local, Frame, Local, NameStats, Shards};
 use spans::{Slot, SlotIn};
 use spans::{
@@ -320,11 +320,7 @@ impl Recorder {
             s.flags.store(marked_flag | decision.step_flag(), Relaxed);
             s.node.store(node, Relaxed);
             if marked {
-                s.put_mark(InstanceMark::read(
-                    &self.readings,
-                    self.t_ns(now),
-                    resources,
-                ));
+                s.with_mark(|m| m.update(&self.readings, self.t_ns(now), resources));
             }
         });
         if !inserted {
@@ -590,7 +586,15 @@ impl Recorder {
             _ => (Kind::Busy, Kind::SelfTime),
         };
         let flags = slot.flags.load(Acquire);
-        let open = (flags & FLAG_MARKED != 0).then(|| slot.mark()).flatten();
+        // The instance's resource figures, from its open mark (kept beside the slot until the
+        // slot is freed) and the readings now.
+        let figures = (flags & FLAG_MARKED != 0)
+            .then(|| {
+                slot.with_mark(|open| {
+                    instance_figures_at(open, &self.readings, self.t_ns(now), &self.timeline)
+                })
+            })
+            .flatten();
         self.table.remove(slot);
         // What the span's opening thread wrote (its `opened` count) is visible to a snapshot
         // that sees this close: see `collect`.
@@ -599,10 +603,8 @@ impl Recorder {
             self.record(stats, name, busy_kind, busy);
             self.record(stats, name, self_kind, self_ns);
             self.record(stats, name, Kind::Wall, wall);
-            if let Some(open) = open {
-                let close = open.read_again(&self.readings, self.t_ns(now));
-                let figures = instance_figures(&open, &close, &self.timeline);
-                stats.res().add_instance(&figures);
+            if let Some(figures) = &figures {
+                stats.res().add_instance(figures);
             }
             if flags & FLAG_ERRORED != 0 {
                 bump(&stats.errored_instances, 1);

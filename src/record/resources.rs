@@ -60,51 +60,95 @@ fn extrapolate(
 }
 
 impl InstanceMark {
-    /// Copies the published readings (no lock, no system call).
-    pub(crate) fn read(readings: &Readings, t_ns: u64, resources: Resources) -> Self {
+    /// Makes this mark the published readings of `resources` at `t_ns`, in place: the GPU
+    /// devices' fields only with GPU readings on (`n_gpus` says how many hold a reading).
+    #[inline]
+    pub(crate) fn update(&mut self, readings: &Readings, t_ns: u64, resources: Resources) {
+        let base = BaseMark::read(readings, t_ns, resources);
+        self.resources = resources;
+        self.t_ns = t_ns;
+        self.seq = base.seq;
+        self.rss = base.rss;
+        self.heap = base.heap;
+        self.cpu_energy_uj = base.cpu_energy_uj;
+        self.n_gpus = 0;
+        if resources.contains(Resources::GPU) {
+            for (dev, out) in self.gpus.iter_mut().enumerate().take(gpus_of(readings)) {
+                *out = gpu_mark(readings, dev, base.sampled, t_ns);
+            }
+            self.n_gpus = gpus_of(readings);
+        }
+    }
+}
+
+/// The readings of an instance mark but its GPU devices'.
+#[derive(Debug, Clone, Copy)]
+struct BaseMark {
+    seq: u64,
+    /// When the sample was taken, ns (the extrapolations' start).
+    sampled: u64,
+    rss: Option<u64>,
+    heap: Option<i64>,
+    cpu_energy_uj: Option<f64>,
+}
+
+impl BaseMark {
+    #[inline]
+    fn read(readings: &Readings, t_ns: u64, resources: Resources) -> Self {
         let seq = readings.seq.load(std::sync::atomic::Ordering::Acquire);
         let sampled = readings.t_ns.load(Relaxed);
-        let mut mark = InstanceMark {
-            resources,
-            t_ns,
-            seq,
-            ..InstanceMark::default()
+        let (rss, heap) = if resources.contains(Resources::MEMORY) {
+            (
+                Readings::get(&readings.rss_bytes),
+                Readings::get_i64(&readings.heap_bytes),
+            )
+        } else {
+            (None, None)
         };
-        if resources.contains(Resources::MEMORY) {
-            mark.rss = Readings::get(&readings.rss_bytes);
-            mark.heap = Readings::get_i64(&readings.heap_bytes);
-        }
-        if resources.contains(Resources::ENERGY) {
+        let cpu_energy_uj = if resources.contains(Resources::ENERGY) {
             // mW × ns = 1e-12 J = 1e-6 µJ.
-            mark.cpu_energy_uj = extrapolate(
+            extrapolate(
                 Readings::get(&readings.cpu_energy_uj),
                 Readings::get(&readings.cpu_power_mw),
                 sampled,
                 t_ns,
                 1e-6,
-            );
+            )
+        } else {
+            None
+        };
+        BaseMark {
+            seq,
+            sampled,
+            rss,
+            heap,
+            cpu_energy_uj,
         }
-        if resources.contains(Resources::GPU) {
-            for (out, g) in mark.gpus.iter_mut().zip(readings.gpus()) {
-                out.mem = Readings::get(&g.mem_used_bytes);
-                out.util = Readings::get(&g.util_pct);
-                // mW × ns = 1e-9 mJ.
-                out.energy_mj = extrapolate(
-                    Readings::get(&g.energy_mj),
-                    Readings::get(&g.power_mw),
-                    sampled,
-                    t_ns,
-                    1e-9,
-                );
-            }
-            mark.n_gpus = readings.gpus().len().min(MAX_GPUS);
-        }
-        mark
     }
+}
 
-    /// The same readings as this mark, at `t_ns` (a span's close, for its open mark).
-    pub(crate) fn read_again(&self, readings: &Readings, t_ns: u64) -> Self {
-        Self::read(readings, t_ns, self.resources)
+/// GPU devices followed per span now.
+fn gpus_of(readings: &Readings) -> usize {
+    readings.gpus().len().min(MAX_GPUS)
+}
+
+/// Device `dev`'s published figures at `t_ns` (energy extrapolated from the sample at
+/// `sampled`).
+fn gpu_mark(readings: &Readings, dev: usize, sampled: u64, t_ns: u64) -> GpuMark {
+    let Some(g) = readings.gpus().get(dev) else {
+        return GpuMark::default();
+    };
+    GpuMark {
+        mem: Readings::get(&g.mem_used_bytes),
+        util: Readings::get(&g.util_pct),
+        // mW × ns = 1e-9 mJ.
+        energy_mj: extrapolate(
+            Readings::get(&g.energy_mj),
+            Readings::get(&g.power_mw),
+            sampled,
+            t_ns,
+            1e-9,
+        ),
     }
 }
 
@@ -139,13 +183,64 @@ fn max3(a: Option<u64>, b: Option<u64>, c: Option<u64>) -> Option<u64> {
 
 /// The figures of one instance. Peaks and the mean utilisation come from the timeline when a
 /// sample was taken while the span was open; otherwise from the two marks.
+#[cfg(test)]
 pub(crate) fn instance_figures(
     open: &InstanceMark,
     close: &InstanceMark,
     timeline: &Timeline,
 ) -> InstanceFigures {
+    let base = BaseMark {
+        seq: close.seq,
+        sampled: 0,
+        rss: close.rss,
+        heap: close.heap,
+        cpu_energy_uj: close.cpu_energy_uj,
+    };
+    figures(
+        open,
+        &base,
+        close.t_ns,
+        close.n_gpus,
+        |dev| close.gpus[dev],
+        timeline,
+    )
+}
+
+/// The figures of the instance whose open mark is `open`, closing now, at `t_ns`: the close
+/// readings are read here (no close mark is made).
+#[inline]
+pub(crate) fn instance_figures_at(
+    open: &InstanceMark,
+    readings: &Readings,
+    t_ns: u64,
+    timeline: &Timeline,
+) -> InstanceFigures {
+    let base = BaseMark::read(readings, t_ns, open.resources);
+    let n_gpus = if open.resources.contains(Resources::GPU) {
+        gpus_of(readings)
+    } else {
+        0
+    };
+    figures(
+        open,
+        &base,
+        t_ns,
+        n_gpus,
+        |dev| gpu_mark(readings, dev, base.sampled, t_ns),
+        timeline,
+    )
+}
+
+fn figures(
+    open: &InstanceMark,
+    close: &BaseMark,
+    t1: u64,
+    close_gpus: usize,
+    close_gpu: impl Fn(usize) -> GpuMark,
+    timeline: &Timeline,
+) -> InstanceFigures {
     let sampled_inside = close.seq > open.seq;
-    let (t0, t1) = (open.t_ns, close.t_ns);
+    let t0 = open.t_ns;
     let mut out = InstanceFigures {
         wall_ns: t1.saturating_sub(t0),
         rss_delta: delta(open.rss, close.rss),
@@ -165,11 +260,11 @@ pub(crate) fn instance_figures(
             (Some(a), Some(b)) => Some((b - a).max(0.0)),
             _ => None,
         },
-        n_gpus: close.n_gpus.min(open.n_gpus),
+        n_gpus: close_gpus.min(open.n_gpus),
         ..InstanceFigures::default()
     };
     for dev in 0..out.n_gpus {
-        let (a, b) = (&open.gpus[dev], &close.gpus[dev]);
+        let (a, b) = (&open.gpus[dev], &close_gpu(dev));
         out.gpus[dev] = GpuFigures {
             mem_delta: delta(a.mem, b.mem),
             mem_peak: max3(

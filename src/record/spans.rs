@@ -165,13 +165,21 @@ impl<M> std::ops::Deref for SlotIn<'_, M> {
 
 impl<M: Default + Copy> SlotIn<'_, M> {
     /// Keeps `mark` beside the slot (until its span closes).
+    #[cfg(test)]
     pub(crate) fn put_mark(&self, mark: M) {
-        if let Some(cell) = self.segment.mark(self.slot.index as usize) {
-            *cell.lock().unwrap_or_else(|e| e.into_inner()) = mark;
-        }
+        self.with_mark(|m| *m = mark);
+    }
+
+    /// Runs `f` on what is kept beside the slot, in place (no copy of it).
+    #[inline]
+    pub(crate) fn with_mark<R>(&self, f: impl FnOnce(&mut M) -> R) -> Option<R> {
+        let cell = self.segment.mark(self.slot.index as usize)?;
+        let mut mark = cell.lock().unwrap_or_else(|e| e.into_inner());
+        Some(f(&mut mark))
     }
 
     /// What was kept beside the slot.
+    #[cfg(test)]
     pub(crate) fn mark(&self) -> Option<M> {
         self.segment
             .mark(self.slot.index as usize)
