@@ -4,7 +4,8 @@
 # to one CPU (`taskset -c 0`: each is preempted by the other, also inside spanprof's system
 # calls, and both see the same load from the rest of the machine). Per span name with at least
 # 1% of the self time, it compares busy and self time within each round, as shares of the run's
-# self time (CHECK=absolute: the times themselves), and averages the differences over the rounds.
+# self time (CHECK=absolute: the times themselves), and averages the differences over the rounds
+# (the geometric mean of the ratios).
 # Exits 1 if a name's mean difference is over 5% and outside the 95% confidence interval of
 # the rounds' spread. RUST_LOG defaults to `debug`: the per-layer `linear` spans too.
 # PRESET=basic checks the check (basic against itself); SPANPROF_CPU_CLOCK=thread the fallback
@@ -64,11 +65,14 @@ print(f"{'span':<18} {'field':<5} {'basic ms':>9} {preset + ' ms':>12} {'diff %'
 for key in sorted(names, key=lambda k: -first[k]["self"]["total_ns"]):
     for field in ("busy", "self"):
         # Each round's pair ran at the same time, under the same load: compare within rounds.
-        ratios = [value(other[r], key, field) / value(base[r], key, field) - 1
-                  for r in rounds if value(base[r], key, field) > 0]
-        mean = statistics.mean(ratios)
-        half = t975(len(ratios) - 1) * statistics.stdev(ratios) / math.sqrt(len(ratios))
-        lo, hi = 100 * (mean - half), 100 * (mean + half)
+        # On a log scale: which run of a round starts first alternates, and a ratio and its
+        # inverse must cancel out.
+        logs = [math.log(value(other[r], key, field) / value(base[r], key, field))
+                for r in rounds if value(base[r], key, field) > 0 and value(other[r], key, field) > 0]
+        mean_log = statistics.mean(logs)
+        half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        mean = math.exp(mean_log) - 1
+        lo, hi = 100 * (math.exp(mean_log - half) - 1), 100 * (math.exp(mean_log + half) - 1)
         # A distortion: a difference over 5 % that the runs' own spread does not explain.
         bad = abs(mean) > 0.05 and (lo > 0 or hi < 0)
         verdict = "DISTORTED" if bad else ("ok" if abs(mean) <= 0.05 else "noise (CI holds 0)")
