@@ -394,19 +394,24 @@ impl Recorder {
     }
 
     /// Takes the resource readings of an enter (the CPU clock only when the name's entries are
-    /// long or this one is sampled: `overhead`), bracketed by the cheap clock: their time is
-    /// spanprof's, kept out of the enclosing frame. Returns the entry's start and whether it
-    /// is marked.
+    /// long or this one is sampled: `overhead`). The CPU clock's read (a system call) is
+    /// bracketed by the cheap clock: its time is spanprof's, kept out of the enclosing frame;
+    /// the heap counters alone (a few thread-local loads) are not worth a bracket. Returns the
+    /// entry's start and whether it is marked.
     #[inline(always)]
     fn enter_marks(&self, local: &mut Local, name: u32, resources: Resources) -> (u64, bool) {
-        let before = self.clock.raw();
         let cpu = resources.contains(Resources::CPU)
             && local.stats(name).cost.read_cpu(self.costs.long_ns);
         let heap = resources.contains(Resources::HEAP);
-        let marked = cpu || heap;
-        if marked {
-            local.marks.push(EntryMark::read_some(cpu, heap));
+        if !cpu {
+            if heap {
+                local.marks.push(EntryMark::read_some(false, true));
+            }
+            return (self.clock.raw(), heap);
         }
+        let before = self.clock.raw();
+        local.marks.push(EntryMark::read_some(cpu, heap));
+        let marked = true;
         self.readings_taken();
         let now = self.clock.raw();
         // A wait beyond spanprof's own time is shared out over the spans: see `overhead`.
@@ -503,6 +508,10 @@ impl Recorder {
                 parent.child_net += heap.net_bytes();
             }
             figures = Some(f);
+        }
+        if !cpu {
+            // The heap counters alone: no bracket (see `enter_marks`).
+            return (figures, 0);
         }
         self.readings_taken();
         let end = self.clock.raw();
