@@ -19,6 +19,7 @@ pub(crate) mod metrics;
 pub(crate) mod names;
 pub(crate) mod overhead;
 pub(crate) mod resources;
+pub(crate) mod sampling;
 mod shards;
 mod spans;
 pub(crate) mod tree;
@@ -96,6 +97,8 @@ pub(crate) struct Recorder {
     settings: RunSettings,
     /// The call tree, when it is recorded.
     tree: Option<tree::Tree>,
+    /// Span names the back-off samples 1 in N (`sampling`).
+    sampling: sampling::Sampling,
     /// spanprof's own costs (`record/overhead.rs`).
     costs: Costs,
     /// Called inside the brackets of the resource readings: tests make them take time.
@@ -175,6 +178,7 @@ impl Recorder {
             readings,
             timeline,
             tree: settings.tree.then(tree::Tree::new),
+            sampling: sampling::Sampling::new(),
             settings,
             costs,
             #[cfg(test)]
@@ -299,9 +303,13 @@ impl Recorder {
     }
 
     /// Opens a span the decision records. Returns whether it is recorded (not when the span
-    /// table is full).
+    /// table is full, nor when its name is sampled and this span left out: `sampling`).
     pub(crate) fn open(&self, id: u64, decision: Decision, attrs: &Attributes<'_>) -> bool {
         let name = decision.name();
+        let every = self.sampling.every(name);
+        if every > 1 && self.sample_out(name, every) {
+            return false;
+        }
         let now = self.clock.raw();
         let resources = self.switches.get().resources();
         let marked = resources.instances();
@@ -466,9 +474,9 @@ impl Recorder {
             if let Some(figures) = figures {
                 local.stats(frame.name).res().add_entry(&figures, busy);
             }
-            if self.resources().contains(Resources::CPU) {
-                local.stats(frame.name).cost.completed(busy);
-            }
+            // The name's running mean: which entries get the CPU clock, and what a span left
+            // out by sampling adds to its parent's child time.
+            local.stats(frame.name).cost.completed(busy);
             if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
                 parent.child_ns += busy;
                 parent.own_ns += frame.own_ns + spent;
