@@ -313,12 +313,7 @@ impl Backoff {
                             BackoffStep::sampling(t_ns, true, set_sampling(&recorder, &names), pct)
                         }
                     };
-                    let mut steps = log.lock().unwrap_or_else(|e| e.into_inner());
-                    if steps.kept.len() < MAX_STEPS {
-                        steps.kept.push(step);
-                    } else {
-                        steps.past_bound += 1;
-                    }
+                    log.lock().unwrap_or_else(|e| e.into_inner()).add(step);
                 }
             })
             .ok()?;
@@ -361,6 +356,16 @@ fn set_sampling(recorder: &Recorder, names: &[(u32, u32)]) -> Vec<(String, Strin
 struct Steps {
     kept: Vec<BackoffStep>,
     past_bound: u64,
+}
+
+impl Steps {
+    fn add(&mut self, step: BackoffStep) {
+        if self.kept.len() < MAX_STEPS {
+            self.kept.push(step);
+        } else {
+            self.past_bound += 1;
+        }
+    }
 }
 
 impl Drop for Backoff {
@@ -421,6 +426,26 @@ mod tests {
         };
         assert_eq!(back, on);
         assert!((pct - 2.12).abs() < 1e-9, "{pct}");
+    }
+
+    #[test]
+    fn past_64_steps_later_ones_are_counted_not_kept() {
+        let mut steps = Steps::default();
+        for i in 0..70u64 {
+            steps.add(BackoffStep::new(i, i % 2 == 1, Resources::CPU, 6.0));
+        }
+        assert_eq!(steps.kept.len(), MAX_STEPS);
+        assert_eq!(steps.kept[63].at_ns, 63, "the first 64 kept, in order");
+        assert_eq!(steps.past_bound, 6);
+        // The profile and the report carry the count.
+        let mut snap = crate::profile::detailed_test_profile();
+        snap.backoff = steps.kept;
+        snap.dropped.backoff_steps = steps.past_bound;
+        let report = crate::output::Table::new().to_string(&snap);
+        assert!(
+            report.contains("note: 6 more back-off steps taken, not kept (64 kept)"),
+            "{report}"
+        );
     }
 
     #[test]

@@ -6,6 +6,9 @@ use std::hint::black_box;
 use spanprof::alloc::HeapCounters;
 use spanprof::CountingAlloc;
 
+#[allow(dead_code)]
+mod support;
+
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::system();
 
@@ -115,4 +118,64 @@ fn process_view_follows_within_its_granularity() {
         (after - before).abs() < slack,
         "before {before}, after {after}"
     );
+}
+
+/// One span of each of 64 names (a function per callsite).
+macro_rules! spans_of {
+    ($($name:literal)*) => {
+        [$((|| tracing::info_span!($name).in_scope(|| {})) as fn()),*]
+    };
+}
+
+/// What one snapshot allocates (bytes, on the thread taking it) of a profile of `names` span
+/// names each recorded on `threads` threads, at `basic` (the call tree on).
+fn snapshot_bytes(names: usize, threads: usize) -> u64 {
+    let all: [fn(); 64] = spans_of!("n0" "n1" "n2" "n3" "n4" "n5" "n6" "n7" "n8" "n9" "n10" "n11" "n12" "n13" "n14" "n15" "n16" "n17" "n18" "n19" "n20" "n21" "n22" "n23" "n24" "n25" "n26" "n27" "n28" "n29" "n30" "n31" "n32" "n33" "n34" "n35" "n36" "n37" "n38" "n39" "n40" "n41" "n42" "n43" "n44" "n45" "n46" "n47" "n48" "n49" "n50" "n51" "n52" "n53" "n54" "n55" "n56" "n57" "n58" "n59" "n60" "n61" "n62" "n63");
+    let (dispatch, guard) =
+        support::install(spanprof::ProfileLayer::builder().with_preset(spanprof::Preset::Basic));
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let dispatch = dispatch.clone();
+            scope.spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    for span in &all[..names] {
+                        for _ in 0..100 {
+                            span();
+                        }
+                    }
+                });
+            });
+        }
+    });
+    let before = now();
+    let snap = black_box(guard.snapshot());
+    let bytes = now().since(before).allocated;
+    assert_eq!(snap.spans.len(), names);
+    assert!(snap.spans.iter().all(|s| s.calls == 100 * threads as u64));
+    bytes
+}
+
+/// The README's bound on a snapshot: 1 MiB, plus 128 KiB per span name (its histograms and
+/// call-tree node), plus 2 KiB per name and thread (threads' records are merged per name, not
+/// kept). Measured: 89 to 106 KiB per name whatever the threads (0.85 MB for 8 names, 5.96 MB
+/// for 64 names on 4 threads).
+const SNAPSHOT_FIXED: u64 = 1 << 20;
+const SNAPSHOT_PER_NAME: u64 = 128 << 10;
+const SNAPSHOT_PER_NAME_THREAD: u64 = 2 << 10;
+
+#[test]
+fn a_snapshot_allocates_within_its_stated_bound() {
+    let mut measured = Vec::new();
+    for (names, threads) in [(8, 1), (32, 1), (32, 8), (64, 4)] {
+        let bytes = snapshot_bytes(names, threads);
+        eprintln!("{names} names x {threads} threads: {bytes} bytes");
+        let bound = SNAPSHOT_FIXED
+            + names as u64 * (SNAPSHOT_PER_NAME + threads as u64 * SNAPSHOT_PER_NAME_THREAD);
+        assert!(bytes <= bound, "{names} x {threads}: {bytes} > {bound}");
+        measured.push(bytes);
+    }
+    // Eight times the threads: not eight times the memory (each name's histograms are one).
+    assert!(measured[2] < measured[1] * 3 / 2, "{measured:?}");
+    // Four times the names: about four times the memory past the fixed part.
+    assert!(measured[1] > 2 * measured[0], "{measured:?}");
 }

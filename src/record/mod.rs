@@ -924,6 +924,37 @@ mod tests {
     }
 
     #[test]
+    fn past_the_span_tables_bound_every_span_is_counted_as_dropped() {
+        let mut rec = Recorder::standalone(Clock::new(), Resources::NONE, Costs::default());
+        // The bound made reachable: the first segment only, 4096 slots (the whole table's 12
+        // segments are 1 GiB).
+        rec.table = SpanTable::with_segments(1);
+        let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
+        let decision = rec.decide(meta, false);
+        let values = meta.fields().value_set(&[]);
+        let attrs = Attributes::new(meta, &values);
+        let ids = 1..=4096 + 100u64;
+        let held = ids
+            .clone()
+            .filter(|&id| rec.open(id, decision, &attrs))
+            .count();
+        assert_eq!(held, 4096);
+        let snap = rec.snapshot();
+        assert_eq!(snap.dropped.spans_table_full, 100);
+        assert_eq!(snap.span("callsite").unwrap().open, 4096);
+        // The spans held complete as ever; the others cost a probe and are in no figure.
+        for id in ids {
+            rec.enter(id);
+            rec.exit(id);
+            rec.close(id);
+        }
+        let snap = rec.snapshot();
+        let span = snap.span("callsite").unwrap();
+        assert_eq!((span.calls, span.instances, span.open), (4096, 4096, 0));
+        assert_eq!(snap.dropped.spans_table_full, 100);
+    }
+
+    #[test]
     fn callsites_beyond_the_cache_stay_cached() {
         let rec = recorder();
         let metas: Vec<&'static Metadata<'static>> = (0..3 * 8192)
