@@ -6,7 +6,6 @@ use std::hint::black_box;
 use spanprof::alloc::HeapCounters;
 use spanprof::CountingAlloc;
 
-#[allow(dead_code)]
 mod support;
 
 #[global_allocator]
