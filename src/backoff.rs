@@ -1,16 +1,42 @@
 //! Automatic back-off: when spanprof's estimated cost goes over a share of the program's CPU
-//! time ([`Builder::with_max_overhead`](crate::Builder::with_max_overhead), 5% by default),
-//! its per-span resource readings (thread CPU time, heap counters, the marks of memory, GPU and
-//! energy) are switched off, and back on once the program's span rate makes them affordable
-//! again. Span timing itself always stays on.
+//! time ([`Builder::with_max_overhead`](crate::Builder::with_max_overhead), 5% by default), it
+//! steps down in two stages, and back up in the reverse order once the program's span rate
+//! makes the detail affordable again.
 //!
 //! A thread of its own checks once a second ([`TICK`]): the cost over the last second is
 //! spanprof's estimate ([`crate::profile::Overhead`]: calibrated cost per span × entries, plus
-//! the measured time of the readings), compared with the process's CPU time over the same
-//! second. Stepping back up is predicted with the readings' cost per entry measured when they
-//! were stepped down, and happens only under half the threshold (no flapping). The first step
-//! down is logged once at `spanprof::perf`; every step is in the profile
-//! ([`Snapshot::backoff`](crate::profile::Snapshot::backoff)) and the report.
+//! the measured time of the readings, plus the calibrated cost of each span left out by
+//! sampling), compared with the process's CPU time over the same second.
+//!
+//! - **Stage 1, the readings.** Over the threshold with per-span resource readings on (thread
+//!   CPU time, heap counters, the marks of memory, GPU and energy), they are switched off.
+//! - **Stage 2, sampling.** Still over it with the readings off (or with none on, at `basic`),
+//!   the hottest span names are sampled 1 in N (`record/sampling.rs`: a span left out costs a
+//!   countdown at creation and a table probe per callback; its calls are still counted).
+//!   - *Which names*: those whose spans are short (a mean instance under [`SHORT_FACTOR`] ×
+//!     the calibrated cost of a span: spanprof costs them over 1%; longer ones are never
+//!     sampled), leaves (self time ≥ [`LEAF_SHARE`] of busy: a span left out has no children
+//!     to misplace) and entered once per span (≤ [`ENTRIES_PER_SPAN`] entries per instance: a
+//!     span left out counts as one call). Among them the most entries over the last second
+//!     first, since at this stage every span costs the same; of two as hot, the shorter.
+//!   - *Which N*: per name, the smallest power of two (up to [`MAX_EVERY`]) that, with the
+//!     names before it, brings the estimate under half the threshold: a name's cost falls by
+//!     N_old / N_new. A later tick still over the threshold raises N further.
+//! - **Back.** Sampling goes first: under half the threshold with every N halved (predicted:
+//!   each name's spans recorded twice as often), every N is halved, down to 1 (every span);
+//!   then the readings come back when the cost predicted with them (their cost per entry
+//!   measured when they were stepped down) is under half the threshold. Half: no flapping.
+//!
+//! Span timing itself is never switched off. The first step of each stage is logged once at
+//! `spanprof::perf`; every step is in the profile
+//! ([`Snapshot::backoff`](crate::profile::Snapshot::backoff), the names and N of stage 2 in
+//! [`BackoffStep::sampled`]) and the report, and every sampled name is marked in every output
+//! ([`SpanStats::sampled`](crate::profile::SpanStats::sampled): N, since when, the spans left
+//! out). Figures of a sampled name: calls, instances and created exact; histograms (per-call
+//! times, percentiles), resources and the call tree from the spans recorded; totals scaled
+//! (mean × calls, [`SpanStats::scaled_total_ns`](crate::profile::SpanStats::scaled_total_ns));
+//! its parent's self time kept unbiased by adding the name's running mean for each span left
+//! out (error stated in `record/sampling.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};

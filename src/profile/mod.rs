@@ -22,7 +22,10 @@
 //!   `metrics`, the metrics events recorded ([`metrics`]; empty in profiles of earlier
 //!   versions),
 //!   and `sources`, the runs a merged profile was made from ([`Snapshot::merge`]), each with
-//!   its metadata and resource timeline (absent in a profile of one run).
+//!   its metadata and resource timeline (absent in a profile of one run); the back-off's
+//!   second stage: `sampled` per span name ([`SpanStats::sampled`]), `sampled` per back-off
+//!   step ([`BackoffStep::sampled`]) and `dropped.backoff_steps`, absent where empty, so a
+//!   version 4 profile written before them reads as one where nothing was sampled.
 //!
 //! An older profile is read into the current model and its `version` becomes the current one.
 
