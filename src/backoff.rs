@@ -27,6 +27,9 @@
 //!   then the readings come back when the cost predicted with them (their cost per entry
 //!   measured when they were stepped down) is under half the threshold. Half: no flapping.
 //!
+//! Not with a span filter that has span or field directives: a span left out would still go
+//! to the filter, under its lock (the layer forbids sampling then).
+//!
 //! Span timing itself is never switched off. The first step of each stage is logged once at
 //! `spanprof::perf`; every step is in the profile
 //! ([`Snapshot::backoff`](crate::profile::Snapshot::backoff), the names and N of stage 2 in
@@ -290,7 +293,12 @@ impl Backoff {
                         t_ns: recorder.elapsed_ns(),
                         own: recorder.own_totals(),
                         cpu_ns: crate::samplers::cpu::process_cpu_ns().map_or(0, |(u, s)| u + s),
-                        names: recorder.name_loads(),
+                        // No candidates for sampling where the layer forbids it.
+                        names: if recorder.sampling_allowed() {
+                            recorder.name_loads()
+                        } else {
+                            Vec::new()
+                        },
                     };
                     let t_ns = reading.t_ns;
                     let Some(decision) = controller.tick(reading, recorder.resources()) else {

@@ -23,7 +23,7 @@
 //! short, entered once and leaves (self time ≥ 95% of busy): a child of a span left out is
 //! counted in its grandparent's child time twice, at most 5% of the name's time.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use super::names::{Kind, MAX_SPAN_NAMES};
 use super::Recorder;
@@ -38,6 +38,9 @@ pub(crate) struct Sampling {
     most: Box<[AtomicU32]>,
     /// When a name was first sampled, ns since the profile started.
     since: Box<[AtomicU64]>,
+    /// Cleared by a layer whose span filter follows spans (span or field directives): a span
+    /// left out would still go to the filter, under its lock, costing more than recording it.
+    allowed: AtomicBool,
 }
 
 impl Sampling {
@@ -47,6 +50,7 @@ impl Sampling {
             every: u32s(),
             most: u32s(),
             since: (0..MAX_SPAN_NAMES).map(|_| AtomicU64::new(0)).collect(),
+            allowed: AtomicBool::new(true),
         }
     }
 
@@ -97,6 +101,16 @@ impl Recorder {
             true
         })
         .unwrap_or(false)
+    }
+
+    /// Never sample: the layer's span filter follows spans (see [`Sampling`]).
+    pub(crate) fn forbid_sampling(&self) {
+        self.sampling.allowed.store(false, Relaxed);
+    }
+
+    /// Whether span names may be sampled.
+    pub(crate) fn sampling_allowed(&self) -> bool {
+        self.sampling.allowed.load(Relaxed)
     }
 
     /// Records 1 span in `every` of `name` from now on (1: every span). Called by the back-off.
@@ -234,5 +248,23 @@ mod tests {
         let error = (self_of(&sampled) - self_of(&whole)).abs();
         let bound = 2.0 * 2f64.sqrt() * 1_000.0 * (8.0 * skipped as f64).sqrt();
         assert!(error <= bound, "error {error} ns over the bound {bound} ns");
+    }
+
+    #[test]
+    fn a_filter_that_follows_spans_forbids_sampling() {
+        let rec = || {
+            Arc::new(Recorder::standalone(
+                Clock::new(),
+                Resources::NONE,
+                Costs::default(),
+            ))
+        };
+        let plain = rec();
+        let _layer = crate::layer::ProfileLayer::new(plain.clone(), None, true);
+        assert!(plain.sampling_allowed());
+        let scoped = rec();
+        let filter = tracing_subscriber::EnvFilter::new("[work]=trace");
+        let _layer = crate::layer::ProfileLayer::new(scoped.clone(), Some(filter), true);
+        assert!(!scoped.sampling_allowed());
     }
 }
