@@ -207,6 +207,10 @@ impl Controller {
     /// cost, entries × the cost of a span, falls by N_old / N_new); returns (name, new N).
     fn sample_more(&mut self, loads: &[NameLoad], mut excess: f64) -> Vec<(u32, u32)> {
         let saved = self.span_ns - self.skip_ns;
+        if saved <= 0.0 {
+            // A span left out would cost as much as one recorded: nothing to gain.
+            return Vec::new();
+        }
         let mut candidates: Vec<&NameLoad> = loads
             .iter()
             .filter(|l| {
@@ -336,6 +340,8 @@ impl Backoff {
                                     overhead_pct = pct,
                                     max_pct,
                                     sampled = %sampled.join(", "),
+                                    span_cost_ns = costs.span_ns,
+                                    sampled_out_cost_ns = costs.skip_ns,
                                     "spanprof still costs more than its limit: the hottest \
                                      short spans sampled 1 in N until the span rate falls \
                                      (counts exact, times scaled; in the report)"
