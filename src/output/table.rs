@@ -983,11 +983,13 @@ pub(crate) fn sampling_step(s: &BackoffStep) -> String {
 
 /// The cost a back-off step acted on: measured for a step down, predicted for a step back on.
 pub(crate) fn backoff_cost(s: &BackoffStep) -> String {
-    format!(
-        "{}{:.1}%",
-        if s.on { "predicted " } else { "cost " },
-        s.overhead_pct
-    )
+    let what = if s.on { "predicted " } else { "cost " };
+    // Two decimals under 1% (a limit set that low is met by small costs).
+    if s.overhead_pct < 1.0 {
+        format!("{what}{:.2}%", s.overhead_pct)
+    } else {
+        format!("{what}{:.1}%", s.overhead_pct)
+    }
 }
 
 /// GPU per device and energy per span name, over instances.

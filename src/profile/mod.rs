@@ -359,7 +359,8 @@ pub struct SpanStats {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead_ns: Option<u64>,
     /// Set when the automatic back-off sampled this name's spans (its second stage): the
-    /// histograms, the call tree and the resources hold 1 span in [`Sampled::every`] from
+    /// histograms, the call tree, the resources and the throughput sums (their rates stay
+    /// unbiased) hold 1 span in [`Sampled::every`] from
     /// [`Sampled::since_ns`] on, while `calls`, `created` and `instances` count every span
     /// (schema 4, absent otherwise). [`SpanStats::scaled_total_ns`] gives a total for all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
