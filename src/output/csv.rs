@@ -292,7 +292,7 @@ fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
     c.push(column("overhead_ns", |s| opt(s.overhead_ns, int)));
     c.push(column("overhead_pct", |s| {
         opt(s.overhead_ns, |ns| {
-            pct(ns as f64, s.entry_busy.total_ns as f64)
+            pct(ns as f64, s.scaled_total_ns(&s.entry_busy) as f64)
         })
     }));
     c.push(column("sample_every", |s| {

@@ -899,7 +899,8 @@ pub(crate) fn own_cost_text(o: &Overhead) -> String {
 /// spanprof's estimated cost in a span name, as a share of the name's busy time (%), where it
 /// is over [`COSTLY_PCT`]: the names the report says spanprof distorts.
 pub(crate) fn costly_share(s: &SpanStats) -> Option<f64> {
-    let pct = 100.0 * s.overhead_ns? as f64 / s.entry_busy.total_ns.max(1) as f64;
+    let busy = s.scaled_total_ns(&s.entry_busy);
+    let pct = 100.0 * s.overhead_ns? as f64 / busy.max(1) as f64;
     (pct > COSTLY_PCT).then_some(pct)
 }
 

@@ -21,7 +21,8 @@
 //! 1–5 µs left out at N = 8. It assumes the span is entered inside the
 //! frame that created it (synchronous spans); the back-off samples only names whose spans are
 //! short, entered once and leaves (self time ≥ 95% of busy): a child of a span left out is
-//! counted in its grandparent's child time twice, at most 5% of the name's time.
+//! counted in its grandparent's child time twice, at most 5% of the name's time. An error or
+//! a metric event inside a span left out counts for the span around it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
