@@ -144,19 +144,26 @@ fn the_back_off_threshold_is_checked_and_can_be_off() {
     }
 }
 
-/// A limit no real program can stay under (a hundredth of a percent): the readings go at the
-/// first tick, and the report and profile say so.
-#[test]
-fn over_the_limit_the_readings_are_stepped_down_and_reported() {
+/// `detailed` with a limit no real program can stay under (a hundredth of a percent); `None`
+/// (skipped, said) where the process's CPU time cannot be read.
+fn over_the_limit() -> Option<(tracing::Dispatch, spanprof::ProfileGuard)> {
     if spanprof::__private::cpu::process_cpu_ns().is_none() {
         eprintln!("SKIPPED: no process CPU time on this platform");
-        return;
+        return None;
     }
-    let (dispatch, guard) = install(
+    Some(install(
         ProfileLayer::builder()
             .with_preset(Preset::Detailed)
             .with_max_overhead(Some(0.01)),
-    );
+    ))
+}
+
+/// Over the limit: the readings go at the first tick, and the report and profile say so.
+#[test]
+fn over_the_limit_the_readings_are_stepped_down_and_reported() {
+    let Some((dispatch, guard)) = over_the_limit() else {
+        return;
+    };
     let handle = guard.handle();
     tracing::dispatcher::with_default(&dispatch, || {
         // Until the back-off steps down (its first tick is after 1 s, the second decides), or
@@ -184,15 +191,9 @@ fn over_the_limit_the_readings_are_stepped_down_and_reported() {
 /// sampled 1 in N, with its calls still exact, and every output says so.
 #[test]
 fn still_over_the_limit_the_hottest_short_spans_are_sampled_and_counted() {
-    if spanprof::__private::cpu::process_cpu_ns().is_none() {
-        eprintln!("SKIPPED: no process CPU time on this platform");
+    let Some((dispatch, guard)) = over_the_limit() else {
         return;
-    }
-    let (dispatch, guard) = install(
-        ProfileLayer::builder()
-            .with_preset(Preset::Detailed)
-            .with_max_overhead(Some(0.01)),
-    );
+    };
     let handle = guard.handle();
     let sampled = || {
         handle
