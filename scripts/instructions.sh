@@ -13,7 +13,7 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed (Debian: apt
 a=${SPANS_A:-20000}
 b=${SPANS_B:-40000}
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(floor basic notree excluded off detailed nested_floor nested nested_notree)
+[ ${#cases[@]} -gt 0 ] || cases=(floor basic notree excluded off detailed sampled nested_floor nested nested_notree)
 cargo bench -q -p spanprof-peers --bench instructions --no-run >/dev/null 2>&1
 bin=$(cargo bench -p spanprof-peers --bench instructions --no-run 2>&1 | grep -o 'target/[^ )]*instructions-[0-9a-f]*' | head -1)
 [ -x "$bin" ] || { echo "could not find the instructions bench binary" >&2; exit 1; }

@@ -333,8 +333,10 @@ impl Builder {
     /// The back-off's threshold (default [`Builder::DEFAULT_MAX_OVERHEAD_PCT`], `None`: off):
     /// when spanprof's estimated cost goes over this share of the process's CPU time, %, its
     /// per-span resource readings (CPU time, heap, memory, GPU and energy marks) are switched
-    /// off until the span rate falls; span timing stays on. It says so once at
-    /// `spanprof::perf`, and the report and the profile list every step
+    /// off until the span rate falls; still over it (or with no readings on), the hottest
+    /// short leaf span names are sampled 1 in N (their calls still exact, marked sampled in
+    /// every output: [`SpanStats::sampled`](crate::profile::SpanStats::sampled)). It says so
+    /// once per stage at `spanprof::perf`, and the report and the profile list every step
     /// ([`Snapshot::backoff`](crate::profile::Snapshot::backoff)). Over 0 and up to 100, or
     /// [`Builder::build`] fails. `SPANPROF_MAX_OVERHEAD` overrides it (`off` turns it off).
     ///

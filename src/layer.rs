@@ -90,6 +90,10 @@ impl ProfileLayer {
             Some(env) if has_span_directives(env) => Mode::Scoped,
             _ => Mode::On,
         };
+        if mode == Mode::Scoped {
+            // A span left out by sampling would still go to the filter, under its lock.
+            recorder.forbid_sampling();
+        }
         Self {
             recorder,
             filter: filter.map(|env| {

@@ -80,6 +80,7 @@
 //! | `spanprof.overhead.estimated` | gauge | `s` | estimated cost since the start |
 //! | `spanprof.backoff.steps` | monotonic sum | `{step}` | automatic back-off steps, attribute `direction` = `off` (readings switched off) or `on` (back on) |
 //! | `spanprof.span.overhead` | monotonic sum | `s` | estimated cost in spans of each name (attributes `span.name`, `span.target`) |
+//! | `spanprof.span.sample_every` | gauge (int) | `1` | N of each span name the back-off sampled: its histograms hold 1 span in N at least, its counts every span |
 //!
 //! The resource has `service.name` (`OTEL_SERVICE_NAME`, else `service.name` in
 //! `OTEL_RESOURCE_ATTRIBUTES`, else `unknown_service:<program>`), the attributes of
@@ -741,6 +742,7 @@ fn request(
     );
     metrics.extend(event_metrics(snapshot, start, now));
     metrics.extend(overhead_metrics(snapshot, start, now));
+    metrics.extend(sampling_metric(snapshot, start, now));
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
             resource: Some(resource(snapshot, options)),
@@ -1103,7 +1105,8 @@ fn overhead_metrics(snapshot: &Snapshot, start: u64, now: u64) -> Vec<Metric> {
         ),
         otlp_metric(
             "spanprof.backoff.steps",
-            "Steps of the automatic back-off: per-span readings switched off, and back on",
+            "Steps of the automatic back-off: per-span readings switched off, and back on; span \
+             names sampled more (off), and less (on)",
             "{step}",
             cumulative_sum(vec![steps(false), steps(true)], true),
         ),
@@ -1131,6 +1134,34 @@ fn overhead_metrics(snapshot: &Snapshot, start: u64, now: u64) -> Vec<Metric> {
         ));
     }
     metrics
+}
+
+/// The N of each span name the automatic back-off sampled, where any was.
+fn sampling_metric(snapshot: &Snapshot, start: u64, now: u64) -> Option<Metric> {
+    let sampled: Vec<NumberDataPoint> = snapshot
+        .spans
+        .iter()
+        .filter_map(|s| {
+            let every = s.sampled.as_ref()?.every;
+            Some(number_point(
+                span_attributes(&s.name, &s.target),
+                start,
+                now,
+                number_data_point::Value::AsInt(i64::from(every)),
+            ))
+        })
+        .collect();
+    (!sampled.is_empty()).then(|| {
+        otlp_metric(
+            "spanprof.span.sample_every",
+            "N where the automatic back-off sampled this span name: its histograms hold at \
+             least 1 span in N, its counts every span",
+            "1",
+            metric::Data::Gauge(Gauge {
+                data_points: sampled,
+            }),
+        )
+    })
 }
 
 #[cfg(test)]

@@ -171,7 +171,7 @@ impl ProfileSession {
     pub(crate) fn snapshot(&self) -> Snapshot {
         let mut snapshot = self.recorder.snapshot();
         if let Some(backoff) = &*self.backoff.lock().unwrap_or_else(|e| e.into_inner()) {
-            snapshot.backoff = backoff.steps();
+            (snapshot.backoff, snapshot.dropped.backoff_steps) = backoff.steps();
         }
         #[cfg(feature = "chrome")]
         let snapshot = {

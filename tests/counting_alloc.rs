@@ -6,6 +6,8 @@ use std::hint::black_box;
 use spanprof::alloc::HeapCounters;
 use spanprof::CountingAlloc;
 
+mod support;
+
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::system();
 
@@ -115,4 +117,76 @@ fn process_view_follows_within_its_granularity() {
         (after - before).abs() < slack,
         "before {before}, after {after}"
     );
+}
+
+/// One span of each of 64 names (a function per callsite), lasting as long as the argument
+/// makes it.
+macro_rules! spans_of {
+    ($($name:literal)*) => {
+        [$((|body: &dyn Fn()| tracing::info_span!($name).in_scope(body)) as fn(&dyn Fn())),*]
+    };
+}
+
+/// What one snapshot allocates (bytes, on the thread taking it) of a profile of `names` span
+/// names each recorded on `threads` threads, at `basic` (the call tree on). On a mock clock,
+/// each name's spans last from 1 ns to past the histograms' highest value (an hour): every
+/// histogram spans its whole range, the most a snapshot can take.
+fn snapshot_bytes(names: usize, threads: usize) -> u64 {
+    let all: [fn(&dyn Fn()); 64] = spans_of!("n0" "n1" "n2" "n3" "n4" "n5" "n6" "n7" "n8" "n9" "n10" "n11" "n12" "n13" "n14" "n15" "n16" "n17" "n18" "n19" "n20" "n21" "n22" "n23" "n24" "n25" "n26" "n27" "n28" "n29" "n30" "n31" "n32" "n33" "n34" "n35" "n36" "n37" "n38" "n39" "n40" "n41" "n42" "n43" "n44" "n45" "n46" "n47" "n48" "n49" "n50" "n51" "n52" "n53" "n54" "n55" "n56" "n57" "n58" "n59" "n60" "n61" "n62" "n63");
+    let (clock, mock) = spanprof::clock::Clock::mock();
+    let (dispatch, guard) = support::install(
+        spanprof::ProfileLayer::builder()
+            .with_preset(spanprof::Preset::Basic)
+            .with_clock(clock),
+    );
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let (dispatch, mock) = (dispatch.clone(), mock.clone());
+            scope.spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    for span in &all[..names] {
+                        for ns in [1, 1_000, 1_000_000, 1_000_000_000, 4_000_000_000_000] {
+                            span(&|| mock.advance(std::time::Duration::from_nanos(ns)));
+                        }
+                    }
+                });
+            });
+        }
+    });
+    let before = now();
+    let snap = black_box(guard.snapshot());
+    let bytes = now().since(before).allocated;
+    assert_eq!(snap.spans.len(), names);
+    assert!(snap.spans.iter().all(|s| s.calls == 5 * threads as u64));
+    assert!(
+        snap.spans.iter().all(|s| s.busy.clamped > 0),
+        "the whole range"
+    );
+    bytes
+}
+
+/// The README's bound on a snapshot: 1 MiB, plus 1 MiB per span name (its seven histograms and
+/// the five of its figures, up to 72 KiB each over the whole range, and its call-tree node),
+/// plus 2 KiB per name and thread (threads' records are merged per name, not kept).
+/// Measured with every histogram over its whole range: 739 KB per name (5.9 MB for 8 names,
+/// 47.3 MB for 64), and 4 KB more for 32 names on 8 threads than on 1.
+const SNAPSHOT_FIXED: u64 = 1 << 20;
+const SNAPSHOT_PER_NAME: u64 = 1 << 20;
+const SNAPSHOT_PER_NAME_THREAD: u64 = 2 << 10;
+
+#[test]
+fn a_snapshot_allocates_within_its_stated_bound() {
+    let mut measured = Vec::new();
+    for (names, threads) in [(8, 1), (32, 1), (32, 8), (64, 4)] {
+        let bytes = snapshot_bytes(names, threads);
+        eprintln!("{names} names x {threads} threads: {bytes} bytes");
+        let bound = SNAPSHOT_FIXED
+            + names as u64 * (SNAPSHOT_PER_NAME + threads as u64 * SNAPSHOT_PER_NAME_THREAD);
+        assert!(bytes <= bound, "{names} x {threads}: {bytes} > {bound}");
+        measured.push(bytes);
+    }
+    // Eight times the threads: not eight times the memory (each name's histograms are one).
+    assert!(measured[2] < measured[1] * 5 / 4, "{measured:?}");
+    // Four times the names: about four times the memory past the fixed part.
+    assert!(measured[1] > 3 * measured[0], "{measured:?}");
 }

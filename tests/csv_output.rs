@@ -150,6 +150,8 @@ fn every_cell_is_the_profiles_and_names_round_trip() {
         "flops",
         "allocs_per_entry",
         "cpu_skipped_entries",
+        "sample_every",
+        "sampled_out",
         "clamped",
     ];
     for h in &headers {

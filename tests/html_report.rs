@@ -652,7 +652,7 @@ fn own_cost_back_off_and_costly_names_come_from_the_profile() {
         assert_eq!(row[3].value, Some(step.overhead_pct));
     }
     assert_eq!(steps[0][3].text, "cost 3.2%");
-    assert_eq!(steps[1][3].text, "predicted 0.8%");
+    assert_eq!(steps[1][3].text, "predicted 0.75%");
     // The names spanprof costs over 5% of their busy time, the most first, as the console's
     // note lists them.
     let mut expected: Vec<(f64, &SpanStats)> = snap

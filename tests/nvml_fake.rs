@@ -468,3 +468,36 @@ fn full_preset_finds_the_fake_on_the_loader_path() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
 }
+
+/// Past the bound of 8 GPUs followed per span (`MAX_GPUS`): a machine of 10 devices has all 10
+/// in the profile's device list and timeline, and per span the first 8, each its own figures.
+#[test]
+fn past_eight_gpus_later_devices_are_sampled_but_not_followed_per_span() {
+    let fake = fake!("ten_devices");
+    let utils: String = (0..10).map(|i| format!("UTIL_{i}={}\n", 10 + i)).collect();
+    fake.configure(&format!("DEVICES=10\nPOWER_MW=100000\n{utils}"));
+    let builder = spanprof::ProfileLayer::builder()
+        .with_preset(spanprof::Preset::Full)
+        .with_sample_interval(Duration::from_millis(10))
+        .with_gpu_source(fake.source());
+    let (dispatch, guard) = support::install(builder);
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("step").in_scope(|| std::thread::sleep(Duration::from_millis(100)));
+    });
+    let snap = support::finish_snapshot(guard);
+    let info = snap.resources.as_ref().unwrap();
+    assert_eq!(info.gpu_devices.len(), 10);
+    let last = info.timeline.last().expect("samples");
+    assert_eq!(last.gpus.len(), 10, "the sampler reads every device");
+    assert_eq!(last.gpus[9].utilization_pct, Some(19));
+    let gpus = &support::span(&snap, "step")
+        .resources
+        .as_ref()
+        .unwrap()
+        .gpus;
+    let devices: Vec<u32> = gpus.iter().map(|g| g.device).collect();
+    assert_eq!(devices, (0..8).collect::<Vec<u32>>());
+    for g in gpus {
+        assert_eq!(g.mean_utilization_pct, Some(10.0 + f64::from(g.device)));
+    }
+}

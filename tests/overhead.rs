@@ -173,19 +173,26 @@ fn the_back_off_threshold_is_checked_and_can_be_off() {
     }
 }
 
-/// A limit no real program can stay under (a hundredth of a percent): the readings go at the
-/// first tick, and the report and profile say so.
-#[test]
-fn over_the_limit_the_readings_are_stepped_down_and_reported() {
+/// `detailed` with a limit no real program can stay under (a hundredth of a percent); `None`
+/// (skipped, said) where the process's CPU time cannot be read.
+fn over_the_limit() -> Option<(tracing::Dispatch, spanprof::ProfileGuard)> {
     if spanprof::__private::cpu::process_cpu_ns().is_none() {
         eprintln!("SKIPPED: no process CPU time on this platform");
-        return;
+        return None;
     }
-    let (dispatch, guard) = install(
+    Some(install(
         ProfileLayer::builder()
             .with_preset(Preset::Detailed)
             .with_max_overhead(Some(0.01)),
-    );
+    ))
+}
+
+/// Over the limit: the readings go at the first tick, and the report and profile say so.
+#[test]
+fn over_the_limit_the_readings_are_stepped_down_and_reported() {
+    let Some((dispatch, guard)) = over_the_limit() else {
+        return;
+    };
     let handle = guard.handle();
     tracing::dispatcher::with_default(&dispatch, || {
         // Until the back-off steps down (its first tick is after 1 s, the second decides), or
@@ -207,4 +214,70 @@ fn over_the_limit_the_readings_are_stepped_down_and_reported() {
         report.contains("note: spanprof backed off (per-span readings, every span name):"),
         "{report}"
     );
+}
+
+/// The same limit at `detailed`: the readings go first, then the short leaf span `busy` is
+/// sampled 1 in N, with its calls still exact, and every output says so.
+#[test]
+fn still_over_the_limit_the_hottest_short_spans_are_sampled_and_counted() {
+    let Some((dispatch, guard)) = over_the_limit() else {
+        return;
+    };
+    let handle = guard.handle();
+    let sampled = || {
+        handle
+            .snapshot()
+            .span("busy")
+            .is_some_and(|s| s.sampled.is_some())
+    };
+    let mut spans = 0u64;
+    tracing::dispatcher::with_default(&dispatch, || {
+        // Until `busy` is sampled (two steps: the third tick at the earliest), or 60 s on a
+        // machine too loaded for it: counts, not timing, decide the test.
+        let start = std::time::Instant::now();
+        while !sampled() && start.elapsed() < Duration::from_secs(60) {
+            for _ in 0..1000 {
+                tracing::info_span!("busy").in_scope(|| {});
+            }
+            spans += 1000;
+        }
+        // Some more, sampled.
+        for _ in 0..10_000 {
+            tracing::info_span!("busy").in_scope(|| {});
+        }
+        spans += 10_000;
+    });
+    let snap = finish_snapshot(guard);
+    let busy = snap.span("busy").unwrap();
+    let x = busy.sampled.as_ref().expect("busy sampled");
+    assert!(x.every >= 2 && x.every.is_power_of_two(), "{x:?}");
+    // Every span counted; the histograms hold the recorded ones.
+    assert_eq!(
+        (busy.calls, busy.created, busy.instances),
+        (spans, spans, spans)
+    );
+    assert!(
+        x.skipped >= 10_000 - 10_000 / u64::from(x.every) - 1,
+        "{x:?}"
+    );
+    assert_eq!(busy.entry_busy.count + x.skipped, spans);
+    // The readings went first, then the sampling step naming `busy`.
+    let first = &snap.backoff[0];
+    assert!(
+        !first.resources.is_empty() && first.sampled.is_empty(),
+        "{first:?}"
+    );
+    let step = snap
+        .backoff
+        .iter()
+        .find(|s| !s.sampled.is_empty())
+        .expect("a sampling step");
+    assert!(
+        !step.on && step.sampled.iter().any(|n| n.name == "busy"),
+        "{step:?}"
+    );
+    assert!(step.at_ns >= first.at_ns);
+    let report = Table::new().to_string(&snap);
+    assert!(report.contains("note: back-off sampling: at "), "{report}");
+    assert!(report.contains(&format!("busy 1/{}", x.every)), "{report}");
 }

@@ -93,9 +93,13 @@ impl Metric {
         }
     }
 
-    /// This metric of one span name, ns.
+    /// This metric of one span name, ns ([`Metric::Total`] scaled to every call where the
+    /// back-off sampled the name: [`SpanStats::scaled_total_ns`]).
     pub fn of(self, span: &SpanStats) -> f64 {
-        self.pick(&span.entry_busy, &span.entry_self)
+        match self {
+            Metric::Total => span.scaled_total_ns(&span.entry_busy) as f64,
+            _ => self.pick(&span.entry_busy, &span.entry_self),
+        }
     }
 
     /// This metric of one call path: its node's busy time per closed instance ([`Metric::P50`]
@@ -339,15 +343,24 @@ pub struct Side {
     pub spread: f64,
     /// The fewest calls in one of these runs.
     pub min_calls: u64,
+    /// The largest N where the automatic back-off sampled the span name in one of these runs
+    /// ([`SpanStats::sampled`]): its figures come from 1 span in N, its total is scaled.
+    pub sampled_every: Option<u32>,
 }
 
 impl Side {
     /// `metric` of each run's statistics of one span name.
     fn of(stats: &[&SpanStats], metric: Metric) -> Self {
-        Self::new(
-            stats.iter().map(|s| metric.of(s)).collect(),
-            stats.iter().map(|s| s.calls).min().unwrap_or(0),
-        )
+        Self {
+            sampled_every: stats
+                .iter()
+                .filter_map(|s| Some(s.sampled.as_ref()?.every))
+                .max(),
+            ..Self::new(
+                stats.iter().map(|s| metric.of(s)).collect(),
+                stats.iter().map(|s| s.calls).min().unwrap_or(0),
+            )
+        }
     }
 
     fn new(values: Vec<f64>, min_calls: u64) -> Self {
@@ -369,6 +382,7 @@ impl Side {
             median,
             spread,
             min_calls,
+            sampled_every: None,
         }
     }
 }
@@ -926,6 +940,37 @@ mod tests {
                 (Metric::P50, Verdict::Unchanged)
             ]
         );
+    }
+
+    #[test]
+    fn a_sampled_names_total_is_scaled_and_said_to_be_sampled() {
+        let b = base();
+        let name = busiest(&b);
+        // The new run recorded a quarter of the name's entries (sampled 1 in 4), as fast.
+        let mut new = b.clone();
+        for span in new.spans.iter_mut().filter(|sp| sp.name == name) {
+            let e = &mut span.entry_busy;
+            let recorded = e.count / 4;
+            span.sampled = Some(crate::profile::Sampled {
+                every: 4,
+                since_ns: 0,
+                skipped: e.count - recorded,
+            });
+            e.count = recorded;
+            e.total_ns = (e.mean_ns * recorded as f64) as u64;
+        }
+        let mut opts = CompareOptions::default();
+        opts.thresholds.push((Metric::Total, 5.0));
+        let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&new), &opts);
+        let t = c
+            .timings
+            .iter()
+            .find(|t| t.name == name && t.metric == Metric::Total)
+            .unwrap();
+        // Recorded alone, the total fell by 75%: scaled to every call, it did not move.
+        assert!((t.ratio - 1.0).abs() < 0.01, "{}", t.ratio);
+        assert_eq!(t.verdict, Verdict::Unchanged);
+        assert_eq!((t.base.sampled_every, t.new.sampled_every), (None, Some(4)));
     }
 
     fn with_tree() -> Snapshot {

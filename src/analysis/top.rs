@@ -111,6 +111,9 @@ pub enum Finding {
         cost_source: CostSource,
         /// Estimated instrumentation cost over busy time, %.
         cost_share_pct: f64,
+        /// N where the automatic back-off sampled the name (1 span in N recorded; its busy
+        /// time scaled to every call): spanprof has already cut its cost there.
+        sampled_every: Option<u32>,
     },
     /// A span name allocating much per call (counting allocator; child spans included), over
     /// at least [`ALLOCATIONS_MIN_CALLS`] entries.
@@ -162,24 +165,21 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
     let key = |s: &SpanStats| (s.name.clone(), s.target.clone());
     let mut findings = Vec::new();
 
-    let all_self: u128 = spans
-        .iter()
-        .map(|s| u128::from(s.entry_self.total_ns))
-        .sum();
+    // Totals of names the back-off sampled are scaled to every call (mean × calls).
+    let self_ns = |s: &SpanStats| s.scaled_total_ns(&s.entry_self);
+    let all_self: u128 = spans.iter().map(|s| u128::from(self_ns(s))).sum();
     let mut dominant: Vec<&SpanStats> = spans
         .iter()
-        .filter(|s| {
-            all_self > 0 && share(s.entry_self.total_ns, all_self) >= DOMINANT_SELF_SHARE_PCT
-        })
+        .filter(|s| all_self > 0 && share(self_ns(s), all_self) >= DOMINANT_SELF_SHARE_PCT)
         .collect();
-    dominant.sort_by_key(|s| std::cmp::Reverse(s.entry_self.total_ns));
+    dominant.sort_by_key(|s| std::cmp::Reverse(self_ns(s)));
     findings.extend(dominant.iter().take(FINDINGS_PER_KIND).map(|s| {
         let (name, target) = key(s);
         Finding::SelfTime {
             name,
             target,
-            self_ns: s.entry_self.total_ns,
-            share_pct: share(s.entry_self.total_ns, all_self),
+            self_ns: self_ns(s),
+            share_pct: share(self_ns(s), all_self),
         }
     }));
 
@@ -212,7 +212,7 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
             let (cost, source) = instrumentation_cost(snapshot, s);
             let per_span = if spans == 0 { 0.0 } else { cost / spans as f64 };
             (
-                100.0 * cost / s.entry_busy.total_ns as f64,
+                100.0 * cost / s.scaled_total_ns(&s.entry_busy) as f64,
                 per_span,
                 source,
                 s,
@@ -235,6 +235,7 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
                     cost_per_span_ns: per_span,
                     cost_source: source,
                     cost_share_pct: pct,
+                    sampled_every: s.sampled.as_ref().map(|x| x.every),
                 }
             }),
     );
@@ -478,6 +479,26 @@ mod tests {
         assert_eq!(source, CostSource::Measured);
         assert_eq!(per_span, 60.0);
         assert!((pct - 30.0).abs() < 1e-9, "{pct}");
+        // Sampled 1 in 4 by the back-off (3 spans left out for each recorded): the cost is
+        // against the busy time scaled to every call, 800 µs, and the finding says so.
+        let e = &mut s.spans[0].entry_busy;
+        e.mean_ns = e.total_ns as f64 / e.count as f64;
+        let recorded = e.count;
+        s.spans[0].sampled = Some(crate::profile::Sampled {
+            every: 4,
+            since_ns: 0,
+            skipped: 3 * recorded,
+        });
+        let found = top(&s);
+        let (pct, ..) = instrumentation(&found);
+        assert!((pct - 7.5).abs() < 1e-6, "{pct}");
+        assert!(found.iter().any(|f| matches!(
+            f,
+            Finding::Instrumentation {
+                sampled_every: Some(4),
+                ..
+            }
+        )));
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub const METRICS_CSV_FILE: &str = "metrics.csv";
 /// - spanprof's own cost: `overhead_ns` (its estimated cost in spans of this name) and
 ///   `overhead_pct` (that cost as a share of their busy time, `total_ns`), empty where the
 ///   profile has no estimate;
+/// - `sample_every` and `sampled_out`: set where the automatic back-off sampled the name (1
+///   span in `sample_every` recorded at most, `sampled_out` spans left out): `calls` is exact,
+///   the per-call figures come from the spans recorded, and `total_ns`, `self_ns` and
+///   `self_pct` are scaled to every call (mean × calls);
 /// - `clamped`: spans with a time over the histograms' highest value (the report's note).
 ///
 /// The metrics from events are in a file of their own, [`CsvMetrics`] (`metrics.csv`): one
@@ -180,7 +184,7 @@ fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
     let all_self: f64 = snap
         .spans
         .iter()
-        .map(|s| s.entry_self.total_ns as f64)
+        .map(|s| s.scaled_total_ns(&s.entry_self) as f64)
         .sum();
     let mut c = vec![
         column("name", |s| s.name.clone()),
@@ -191,10 +195,10 @@ fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
         column("calls_per_instance", |s| per(s.calls as f64, s.created)),
         column("errors", |s| int(s.errors)),
         column("errored_instances", |s| int(s.errored_instances)),
-        column("total_ns", |s| int(s.entry_busy.total_ns)),
-        column("self_ns", |s| int(s.entry_self.total_ns)),
+        column("total_ns", |s| int(s.scaled_total_ns(&s.entry_busy))),
+        column("self_ns", |s| int(s.scaled_total_ns(&s.entry_self))),
         column("self_pct", move |s| {
-            pct(s.entry_self.total_ns as f64, all_self)
+            pct(s.scaled_total_ns(&s.entry_self) as f64, all_self)
         }),
         column("mean_ns", |s| real(s.entry_busy.mean_ns)),
         column("min_ns", |s| int(s.entry_busy.min_ns)),
@@ -288,8 +292,14 @@ fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
     c.push(column("overhead_ns", |s| opt(s.overhead_ns, int)));
     c.push(column("overhead_pct", |s| {
         opt(s.overhead_ns, |ns| {
-            pct(ns as f64, s.entry_busy.total_ns as f64)
+            pct(ns as f64, s.scaled_total_ns(&s.entry_busy) as f64)
         })
+    }));
+    c.push(column("sample_every", |s| {
+        opt(s.sampled.as_ref(), |x| int(x.every))
+    }));
+    c.push(column("sampled_out", |s| {
+        opt(s.sampled.as_ref(), |x| int(x.skipped))
     }));
     c.push(column("clamped", |s| int(clamped_spans(s))));
     c

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::table::{
     backoff_cost, clamped_spans, costly_share, cpu_pct, multi_entry, own_cost_text, report_order,
-    sampled_note, share, COSTLY_PCT,
+    sampled_names_note, sampled_note, sampling_step, scaled_total, share, COSTLY_PCT,
 };
 use super::tree::widest_first;
 use super::units::{format_bytes, format_count, format_duration, format_metric, format_si};
@@ -344,16 +344,25 @@ fn overhead_section(snap: &Snapshot, spans: &[&SpanStats]) -> String {
         html.push_str(
             "<h3>Back-off</h3>\n<p class=\"hint\">Once a second spanprof compares its estimated \
              cost with the process's CPU time: over its limit, it switches per-span readings off \
-             for every span name, and back on when the cost predicted with them is under it.</p>\n",
+             for every span name, then samples the hottest short span names 1 in N (calls \
+             exact, totals marked ≈ scaled from the spans recorded), and steps back when the \
+             cost predicted is under half of it.</p>\n",
         );
         let rows = snap
             .backoff
             .iter()
             .map(|s| {
+                let (what, which) = if s.sampled.is_empty() {
+                    let what = if s.on { "back on" } else { "off" };
+                    (what, s.resources.join(", "))
+                } else {
+                    let what = if s.on { "sampled less" } else { "sampled" };
+                    (what, sampling_step(s))
+                };
                 vec![
                     duration(s.at_ns),
-                    text(if s.on { "back on" } else { "off" }),
-                    text(&s.resources.join(", ")),
+                    text(what),
+                    text(&which),
                     number(s.overhead_pct, backoff_cost(s)),
                 ]
             })
@@ -830,7 +839,7 @@ fn missing() -> Cell {
 fn table(spans: &[&SpanStats], sample_every: Option<u64>) -> String {
     let all_self: u128 = spans
         .iter()
-        .map(|s| u128::from(s.entry_self.total_ns))
+        .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
         .sum();
     let col = |head, title, numeric| Column {
         head,
@@ -926,10 +935,13 @@ fn table(spans: &[&SpanStats], sample_every: Option<u64>) -> String {
             text(&s.name),
             text(&s.target),
             number(s.calls as f64, format_count(s.calls)),
-            duration(e.total_ns),
-            duration(s.entry_self.total_ns),
+            number(s.scaled_total_ns(e) as f64, scaled_total(s, e)),
+            number(
+                s.scaled_total_ns(&s.entry_self) as f64,
+                scaled_total(s, &s.entry_self),
+            ),
             {
-                let pct = share(s.entry_self.total_ns.into(), all_self);
+                let pct = share(s.scaled_total_ns(&s.entry_self).into(), all_self);
                 number(pct, format!("{pct:.1}%"))
             },
             number(e.mean_ns, format_duration(e.mean_ns.round() as u64)),
@@ -1003,6 +1015,13 @@ fn table(spans: &[&SpanStats], sample_every: Option<u64>) -> String {
             html,
             "<p class=\"hint\" id=\"cpu-sampled\">{}</p>",
             escape(&sampled_note(sample_every))
+        );
+    }
+    if let Some(note) = sampled_names_note(spans.iter().copied()) {
+        let _ = writeln!(
+            html,
+            "<p class=\"hint\" id=\"spans-sampled\">{}</p>",
+            escape(&note)
         );
     }
     html

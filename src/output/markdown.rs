@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
+use super::table::{sampled_names_note, scaled_total};
 use super::units::{format_count, format_duration};
 use super::Format;
 use crate::profile::{Snapshot, SpanStats};
@@ -51,7 +52,7 @@ impl Markdown {
         spans.sort_by(|a, b| super::by_self_time(a, b));
         let all_self: u128 = spans
             .iter()
-            .map(|s| u128::from(s.entry_self.total_ns))
+            .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
             .sum();
         let run = &snapshot.run;
         let mut f = String::new();
@@ -79,7 +80,7 @@ impl Markdown {
             let share = if all_self == 0 {
                 0.0
             } else {
-                100.0 * s.entry_self.total_ns as f64 / all_self as f64
+                100.0 * s.scaled_total_ns(&s.entry_self) as f64 / all_self as f64
             };
             let _ = writeln!(
                 f,
@@ -87,8 +88,8 @@ impl Markdown {
                 escape(&s.name),
                 escape(&s.target),
                 format_count(s.calls),
-                format_duration(e.total_ns),
-                format_duration(s.entry_self.total_ns),
+                scaled_total(s, e),
+                scaled_total(s, &s.entry_self),
                 share,
                 format_duration(e.mean_ns.round() as u64),
                 format_duration(e.p50_ns),
@@ -96,6 +97,9 @@ impl Markdown {
                 format_duration(e.p99_ns),
                 format_duration(e.max_ns),
             );
+        }
+        if let Some(note) = sampled_names_note(&snapshot.spans) {
+            let _ = writeln!(f, "\n{}", escape(&note));
         }
         if spans.len() > self.top {
             let _ = writeln!(

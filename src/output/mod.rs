@@ -50,6 +50,8 @@ mod markdown;
 mod pprof;
 #[cfg(feature = "prometheus")]
 mod prometheus;
+#[cfg(test)]
+mod sampled_marks;
 mod select;
 mod table;
 mod tree;
@@ -112,10 +114,12 @@ pub trait Format: Send + Sync + fmt::Debug {
 /// The order of every report: most self time first, then most busy time, then by name and
 /// target (a total order, so equal figures print the same way every time).
 pub(crate) fn by_self_time(a: &SpanStats, b: &SpanStats) -> std::cmp::Ordering {
-    b.entry_self
-        .total_ns
-        .cmp(&a.entry_self.total_ns)
-        .then(b.entry_busy.total_ns.cmp(&a.entry_busy.total_ns))
+    // Totals of names the back-off sampled: scaled to every call.
+    let busy = |s: &SpanStats| s.scaled_total_ns(&s.entry_busy);
+    let self_ns = |s: &SpanStats| s.scaled_total_ns(&s.entry_self);
+    self_ns(b)
+        .cmp(&self_ns(a))
+        .then(busy(b).cmp(&busy(a)))
         .then(a.name.cmp(&b.name))
         .then(a.target.cmp(&b.target))
 }

@@ -59,6 +59,9 @@ pub const METRICS_FILE: &str = "metrics.prom";
 /// calibrated cost of one span), `spanprof_process_cpu_seconds_total`; per span name
 /// `spanprof_span_overhead_seconds_total` and `spanprof_span_cpu_skipped_entries_total` (entries
 /// whose CPU time was sampled out: above 0, `spanprof_span_cpu_seconds_total` is an estimate);
+/// where the back-off sampled a span name, `spanprof_span_sample_every` (its N: the span
+/// histograms hold 1 span in N, `_count` the spans recorded; `spanprof_span_calls_total` stays
+/// exact) and `spanprof_span_sampled_out_total`;
 /// after back-off steps, `spanprof_backoff_steps_total` (labelled `direction`, `off` or `on`) and
 /// `spanprof_backoff_reading_off` (labelled `resource`: 1 while the back-off holds that
 /// per-span reading off).
@@ -519,6 +522,21 @@ fn overhead(f: &mut Families, snap: &Snapshot, spans: &[&SpanStats]) {
         COUNTER,
         |s| Some(resources(s)?.cpu.as_ref()?.skipped_entries as f64),
     );
+    f.per_span(
+        spans,
+        "span_sample_every",
+        "N where the automatic back-off sampled this span name: at least 1 span in N recorded \
+         in its histograms; its counts are exact (the spans left out counted, one call each).",
+        GAUGE,
+        |s| Some(f64::from(s.sampled.as_ref()?.every)),
+    );
+    f.per_span(
+        spans,
+        "span_sampled_out_total",
+        "Spans of this name the automatic back-off left out of its histograms (sampling).",
+        COUNTER,
+        |s| Some(s.sampled.as_ref()?.skipped as f64),
+    );
     if snap.backoff.is_empty() {
         return;
     }
@@ -529,7 +547,8 @@ fn overhead(f: &mut Families, snap: &Snapshot, spans: &[&SpanStats]) {
     };
     f.add(
         "backoff_steps_total",
-        "Steps of the automatic back-off: per-span readings switched off, or back on.",
+        "Steps of the automatic back-off: per-span readings switched off, or back on; span \
+         names sampled more (off), or less (on).",
         COUNTER,
         vec![steps(false), steps(true)],
     );

@@ -173,7 +173,10 @@ impl<'a> View<'a> {
                 }
             })
             .collect();
-        let all_self = rows.iter().map(|s| u128::from(s.entry_self.total_ns)).sum();
+        let all_self = rows
+            .iter()
+            .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
+            .sum();
         Self {
             snap,
             rows,
@@ -293,9 +296,9 @@ impl<'a> View<'a> {
                 "{:<nw$} {:>7} {:>8} {:>8} {:>5.1}% {:>8} {:>8} {:>8} {:>8} {:>8}",
                 s.label,
                 format_count(s.calls),
-                format_duration(e.total_ns),
-                format_duration(s.entry_self.total_ns),
-                share(s.entry_self.total_ns.into(), self.all_self),
+                scaled_total(s, e),
+                scaled_total(s, &s.entry_self),
+                share(s.scaled_total_ns(&s.entry_self).into(), self.all_self),
                 format_duration(e.mean_ns.round() as u64),
                 format_duration(e.p50_ns),
                 format_duration(e.p90_ns),
@@ -666,6 +669,7 @@ impl<'a> View<'a> {
             .snap
             .backoff
             .iter()
+            .filter(|s| s.sampled.is_empty())
             .map(|s| {
                 format!(
                     "at {} {} {} ({})",
@@ -683,7 +687,29 @@ impl<'a> View<'a> {
                 &steps,
             )?;
         }
+        let sampling: Vec<String> = self
+            .snap
+            .backoff
+            .iter()
+            .filter(|s| !s.sampled.is_empty())
+            .map(sampling_step)
+            .collect();
+        if !sampling.is_empty() {
+            wrap(f, "note: back-off sampling: ", &sampling)?;
+        }
+        let sampled = sampled_names(&self.snap.spans);
+        if !sampled.is_empty() {
+            writeln!(f, "{SAMPLED_NOTE}:")?;
+            wrap(f, "  ", &sampled)?;
+        }
         let d = &self.snap.dropped;
+        if d.backoff_steps > 0 {
+            writeln!(
+                f,
+                "note: {} more back-off steps taken, not kept (64 kept)",
+                d.backoff_steps
+            )?;
+        }
         if d.spans_table_full > 0 || d.spans_too_many_names > 0 {
             writeln!(
                 f,
@@ -886,7 +912,8 @@ pub(crate) fn own_cost_text(o: &Overhead) -> String {
 /// spanprof's estimated cost in a span name, as a share of the name's busy time (%), where it
 /// is over [`COSTLY_PCT`]: the names the report says spanprof distorts.
 pub(crate) fn costly_share(s: &SpanStats) -> Option<f64> {
-    let pct = 100.0 * s.overhead_ns? as f64 / s.entry_busy.total_ns.max(1) as f64;
+    let busy = s.scaled_total_ns(&s.entry_busy);
+    let pct = 100.0 * s.overhead_ns? as f64 / busy.max(1) as f64;
     (pct > COSTLY_PCT).then_some(pct)
 }
 
@@ -907,13 +934,76 @@ pub(crate) fn sampled_note(sample_every: Option<u64>) -> String {
     format!("~ sampled: CPU time read for {which} of names with short entries (cpu% of the sample)")
 }
 
+/// A total of a span name's figure, `≈` before it where the name was sampled by the back-off
+/// (the mean of the recorded × every call: [`SpanStats::scaled_total_ns`]).
+pub(crate) fn scaled_total(s: &SpanStats, stat: &crate::profile::Stat) -> String {
+    format!(
+        "{}{}",
+        if s.sampled.is_some() { "≈" } else { "" },
+        format_duration(s.scaled_total_ns(stat))
+    )
+}
+
+/// What `≈` means in every report.
+pub(crate) const SAMPLED_NOTE: &str = "≈ sampled by the back-off: calls exact, per-call times \
+     from the spans recorded, totals = mean × calls";
+
+/// The names the back-off sampled: each with its largest N, from when, and how many spans
+/// were left out.
+pub(crate) fn sampled_names<'a>(spans: impl IntoIterator<Item = &'a SpanStats>) -> Vec<String> {
+    spans
+        .into_iter()
+        .filter_map(|s| {
+            let x = s.sampled.as_ref()?;
+            Some(format!(
+                "{} 1/{} from {} ({} left out)",
+                s.name,
+                x.every,
+                format_duration(x.since_ns),
+                format_count(x.skipped)
+            ))
+        })
+        .collect()
+}
+
+/// [`SAMPLED_NOTE`] and the names sampled, in one line; `None` when no name was.
+pub(crate) fn sampled_names_note<'a>(
+    spans: impl IntoIterator<Item = &'a SpanStats>,
+) -> Option<String> {
+    let names = sampled_names(spans);
+    (!names.is_empty()).then(|| format!("{SAMPLED_NOTE}: {}", names.join(", ")))
+}
+
+/// A second-stage back-off step in words: which names, at which N, and the cost.
+pub(crate) fn sampling_step(s: &BackoffStep) -> String {
+    let names: Vec<String> = s
+        .sampled
+        .iter()
+        .map(|n| {
+            if n.every > 1 {
+                format!("{} 1/{}", n.name, n.every)
+            } else {
+                format!("{} whole", n.name)
+            }
+        })
+        .collect();
+    format!(
+        "at {} {} ({})",
+        format_duration(s.at_ns),
+        names.join(", "),
+        backoff_cost(s)
+    )
+}
+
 /// The cost a back-off step acted on: measured for a step down, predicted for a step back on.
 pub(crate) fn backoff_cost(s: &BackoffStep) -> String {
-    format!(
-        "{}{:.1}%",
-        if s.on { "predicted " } else { "cost " },
-        s.overhead_pct
-    )
+    let what = if s.on { "predicted " } else { "cost " };
+    // Two decimals under 1% (a limit set that low is met by small costs).
+    if s.overhead_pct < 1.0 {
+        format!("{what}{:.2}%", s.overhead_pct)
+    } else {
+        format!("{what}{:.1}%", s.overhead_pct)
+    }
 }
 
 /// GPU per device and energy per span name, over instances.

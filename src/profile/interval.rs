@@ -116,6 +116,7 @@ impl Dropped {
                 .trace_windows_skipped
                 .saturating_sub(earlier.trace_windows_skipped),
             metric_values: self.metric_values.saturating_sub(earlier.metric_values),
+            backoff_steps: self.backoff_steps.saturating_sub(earlier.backoff_steps),
         }
     }
 }
@@ -150,6 +151,13 @@ impl SpanStats {
             flops: opt_sub(self.flops, earlier.flops),
             errors: self.errors.saturating_sub(earlier.errors),
             overhead_ns: opt_sub(self.overhead_ns, earlier.overhead_ns),
+            // The interval's skipped spans; N and its start as of the later snapshot.
+            sampled: self.sampled.as_ref().map(|s| crate::profile::Sampled {
+                skipped: s
+                    .skipped
+                    .saturating_sub(earlier.sampled.as_ref().map_or(0, |e| e.skipped)),
+                ..s.clone()
+            }),
             errored_instances: self
                 .errored_instances
                 .saturating_sub(earlier.errored_instances),

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::{
     CallTree, CpuUse, Dropped, GpuUse, HeapUse, MemoryUse, Overhead, ResourceInfo, RunInfo,
-    Snapshot, Source, SpanResources, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
+    Sampled, Snapshot, Source, SpanResources, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
 };
 
 impl Snapshot {
@@ -19,6 +19,11 @@ impl Snapshot {
     /// - **Span names** (name + target) are matched across inputs: counters, sums and
     ///   throughput fields added, histograms added bucket by bucket ([`Stat::merged`]),
     ///   resources per span added (peaks: the largest; CPU utilisation from the added times).
+    ///   A name the back-off sampled in any input is sampled in the merge
+    ///   ([`SpanStats::sampled`]): the largest N, the earliest start, the skipped spans added.
+    ///   Its histograms add the recorded spans of every input, so with different N (or an
+    ///   input not sampled) they weigh each input by the spans it recorded, not by its calls:
+    ///   [`SpanStats::scaled_total_ns`] is then the merged mean × every call.
     /// - **Sources**: every input's run metadata (host, pid, start time, command line), drops
     ///   and resource timeline are kept in [`Snapshot::sources`], in the order given (an input
     ///   that is itself a merge contributes its own sources). `origins` names the inputs (file
@@ -178,6 +183,7 @@ fn merge_dropped<'a>(dropped: impl Iterator<Item = &'a Dropped>) -> Dropped {
             .trace_windows_skipped
             .saturating_add(d.trace_windows_skipped);
         sum.metric_values = sum.metric_values.saturating_add(d.metric_values);
+        sum.backoff_steps = sum.backoff_steps.saturating_add(d.backoff_steps);
     }
     sum
 }
@@ -257,6 +263,9 @@ fn merge_span(parts: &[&SpanStats]) -> SpanStats {
         errors: sum(|s| s.errors),
         errored_instances: sum(|s| s.errored_instances),
         overhead_ns: opt(|s| s.overhead_ns),
+        sampled: parts.iter().fold(None, |acc, s| {
+            Sampled::merged(acc.as_ref(), s.sampled.as_ref())
+        }),
         resources: merge_span_resources(parts.iter().filter_map(|s| s.resources.as_ref())),
     }
 }

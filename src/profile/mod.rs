@@ -22,7 +22,10 @@
 //!   `metrics`, the metrics events recorded ([`metrics`]; empty in profiles of earlier
 //!   versions),
 //!   and `sources`, the runs a merged profile was made from ([`Snapshot::merge`]), each with
-//!   its metadata and resource timeline (absent in a profile of one run).
+//!   its metadata and resource timeline (absent in a profile of one run); the back-off's
+//!   second stage: `sampled` per span name ([`SpanStats::sampled`]), `sampled` per back-off
+//!   step ([`BackoffStep::sampled`]) and `dropped.backoff_steps`, absent where empty, so a
+//!   version 4 profile written before them reads as one where nothing was sampled.
 //!
 //! An older profile is read into the current model and its `version` becomes the current one.
 
@@ -134,6 +137,22 @@ pub struct BackoffStep {
     /// spanprof's estimated cost over the second before, % of the process's CPU time (with
     /// the readings, predicted, for a step back on).
     pub overhead_pct: f64,
+    /// A step of the second stage (sampling), when not empty: the span names whose sampling
+    /// changed, each with its new N (1: recorded whole again); `resources` is then empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sampled: Vec<SampledName>,
+}
+
+/// A span name's sampling set by a back-off step ([`BackoffStep::sampled`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SampledName {
+    /// Span name.
+    pub name: String,
+    /// Span target.
+    pub target: String,
+    /// 1 span in `every` recorded from this step on (1: every span).
+    pub every: u32,
 }
 
 impl BackoffStep {
@@ -148,6 +167,31 @@ impl BackoffStep {
             on,
             resources: resources.names().into_iter().map(str::to_string).collect(),
             overhead_pct,
+            sampled: Vec::new(),
+        }
+    }
+
+    /// A step of the second stage: `names` (name, target, N) sampled further (`on` false) or
+    /// less (`on` true).
+    pub(crate) fn sampling(
+        at_ns: u64,
+        on: bool,
+        names: Vec<(String, String, u32)>,
+        overhead_pct: f64,
+    ) -> Self {
+        Self {
+            at_ns,
+            on,
+            resources: Vec::new(),
+            overhead_pct,
+            sampled: names
+                .into_iter()
+                .map(|(name, target, every)| SampledName {
+                    name,
+                    target,
+                    every,
+                })
+                .collect(),
         }
     }
 }
@@ -248,6 +292,10 @@ pub struct Dropped {
     /// fields were in use; absent when 0, and 0 in profiles before version 4.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub metric_values: u64,
+    /// Automatic back-off steps taken past the [`Snapshot::backoff`] bound (64): counted, not
+    /// kept; absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub backoff_steps: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -317,9 +365,65 @@ pub struct SpanStats {
     /// mostly spanprof.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead_ns: Option<u64>,
+    /// Set when the automatic back-off sampled this name's spans (its second stage): the
+    /// histograms, the call tree, the resources and the throughput sums (their rates stay
+    /// unbiased) hold 1 span in [`Sampled::every`] from
+    /// [`Sampled::since_ns`] on, while `calls`, `created` and `instances` count every span
+    /// (schema 4, absent otherwise). [`SpanStats::scaled_total_ns`] gives a total for all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<Sampled>,
+}
+
+/// How a span name was sampled by the automatic back-off ([`SpanStats::sampled`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Sampled {
+    /// The largest N in effect: at least 1 span in N of the name was recorded (a power of two).
+    pub every: u32,
+    /// When sampling began, ns since the profile started.
+    pub since_ns: u64,
+    /// Spans of this name not recorded (sampled out): counted in `calls` (one entry each),
+    /// `created` and `instances`, in no histogram.
+    pub skipped: u64,
+}
+
+impl Sampled {
+    /// Combines two runs' sampling of one name: the largest N, the earliest start, the
+    /// skipped spans added (see [`Snapshot::merge`]).
+    pub(crate) fn merged(a: Option<&Sampled>, b: Option<&Sampled>) -> Option<Sampled> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(Sampled {
+                every: a.every.max(b.every),
+                since_ns: a.since_ns.min(b.since_ns),
+                skipped: a.skipped.saturating_add(b.skipped),
+            }),
+            (a, b) => a.or(b).cloned(),
+        }
+    }
 }
 
 impl SpanStats {
+    /// `stat.total_ns` scaled to every span of the name when it was sampled (the mean of the
+    /// recorded × their count plus the skipped ones: an estimate whose error is the spread of
+    /// the recorded over √count, stated in the README); `stat.total_ns` otherwise (exact).
+    ///
+    /// ```
+    /// # let snapshot: spanprof::Snapshot = spanprof::Snapshot::from_json(
+    /// #     include_str!("../../tests/data/profile-v2-detailed.json"), "x").unwrap();
+    /// for s in &snapshot.spans {
+    ///     // Unsampled: the exact sum.
+    ///     assert_eq!(s.scaled_total_ns(&s.busy), s.busy.total_ns);
+    /// }
+    /// ```
+    pub fn scaled_total_ns(&self, stat: &Stat) -> u64 {
+        match &self.sampled {
+            Some(s) if s.skipped > 0 && stat.count > 0 => {
+                (stat.mean_ns * (stat.count + s.skipped) as f64).round() as u64
+            }
+            _ => stat.total_ns,
+        }
+    }
+
     /// Rate of a throughput sum over the busy time of this span's entries (per second).
     pub fn rate(&self, sum: Option<u64>) -> Option<f64> {
         let sum = sum?;
@@ -432,4 +536,67 @@ pub(crate) fn detailed_test_profile() -> Snapshot {
         "test data",
     )
     .expect("the test profile reads")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampled(every: u32, since_ns: u64, skipped: u64) -> Option<Sampled> {
+        Some(Sampled {
+            every,
+            since_ns,
+            skipped,
+        })
+    }
+
+    #[test]
+    fn sampled_names_are_optional_kept_through_json_since_and_merge() {
+        // A v4 profile written before sampling existed reads: no name sampled, no step count.
+        let old = Snapshot::from_json(
+            include_str!("../../tests/data/cli-detailed.json"),
+            "test data",
+        )
+        .expect("reads");
+        assert_eq!(old.version, SCHEMA_VERSION);
+        assert!(old.spans.iter().all(|s| s.sampled.is_none()));
+        assert_eq!(old.dropped.backoff_steps, 0);
+        assert!(
+            !old.to_json().contains("\"sampled\""),
+            "absent when not sampled"
+        );
+
+        let mut a = old.clone();
+        a.spans[0].sampled = sampled(8, 2_000_000_000, 700);
+        a.dropped.backoff_steps = 3;
+        a.backoff.push(BackoffStep::sampling(
+            2_000_000_000,
+            false,
+            vec![(a.spans[0].name.clone(), a.spans[0].target.clone(), 8)],
+            7.5,
+        ));
+        let json = a.to_json();
+        assert!(json.contains("\"sampled\""));
+        let back = Snapshot::from_json(&json, "round trip").unwrap();
+        assert_eq!(back, a);
+        assert_eq!(back.backoff[0].sampled[0].every, 8);
+
+        // The interval: the skipped spans in it, N as at its end.
+        let mut later = a.clone();
+        later.spans[0].sampled = sampled(16, 2_000_000_000, 1_000);
+        let interval = later.since(&a);
+        assert_eq!(interval.spans[0].sampled, sampled(16, 2_000_000_000, 300));
+        assert_eq!(interval.dropped.backoff_steps, 0);
+
+        // Merged with a run sampled at another N, and one not sampled.
+        let mut b = old.clone();
+        b.spans[0].sampled = sampled(32, 1_000_000_000, 50);
+        let merged = Snapshot::merge(&[a.clone(), b, old.clone()], &[]).unwrap();
+        let name = &a.spans[0].name;
+        let span = merged.spans.iter().find(|s| &s.name == name).unwrap();
+        assert_eq!(span.sampled, sampled(32, 1_000_000_000, 750));
+        assert_eq!(merged.dropped.backoff_steps, 3);
+        let others = merged.spans.iter().filter(|s| &s.name != name);
+        assert!(others.clone().all(|s| s.sampled.is_none()));
+    }
 }

@@ -19,7 +19,8 @@ use super::Recorder;
 use crate::profile::metrics::{GaugeValue, HistogramValue, SumValue};
 use crate::profile::{
     Dropped, HistogramSpec, Metric, MetricKind, MetricValue, Overhead, ResourceInfo, RunInfo,
-    Snapshot, SpanStats, Stat, HIGHEST_NS, LOWEST_NS, SCHEMA, SCHEMA_VERSION, SIGNIFICANT_DIGITS,
+    Sampled, Snapshot, SpanStats, Stat, HIGHEST_NS, LOWEST_NS, SCHEMA, SCHEMA_VERSION,
+    SIGNIFICANT_DIGITS,
 };
 use crate::samplers::{Readings, SourceStatus};
 
@@ -50,7 +51,7 @@ impl Recorder {
             let (mut closed, mut entries, mut errored) = (0u64, 0u64, 0u64);
             let mut any = false;
             let mut res = ResourceTotals::default();
-            let (mut skipped, mut own_ns) = (0u64, 0u64);
+            let (mut skipped, mut own_ns, mut left_out) = (0u64, 0u64, 0u64);
             for shard in &shards {
                 let Some(Some(stats)) = shard.get(index) else {
                     continue;
@@ -78,6 +79,7 @@ impl Recorder {
                 let (s, o) = stats.cost.totals();
                 skipped += s;
                 own_ns += o;
+                left_out += stats.cost.sampled_out();
             }
             drop(spill);
             if !any {
@@ -121,6 +123,14 @@ impl Recorder {
                 errored_instances: errored,
                 resources,
                 overhead_ns: None,
+                sampled: self
+                    .sampling
+                    .of(index as u32)
+                    .map(|(every, since_ns)| Sampled {
+                        every,
+                        since_ns,
+                        skipped: left_out,
+                    }),
             });
         }
 
@@ -132,6 +142,12 @@ impl Recorder {
         for (span, &index) in spans.iter_mut().zip(&indices) {
             span.created = opened[index].max(span.instances);
             span.open = span.created - span.instances;
+            // Spans left out by sampling: created and closed at once, one entry each.
+            if let Some(s) = &span.sampled {
+                span.created += s.skipped;
+                span.instances += s.skipped;
+                span.calls += s.skipped;
+            }
         }
         let overhead = self.overhead(&mut spans, &readings);
 
@@ -152,6 +168,7 @@ impl Recorder {
                 spans_too_many_names: self.dropped_too_many_names.load(Relaxed),
                 trace_windows_skipped: 0,
                 metric_values: self.events.dropped.load(Relaxed),
+                backoff_steps: 0,
             },
             resources: self.resource_info(),
             tree: self.tree.as_ref().map(|t| t.snapshot(&all_shards, &names)),
@@ -170,7 +187,10 @@ impl Recorder {
         }
         let mut estimated = 0u64;
         for (span, &own) in spans.iter_mut().zip(readings) {
-            let ns = (span.created.max(span.calls) as f64 * costs.span_ns) as u64 + own;
+            let left_out = span.sampled.as_ref().map_or(0, |s| s.skipped);
+            let recorded = span.created.max(span.calls) - left_out;
+            let ns =
+                (recorded as f64 * costs.span_ns + left_out as f64 * costs.skip_ns) as u64 + own;
             span.overhead_ns = Some(ns);
             estimated += ns;
         }

@@ -19,6 +19,7 @@ pub(crate) mod metrics;
 pub(crate) mod names;
 pub(crate) mod overhead;
 pub(crate) mod resources;
+pub(crate) mod sampling;
 mod shards;
 mod spans;
 pub(crate) mod tree;
@@ -96,6 +97,8 @@ pub(crate) struct Recorder {
     settings: RunSettings,
     /// The call tree, when it is recorded.
     tree: Option<tree::Tree>,
+    /// Span names the back-off samples 1 in N (`sampling`).
+    sampling: sampling::Sampling,
     /// spanprof's own costs (`record/overhead.rs`).
     costs: Costs,
     /// Called inside the brackets of the resource readings: tests make them take time.
@@ -175,6 +178,7 @@ impl Recorder {
             readings,
             timeline,
             tree: settings.tree.then(tree::Tree::new),
+            sampling: sampling::Sampling::new(),
             settings,
             costs,
             #[cfg(test)]
@@ -299,9 +303,13 @@ impl Recorder {
     }
 
     /// Opens a span the decision records. Returns whether it is recorded (not when the span
-    /// table is full).
+    /// table is full, nor when its name is sampled and this span left out: `sampling`).
     pub(crate) fn open(&self, id: u64, decision: Decision, attrs: &Attributes<'_>) -> bool {
         let name = decision.name();
+        let every = self.sampling.every(name);
+        if every > 1 && self.sample_out(name, every) {
+            return false;
+        }
         let now = self.clock.raw();
         let resources = self.switches.get().resources();
         let marked = resources.instances();
@@ -467,9 +475,9 @@ impl Recorder {
             if let Some(figures) = figures {
                 local.stats(frame.name).res().add_entry(&figures, busy);
             }
-            if self.resources().contains(Resources::CPU) {
-                local.stats(frame.name).cost.completed(busy);
-            }
+            // The name's running mean: which entries get the CPU clock, and what a span left
+            // out by sampling adds to its parent's child time.
+            local.stats(frame.name).cost.completed(busy);
             if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
                 parent.child_ns += busy;
                 parent.own_ns += frame.own_ns + spent;
@@ -924,6 +932,37 @@ mod tests {
         assert_eq!(span("parent").self_time.total_ns, 20_000 + 2 * wait);
         // Only spanprof's own time is its overhead.
         assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
+    }
+
+    #[test]
+    fn past_the_span_tables_bound_every_span_is_counted_as_dropped() {
+        let mut rec = Recorder::standalone(Clock::new(), Resources::NONE, Costs::default());
+        // The bound made reachable: the first segment only, 4096 slots (the whole table's 12
+        // segments are 1 GiB).
+        rec.table = SpanTable::with_segments(1);
+        let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
+        let decision = rec.decide(meta, false);
+        let values = meta.fields().value_set(&[]);
+        let attrs = Attributes::new(meta, &values);
+        let ids = 1..=4096 + 100u64;
+        let held = ids
+            .clone()
+            .filter(|&id| rec.open(id, decision, &attrs))
+            .count();
+        assert_eq!(held, 4096);
+        let snap = rec.snapshot();
+        assert_eq!(snap.dropped.spans_table_full, 100);
+        assert_eq!(snap.span("callsite").unwrap().open, 4096);
+        // The spans held complete as ever; the others cost a probe and are in no figure.
+        for id in ids {
+            rec.enter(id);
+            rec.exit(id);
+            rec.close(id);
+        }
+        let snap = rec.snapshot();
+        let span = snap.span("callsite").unwrap();
+        assert_eq!((span.calls, span.instances, span.open), (4096, 4096, 0));
+        assert_eq!(snap.dropped.spans_table_full, 100);
     }
 
     #[test]

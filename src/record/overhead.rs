@@ -59,12 +59,15 @@ pub(crate) struct Costs {
     pub(crate) cpu_read_ns: f64,
     /// Entries whose name's mean busy time is at least this get their CPU time read every time.
     pub(crate) long_ns: u64,
+    /// One span left out by sampling (its creation's countdown, three table probes that miss).
+    pub(crate) skip_ns: f64,
 }
 
 impl Costs {
-    /// This process's costs, calibrated on first use (1500 spans into a recorder of its own and
-    /// 192 CPU clock reads, the fastest of three rounds of each: 5.3 ms in a debug build on
-    /// the loaded 2-core development VM, well under the 50 ms allowed).
+    /// This process's costs, calibrated on first use (1500 spans into a recorder of its own,
+    /// 1500 more with their name sampled, and 192 CPU clock reads, the fastest of three rounds
+    /// of each: 7.4 ms in a debug build on the loaded 2-core development VM, well under the
+    /// 50 ms allowed).
     pub(crate) fn calibrated() -> Costs {
         static COSTS: OnceLock<Costs> = OnceLock::new();
         *COSTS.get_or_init(Costs::calibrate)
@@ -84,14 +87,23 @@ impl Costs {
         let values = CALIBRATION_META.fields().value_set(&[]);
         let attrs = Attributes::new(&CALIBRATION_META, &values);
         let mut id = 0u64;
-        let span_ns = best_of(3, &clock, 500, || {
-            id += 1;
-            recorder.open(id, decision, &attrs);
-            recorder.enter(id);
-            recorder.exit(id);
-            recorder.close(id);
-        });
-        Costs::from_reads(span_ns, cpu_read_ns)
+        let mut spans = || {
+            best_of(3, &clock, 500, || {
+                id += 1;
+                recorder.open(id, decision, &attrs);
+                recorder.enter(id);
+                recorder.exit(id);
+                recorder.close(id);
+            })
+        };
+        let span_ns = spans();
+        // The same spans with their name sampled 1 in 2^20: all but the first left out.
+        recorder.set_sampling(decision.name(), 1 << 20);
+        let skip_ns = spans();
+        Costs {
+            skip_ns,
+            ..Costs::from_reads(span_ns, cpu_read_ns)
+        }
     }
 
     /// Splits the time of one bracket of readings into spanprof's own (at most twice what the
@@ -113,6 +125,7 @@ impl Costs {
             span_ns,
             cpu_read_ns,
             long_ns: (2.0 * cpu_read_ns * LONG_FACTOR) as u64,
+            skip_ns: 0.0,
         }
     }
 }
@@ -229,6 +242,11 @@ pub(crate) struct EntryCost {
     skipped: AtomicU64,
     /// spanprof's measured time at this name's enters and exits (the expensive readings), ns.
     own_ns: AtomicU64,
+    /// Spans left out before the next one recorded, while the name is sampled
+    /// (`record/sampling.rs`).
+    sample_left: AtomicU64,
+    /// Spans of this name left out by sampling.
+    sampled_out: AtomicU64,
 }
 
 impl EntryCost {
@@ -238,7 +256,37 @@ impl EntryCost {
             countdown: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             own_ns: AtomicU64::new(0),
+            sample_left: AtomicU64::new(0),
+            sampled_out: AtomicU64::new(0),
         }
+    }
+
+    /// Whether a span of this name, sampled 1 in `every`, is left out (counted): the first of
+    /// every `every` is recorded.
+    #[inline(always)]
+    pub(crate) fn sample_out(&self, every: u32) -> bool {
+        let left = self.sample_left.load(Relaxed);
+        if left == 0 {
+            self.sample_left.store(u64::from(every) - 1, Relaxed);
+            false
+        } else {
+            // N may have been lowered since: never more left out than the new N says.
+            self.sample_left
+                .store((left - 1).min(u64::from(every) - 1), Relaxed);
+            bump(&self.sampled_out, 1);
+            true
+        }
+    }
+
+    /// Spans of this name left out by sampling on this thread.
+    pub(crate) fn sampled_out(&self) -> u64 {
+        self.sampled_out.load(Relaxed)
+    }
+
+    /// The running mean of the entries' busy time, ns.
+    #[inline(always)]
+    pub(crate) fn mean_ns(&self) -> u64 {
+        self.mean_ns.load(Relaxed)
     }
 
     /// Whether this entry's CPU time is read: always for long names, 1 in
@@ -263,7 +311,10 @@ impl EntryCost {
     #[inline(always)]
     pub(crate) fn completed(&self, busy_ns: u64) {
         let mean = self.mean_ns.load(Relaxed);
-        let next = if busy_ns >= mean {
+        // The first entry starts the mean (no warm-up from 0).
+        let next = if mean == 0 {
+            busy_ns
+        } else if busy_ns >= mean {
             mean + ((busy_ns - mean) >> MEAN_SHIFT)
         } else {
             mean - ((mean - busy_ns) >> MEAN_SHIFT)
@@ -288,6 +339,8 @@ impl EntryCost {
 pub(crate) struct OwnTotals {
     /// Entries completed.
     pub(crate) entries: u64,
+    /// Spans left out by sampling.
+    pub(crate) skipped: u64,
     /// spanprof's measured time in its readings, ns.
     pub(crate) readings_ns: u64,
     /// Estimated total: entries × the calibrated cost of a span + `readings_ns`.
@@ -326,9 +379,12 @@ impl Recorder {
             for stats in shard.names().into_iter().flatten() {
                 t.entries += stats.entries.load(Relaxed);
                 t.readings_ns += stats.cost.totals().1;
+                t.skipped += stats.cost.sampled_out();
             }
         }
-        t.estimated_ns = (t.entries as f64 * self.costs.span_ns) as u64 + t.readings_ns;
+        t.estimated_ns = (t.entries as f64 * self.costs.span_ns
+            + t.skipped as f64 * self.costs.skip_ns) as u64
+            + t.readings_ns;
         t
     }
 
@@ -337,9 +393,9 @@ impl Recorder {
         self.clock.delta_ns(self.start_raw, self.clock.raw())
     }
 
-    /// The resources that can be switched on.
-    pub(crate) fn available(&self) -> Resources {
-        self.available
+    /// spanprof's calibrated costs.
+    pub(crate) fn costs(&self) -> Costs {
+        self.costs
     }
 }
 

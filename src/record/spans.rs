@@ -113,6 +113,8 @@ pub(crate) struct SpanTable<M> {
     /// segments without open spans, and such a segment is freed: a burst of open spans that
     /// spilled into them costs nothing, in time or memory, once those spans closed.
     live: [AtomicU32; SEGMENTS - 1],
+    /// Segments it may use: [`SEGMENTS`] (tests drive the bound with fewer).
+    segments: usize,
 }
 
 /// One segment: its slots, and what is kept beside them (made when first needed).
@@ -237,6 +239,16 @@ impl<M: Default + Copy> SpanTable<M> {
             first: Segment::new(0),
             rest: Default::default(),
             live: Default::default(),
+            segments: SEGMENTS,
+        }
+    }
+
+    /// A table of its first `segments` segments only: its bound reached without a gigabyte.
+    #[cfg(test)]
+    pub(crate) fn with_segments(segments: usize) -> Self {
+        Self {
+            segments: segments.clamp(1, SEGMENTS),
+            ..Self::new()
         }
     }
 
@@ -260,7 +272,7 @@ impl<M: Default + Copy> SpanTable<M> {
     #[cold]
     #[inline(never)]
     fn insert_spilled(&self, id: u64, init: impl FnOnce(SlotIn<'_, M>)) -> bool {
-        for k in 1..SEGMENTS {
+        for k in 1..self.segments {
             // Claimed and counted while the segment is held (read lock): it is freed only
             // under the write lock, when it has no open span.
             let guard = self.spilled(k);

@@ -9,7 +9,10 @@
 //! `excluded` (spanprof with a span filter that excludes the span), `off` (`SPANPROF=off`),
 //! `detailed` (spanprof with memory, heap and CPU per span), or `nested` (three nested spans
 //! per iteration under spanprof `basic`; `nested_floor` the same under the floor); `notree` and
-//! `nested_notree` are `basic` and `nested` with the call tree off. The `event*`
+//! `nested_notree` are `basic` and `nested` with the call tree off; `sampled` is `basic` with
+//! the back-off's second stage forced (a limit of 0.01%): spans run outside the counted loop
+//! until `bench_span` is sampled (1 in 1024), then the loop counts what a span costs with
+//! its name sampled. The `event*`
 //! cases emit one `info` event per iteration instead, inside one span entered around the loop:
 //! `event_floor` (a plain event under the floor), `event_plain` (the same under spanprof
 //! `basic`), `event_metric` (an event with one `histogram.` metric field under spanprof
@@ -58,6 +61,11 @@ fn main() {
             let (d, g) = spanprof(builder().with_preset(spanprof::Preset::Off));
             (d, Some(g))
         }
+        "sampled" => {
+            // The back-off's second stage forced: a limit of 0.01%.
+            let (d, g) = spanprof(builder().with_max_overhead(Some(0.01)));
+            (d, Some(g))
+        }
         "detailed" => {
             let (d, g) = spanprof(
                 builder()
@@ -76,6 +84,25 @@ fn main() {
         "event_metric" => Shape::MetricEvent,
         _ => Shape::Flat,
     };
+    // `sampled`: spans until the back-off samples `bench_span` (outside the counted loop).
+    let mut warm_up = 0;
+    if let (Some(guard), "sampled") = (&guard, case.as_str()) {
+        let sampled = || {
+            guard
+                .snapshot()
+                .span("bench_span")
+                .is_some_and(|s| s.sampled.is_some())
+        };
+        tracing::dispatcher::with_default(&dispatch, || {
+            while !sampled() {
+                for _ in 0..10_000 {
+                    tracing::info_span!("bench_span").in_scope(|| std::hint::black_box(()));
+                }
+                warm_up += 10_000;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        });
+    }
     tracing::dispatcher::with_default(&dispatch, || {
         if matches!(shape, Shape::Event | Shape::MetricEvent) {
             tracing::info_span!("events").in_scope(|| measured_spans(spans, shape));
@@ -89,6 +116,8 @@ fn main() {
             "excluded" | "off" => 0,
             _ if nested => 3 * spans,
             "event_plain" | "event_metric" => 1,
+            // Sampled: every span still counted.
+            "sampled" => spans + warm_up,
             _ => spans,
         };
         assert_eq!(calls, expected, "{case}: spans recorded");

@@ -9,6 +9,9 @@
 //! cases: every round runs each of them once, and the best round of each is kept. Prints ns per
 //! span (create + enter + exit + close, empty body) and the ratio to
 //! `registry().with(Identity::new())`, for one span per iteration (flat) and three nested.
+//! `spanprof_sampled` forces the back-off's second stage (a limit of 0.01%): once a second of
+//! its spans has run, its short leaf spans are sampled 1 in N, and its best round is the cost
+//! of a span left out by sampling.
 
 use std::time::Instant;
 
@@ -60,6 +63,10 @@ fn main() {
             .with_sample_interval(std::time::Duration::from_secs(3600))
             .with_max_overhead(None),
     );
+    // The back-off's second stage forced (a limit of 0.01%): after its first second of spans,
+    // `bench_span` (a short leaf) is sampled 1 in 1024, so its best round is what a span left
+    // out by sampling costs.
+    let (sampled, sampled_guard) = spanprof(builder().with_max_overhead(Some(0.01)));
     let cases = [
         ("registry_identity", common::floor()),
         ("spanprof_basic", basic),
@@ -68,6 +75,7 @@ fn main() {
         ("spanprof_filtered_out", excluded),
         ("spanprof_off", off),
         ("spanprof_detailed", detailed),
+        ("spanprof_sampled", sampled),
     ];
     let mut best = vec![(f64::MAX, f64::MAX); cases.len()];
     for _ in 0..rounds {
@@ -83,7 +91,12 @@ fn main() {
         .span("bench_span")
         .map_or(0, |s| s.calls);
     assert!(calls >= n * rounds, "spanprof_basic recorded {calls} spans");
+    let every = sampled_guard
+        .snapshot()
+        .span("bench_span")
+        .and_then(|s| Some(s.sampled.as_ref()?.every));
     println!("best of {rounds} interleaved rounds, {n} spans each; ratio to registry_identity");
+    println!("spanprof_sampled: bench_span sampled 1 in {every:?} by the back-off (max 0.01%)");
     for (i, (name, _)) in cases.iter().enumerate() {
         println!(
             "{name:<24} flat {:7.1} ns ({:.2}x)   nested {:7.1} ns/span ({:.2}x)",

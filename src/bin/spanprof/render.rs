@@ -305,7 +305,10 @@ fn timing_table(f: &mut String, format: TextFormat, first: &'static str, rows: &
             change(x.ratio),
             spread(&x.base),
             spread(&x.new),
-            x.verdict.name().to_string(),
+            match x.base.sampled_every.max(x.new.sampled_every) {
+                Some(n) => format!("{} (sampled 1/{n})", x.verdict.name()),
+                None => x.verdict.name().to_string(),
+            },
         ]);
     }
     t.write(f, format);
@@ -374,9 +377,10 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding], format: TextFo
                 cost_per_span_ns,
                 cost_source,
                 cost_share_pct,
+                sampled_every,
                 ..
             } => format!(
-                "instrumentation: {} lasts {} per call; a span costs about {} ({}), {cost_share_pct:.0} % of it ({} calls): instrument its caller instead",
+                "instrumentation: {} lasts {} per call; a span costs about {} ({}), {cost_share_pct:.0} % of it ({} calls): instrument its caller instead{}",
                 code(format, name),
                 dur(*mean_ns),
                 dur(*cost_per_span_ns),
@@ -385,7 +389,10 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding], format: TextFo
                     CostSource::Calibrated => "calibrated at the run's start",
                     _ => "assumed: the profile has no estimate of its own",
                 },
-                format_count(*calls)
+                format_count(*calls),
+                sampled_every.map_or_else(String::new, |n| format!(
+                    " (sampled 1/{n} by the back-off: times from the spans recorded, totals scaled)"
+                ))
             ),
             Finding::Allocations {
                 name,
