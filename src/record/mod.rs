@@ -612,19 +612,21 @@ impl Recorder {
             // The owner's one entry, beside other threads' (recorded at their exits).
             first: (owner_entries == ENTRIES_ONE && !single).then_some((owner_busy, owner_self)),
             flags,
-            open: (flags & FLAG_MARKED != 0).then(|| slot.mark()).flatten(),
             now,
         };
+        // Read before the slot is freed; passed by reference (it is large).
+        let open = (flags & FLAG_MARKED != 0).then(|| slot.mark()).flatten();
         self.table.remove(slot);
         // What the span's opening thread wrote (its `opened` count) is visible to a snapshot
         // that sees this close: see `collect`.
         std::sync::atomic::fence(Release);
         // One thread-local lookup for the name's and the node's stats.
+        let open = open.as_ref();
         if self
-            .local(|local| self.close_in(Some(local), &closed))
+            .local(|local| self.close_in(Some(local), &closed, open))
             .is_none()
         {
-            self.close_in(None, &closed);
+            self.close_in(None, &closed, open);
         }
         if flags & FLAG_STEP != 0 {
             self.step_closed();
@@ -633,7 +635,7 @@ impl Recorder {
 
     /// Records a closed span in this thread's stats (`local`), or the orphan shard's.
     #[inline(always)]
-    fn close_in(&self, mut local: Option<&mut Local>, c: &Closed) {
+    fn close_in(&self, mut local: Option<&mut Local>, c: &Closed, open: Option<&InstanceMark>) {
         let name = c.name;
         self.in_stats(local.as_deref_mut(), name, |stats| {
             let (busy_kind, self_kind) = if c.single {
@@ -648,7 +650,7 @@ impl Recorder {
                 self.record(stats, name, Kind::EntryBusy, busy);
                 self.record(stats, name, Kind::EntrySelf, self_ns);
             }
-            if let Some(open) = c.open {
+            if let Some(open) = open {
                 let close = open.read_again(&self.readings, self.t_ns(c.now));
                 let figures = instance_figures(&open, &close, &self.timeline);
                 stats.res().add_instance(&figures);
@@ -783,7 +785,6 @@ struct Closed {
     /// The owner's one entry (busy, self), when other threads had entries too.
     first: Option<(u64, u64)>,
     flags: u8,
-    open: Option<InstanceMark>,
     now: u64,
 }
 

@@ -17,7 +17,7 @@
 //! whose shard is not the creating thread's region, whose address is past the region, or whose
 //! slot is still held (any other id scheme) goes to the table instead, as every span did.
 
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 const EMPTY: u64 = 0;
@@ -186,6 +186,9 @@ impl Drop for RegionClaim {
 pub(crate) struct SpanTable<M> {
     /// Slots found by arithmetic from the ids of the spans that their region's owner creates.
     regions: Arc<Regions>,
+    /// Whether a span was ever inserted in the table (rather than a region): until then, a
+    /// lookup that misses the regions ends there.
+    used: AtomicBool,
     /// Segment 0, always there.
     first: Segment<M>,
     /// Segments 1.., each twice the size of the one before, made when first needed and freed
@@ -310,6 +313,7 @@ impl<M: Default + Copy> SpanTable<M> {
     pub(crate) fn new() -> Self {
         Self {
             regions: Arc::new(Regions::new()),
+            used: AtomicBool::new(false),
             first: Segment::new(0),
             rest: Default::default(),
             live: Default::default(),
@@ -321,6 +325,10 @@ impl<M: Default + Copy> SpanTable<M> {
     #[inline]
     pub(crate) fn insert(&self, id: u64, init: impl FnOnce(SlotIn<'_, M>)) -> bool {
         debug_assert!(id != EMPTY && id != TOMBSTONE && id != RESERVED);
+        if !self.used.load(Ordering::Relaxed) {
+            // Before the key is published (Release), so whoever finds the key sees this.
+            self.used.store(true, Ordering::Relaxed);
+        }
         if let Some(index) = claim(&self.first.slots, id, 0) {
             let slot = &self.first.slots[index];
             init(SlotIn {
@@ -441,6 +449,9 @@ impl<M: Default + Copy> SpanTable<M> {
                     segment: None,
                 }));
             }
+        }
+        if !self.used.load(Ordering::Relaxed) {
+            return None;
         }
         let index = home(id, 0) & (FIRST_SEGMENT - 1);
         let slot = &self.first.slots[index];
