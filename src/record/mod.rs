@@ -299,9 +299,16 @@ impl Recorder {
         // One thread-local lookup: the frame stack, the region, the stats.
         match self.local(|local| self.open_in(Some(local), id, decision, attrs, now)) {
             Some(recorded) => recorded,
-            // A thread being torn down: no stack, no region, the shared orphan shard.
-            None => self.open_in(None, id, decision, attrs, now),
+            None => self.open_orphan(id, decision, attrs, now),
         }
+    }
+
+    /// [`Recorder::open`] on a thread being torn down: no stack, no region, the shared orphan
+    /// shard.
+    #[cold]
+    #[inline(never)]
+    fn open_orphan(&self, id: u64, decision: Decision, attrs: &Attributes<'_>, now: u64) -> bool {
+        self.open_in(None, id, decision, attrs, now)
     }
 
     #[inline(always)]
@@ -626,11 +633,18 @@ impl Recorder {
             .local(|local| self.close_in(Some(local), &closed, open))
             .is_none()
         {
-            self.close_in(None, &closed, open);
+            self.close_orphan(&closed, open);
         }
         if flags & FLAG_STEP != 0 {
             self.step_closed();
         }
+    }
+
+    /// [`Recorder::close_in`] on a thread being torn down: the shared orphan shard.
+    #[cold]
+    #[inline(never)]
+    fn close_orphan(&self, c: &Closed, open: Option<&InstanceMark>) {
+        self.close_in(None, c, open);
     }
 
     /// Records a closed span in this thread's stats (`local`), or the orphan shard's.
