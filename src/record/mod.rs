@@ -979,6 +979,49 @@ mod tests {
         assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
     }
 
+    /// Two threads whose span ids fall in the same region (a subscriber whose ids are not the
+    /// registry's per thread): the first thread to open a span there owns the region, the
+    /// other's spans go to the table; every span is recorded, exactly.
+    #[test]
+    fn a_thread_whose_region_another_holds_records_through_the_table() {
+        let (clock, mock) = Clock::mock();
+        let rec = Arc::new(Recorder::standalone(
+            clock,
+            Resources::NONE,
+            Costs::default(),
+        ));
+        let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
+        let decision = rec.decide(meta, false);
+        // Shard 7, addresses 1.. (the first thread) and 101.. (the second).
+        let id = |address: u64| 7 << 38 | address;
+        let span = |id: u64, ns: u64| {
+            let values = meta.fields().value_set(&[]);
+            assert!(rec.open(id, decision, &Attributes::new_root(meta, &values)));
+            assert!(rec.enter(id));
+            mock.advance(std::time::Duration::from_nanos(ns));
+            assert!(rec.exit(id));
+            // Open across the other thread's spans: the region stays held.
+            id
+        };
+        let held = span(id(1), 10);
+        assert!(rec.table.in_region(held), "the first thread owns region 7");
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for address in 101..104 {
+                    let other = span(id(address), 100);
+                    assert!(!rec.table.in_region(other), "region 7 is held: the table");
+                    assert!(rec.close(other));
+                }
+            });
+        });
+        assert!(rec.close(held));
+        let snap = rec.snapshot();
+        let stats = snap.spans.iter().find(|s| s.calls > 0).unwrap();
+        assert_eq!((stats.calls, stats.instances), (4, 4));
+        assert_eq!(stats.busy.total_ns, 310);
+        assert_eq!((stats.busy.min_ns, stats.busy.max_ns), (10, 100));
+    }
+
     #[test]
     fn callsites_beyond_the_cache_stay_cached() {
         let rec = recorder();

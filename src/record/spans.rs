@@ -597,8 +597,81 @@ fn claim(slots: &[Slot], id: u64, k: usize) -> Option<usize> {
 const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 #[cfg(test)]
+impl<M> SpanTable<M> {
+    /// Whether the open span `id` is in a region (not the table).
+    pub(crate) fn in_region(&self, id: u64) -> bool {
+        self.regions
+            .slot(id)
+            .is_some_and(|s| s.key.load(Ordering::Acquire) == id)
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A registry-style id: generation, shard, address.
+    fn id(generation: u64, shard: u64, address: u64) -> u64 {
+        generation << 51 | shard << ADDRESS_BITS | address
+    }
+
+    #[test]
+    fn a_region_has_one_owner_at_a_time() {
+        let t = SpanTable::<u64>::new();
+        let first = t.claim_region(id(0, 3, 1), 1).expect("free");
+        assert!(t.claim_region(id(0, 3, 2), 2).is_none(), "held by token 1");
+        assert!(
+            t.claim_region(id(0, 3, 2), 0).is_none(),
+            "no token, no region"
+        );
+        assert!(
+            t.claim_region(id(0, REGIONS as u64, 1), 2).is_none(),
+            "past the regions"
+        );
+        let other = t.claim_region(id(0, 4, 1), 2).expect("another region");
+        drop(first);
+        let again = t.claim_region(id(0, 3, 2), 2).expect("released on drop");
+        assert_eq!((again.region, other.region), (3, 4));
+    }
+
+    #[test]
+    fn a_region_takes_only_its_owners_free_slots_and_the_table_the_rest() {
+        let t = SpanTable::<u64>::new();
+        let claim = t.claim_region(id(0, 5, 1), 1).unwrap();
+        let init = |s: SlotIn<'_, u64>| s.busy.store(9, Ordering::Relaxed);
+        assert!(t.insert_owned(&claim, id(0, 5, 1), init));
+        // Another generation at the same address while the first is open: the slot is held.
+        assert!(!t.insert_owned(&claim, id(1, 5, 1), init));
+        // Another shard's id, an address past the region: not the region's.
+        assert!(!t.insert_owned(&claim, id(0, 6, 1), init));
+        assert!(!t.insert_owned(&claim, id(0, 5, REGION_LEN as u64), init));
+        for rest in [id(1, 5, 1), id(0, 6, 1), id(0, 5, REGION_LEN as u64)] {
+            assert!(t.insert(rest, init));
+            assert!(!t.in_region(rest));
+            assert_eq!(t.with(rest, |s| s.busy.load(Ordering::Relaxed)), Some(9));
+        }
+        assert!(t.in_region(id(0, 5, 1)));
+        assert_eq!(t.with(id(0, 5, 1), |s| s.id()).flatten(), Some(id(0, 5, 1)));
+        let mut open = 0;
+        t.for_each_open(|_| open += 1);
+        assert_eq!(open, 4, "region and table");
+        // Closed: the slot is free again, for the next generation; the old id is gone.
+        t.with(id(0, 5, 1), |s| t.remove(s)).unwrap();
+        assert!(t.with(id(0, 5, 1), |_| ()).is_none());
+        assert!(t.insert_owned(&claim, id(2, 5, 1), init));
+        assert!(t.in_region(id(2, 5, 1)));
+        assert!(t.with(id(0, 5, 1), |_| ()).is_none());
+    }
+
+    #[test]
+    fn lookups_skip_the_table_until_it_is_used() {
+        let t = SpanTable::<u64>::new();
+        assert!(!t.used.load(Ordering::Relaxed));
+        assert!(t.with(id(0, 1, 1), |_| ()).is_none());
+        assert!(t.insert(id(0, 1, 1), |_| {}));
+        assert!(t.used.load(Ordering::Relaxed));
+        assert!(t.with(id(0, 1, 1), |_| ()).is_some());
+    }
 
     #[test]
     fn insert_get_remove() {
