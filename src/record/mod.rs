@@ -357,8 +357,8 @@ impl Recorder {
             && local
                 .as_deref_mut()
                 .and_then(|l| self.region(l, id))
-                .is_some_and(|claim| self.table.insert_owned(claim, id, &init));
-        if !owned && !self.table.insert(id, &init) {
+                .is_some_and(|claim| self.table.insert_owned(claim, id, init));
+        if !owned && !self.table.insert(id, init) {
             self.dropped_table_full.fetch_add(1, Relaxed);
             return false;
         }
@@ -666,7 +666,7 @@ impl Recorder {
             }
             if let Some(open) = open {
                 let close = open.read_again(&self.readings, self.t_ns(c.now));
-                let figures = instance_figures(&open, &close, &self.timeline);
+                let figures = instance_figures(open, &close, &self.timeline);
                 stats.res().add_instance(&figures);
             }
             if c.flags & FLAG_ERRORED != 0 {
