@@ -146,6 +146,7 @@ impl ProfileLayer {
         self.recorder.decide(meta, dynamic)
     }
 
+    #[inline(always)]
     fn new_span<S>(
         &self,
         attrs: &Attributes<'_>,

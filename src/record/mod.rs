@@ -294,6 +294,7 @@ impl Recorder {
 
     /// Opens a span the decision records. Returns whether it is recorded (not when the span
     /// table is full).
+    #[inline(always)]
     pub(crate) fn open(&self, id: u64, decision: Decision, attrs: &Attributes<'_>) -> bool {
         let now = self.clock.raw();
         // One thread-local lookup: the frame stack, the region, the stats.
@@ -408,6 +409,7 @@ impl Recorder {
             .is_some()
     }
 
+    #[inline(always)]
     fn enter_slot(&self, id: u64, slot: &Slot) {
         self.local(|local| {
             // Entered on this thread already: a re-entry, counted once with its outermost entry.
@@ -473,6 +475,7 @@ impl Recorder {
             .is_some()
     }
 
+    #[inline(always)]
     fn exit_slot(&self, id: u64, slot: &Slot) {
         self.local(|local| {
             // Fast path: the span on top of this thread's stack (no search).
@@ -603,6 +606,7 @@ impl Recorder {
         self.table.with(id, |slot| self.close_slot(slot)).is_some()
     }
 
+    #[inline(always)]
     fn close_slot(&self, slot: SlotIn<'_, InstanceMark>) {
         let now = self.clock.raw();
         let flags = slot.flags.load(Acquire);
