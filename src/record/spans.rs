@@ -139,16 +139,16 @@ fn address_of(id: u64) -> Option<usize> {
 
 /// Slots reached from a span id by arithmetic, one region per shard index (see the module
 /// docs). A region's slots are made by its first owner (16 KiB), kept for the table's life.
-pub(crate) struct Regions {
+struct Regions {
     /// The token (`shards::thread_token`) of the thread that owns each region, 0 if none.
-    owners: [AtomicU32; REGIONS],
-    slots: [OnceLock<Box<[Slot]>>; REGIONS],
+    owners: Arc<[AtomicU32; REGIONS]>,
+    slots: [OnceLock<Box<[Slot; REGION_LEN]>>; REGIONS],
 }
 
 impl Regions {
     fn new() -> Self {
         Self {
-            owners: [const { AtomicU32::new(0) }; REGIONS],
+            owners: Arc::new([const { AtomicU32::new(0) }; REGIONS]),
             slots: [const { OnceLock::new() }; REGIONS],
         }
     }
@@ -157,13 +157,13 @@ impl Regions {
     #[inline(always)]
     fn slot(&self, id: u64) -> Option<&Slot> {
         let slots = self.slots[region_of(id)?].get()?;
-        slots.get(address_of(id)?)
+        Some(&slots[address_of(id)?])
     }
 }
 
 /// A thread's ownership of one region: only that thread inserts there. Released on drop.
 pub(crate) struct RegionClaim {
-    regions: Arc<Regions>,
+    owners: Arc<[AtomicU32; REGIONS]>,
     region: usize,
 }
 
@@ -177,7 +177,7 @@ impl std::fmt::Debug for RegionClaim {
 
 impl Drop for RegionClaim {
     fn drop(&mut self) {
-        self.regions.owners[self.region].store(0, Ordering::Release);
+        self.owners[self.region].store(0, Ordering::Release);
     }
 }
 
@@ -185,7 +185,7 @@ impl Drop for RegionClaim {
 /// asked for it (resource readings at its creation), in the memory of the slot's segment.
 pub(crate) struct SpanTable<M> {
     /// Slots found by arithmetic from the ids of the spans that their region's owner creates.
-    regions: Arc<Regions>,
+    regions: Regions,
     /// Whether a span was ever inserted in the table (rather than a region): until then, a
     /// lookup that misses the regions ends there.
     used: AtomicBool,
@@ -312,7 +312,7 @@ fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 impl<M: Default + Copy> SpanTable<M> {
     pub(crate) fn new() -> Self {
         Self {
-            regions: Arc::new(Regions::new()),
+            regions: Regions::new(),
             used: AtomicBool::new(false),
             first: Segment::new(0),
             rest: Default::default(),
@@ -357,13 +357,11 @@ impl<M: Default + Copy> SpanTable<M> {
         // Made by the region's first owner (once), outside the hot path.
         self.regions.slots[region].get_or_init(|| {
             crate::alloc::untracked(|| {
-                (0..REGION_LEN)
-                    .map(|i| Slot::new(IN_REGION, i as u32))
-                    .collect()
+                Box::new(std::array::from_fn(|i| Slot::new(IN_REGION, i as u32)))
             })
         });
         Some(RegionClaim {
-            regions: self.regions.clone(),
+            owners: self.regions.owners.clone(),
             region,
         })
     }
@@ -536,7 +534,7 @@ impl<M: Default + Copy> SpanTable<M> {
             }
         };
         for slots in self.regions.slots.iter().filter_map(OnceLock::get) {
-            visit(slots);
+            visit(&slots[..]);
         }
         visit(&self.first.slots);
         for k in 1..SEGMENTS {
