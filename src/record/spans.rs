@@ -130,12 +130,11 @@ fn region_of(id: u64) -> Option<usize> {
     (shard < REGIONS).then_some(shard)
 }
 
-/// The slot index of a span id in its region, if the region has it.
-#[inline(always)]
-fn address_of(id: u64) -> Option<usize> {
-    let address = (id & ((1 << ADDRESS_BITS) - 1)) as usize;
-    (address < REGION_LEN).then_some(address)
-}
+/// The bits of an id that are zero when it has a region and a slot there: a shard index
+/// below [`REGIONS`] and an address below [`REGION_LEN`] (one test for both).
+const OUT_OF_REGIONS: u64 =
+    ((0x1FFF & !(REGIONS as u64 - 1)) << ADDRESS_BITS) | ((1 << ADDRESS_BITS) - REGION_LEN as u64);
+const _: () = assert!(REGIONS.is_power_of_two() && REGION_LEN.is_power_of_two());
 
 /// Slots reached from a span id by arithmetic, one region per shard index (see the module
 /// docs). A region's slots are made by its first owner (16 KiB), kept for the table's life.
@@ -156,8 +155,12 @@ impl Regions {
     /// The slot of `id` in its region, if it has one made.
     #[inline(always)]
     fn slot(&self, id: u64) -> Option<&Slot> {
-        let slots = self.slots[region_of(id)?].get()?;
-        Some(&slots[address_of(id)?])
+        if id & OUT_OF_REGIONS != 0 {
+            return None;
+        }
+        let region = (id >> ADDRESS_BITS) as usize & (REGIONS - 1);
+        let slots = self.slots[region].get()?;
+        Some(&slots[id as usize & (REGION_LEN - 1)])
     }
 }
 
