@@ -9,9 +9,10 @@
 //! its fields.
 //!
 //! Per span: a callsite decision looked up once at creation (no lock, no hashing of names), one
-//! slot in the lock-free span table, a raw clock read at new/enter/exit/close, and records into
-//! the current thread's shard. No allocation once a thread and a callsite are warm, no system
-//! call (at `basic`), no formatting.
+//! slot (in the creating thread's region of the span table, or its lock-free hash table), a raw
+//! clock read at new/enter/exit/close, and records into the current thread's shard. No
+//! allocation once a thread and a callsite are warm, no system call (at `basic`), no
+//! formatting, and no locked instruction for a span that stays on its thread.
 
 mod collect;
 pub(crate) mod hist;
