@@ -357,16 +357,24 @@ impl<M: Default + Copy> SpanTable<M> {
         self.regions.owners[region]
             .compare_exchange(0, token, Ordering::Acquire, Ordering::Relaxed)
             .ok()?;
-        // Made by the region's first owner (once), outside the hot path.
-        self.regions.slots[region].get_or_init(|| {
-            crate::alloc::untracked(|| {
-                Box::new(std::array::from_fn(|i| Slot::new(IN_REGION, i as u32)))
-            })
-        });
-        Some(RegionClaim {
+        // Released if the slots cannot be made below.
+        let claim = RegionClaim {
             owners: self.regions.owners.clone(),
             region,
-        })
+        };
+        if self.regions.slots[region].get().is_none() {
+            // Made by the region's first owner (the only thread that sets them), on the heap
+            // (16 KiB), outside the hot path.
+            crate::alloc::untracked(|| {
+                let slots: Box<[Slot]> = (0..REGION_LEN)
+                    .map(|i| Slot::new(IN_REGION, i as u32))
+                    .collect();
+                let slots: Box<[Slot; REGION_LEN]> = slots.try_into().ok()?;
+                let _ = self.regions.slots[region].set(slots);
+                Some(())
+            })?;
+        }
+        Some(claim)
     }
 
     /// Inserts `id` in the region `claim` holds, with plain stores: returns `false` (and does
