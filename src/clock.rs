@@ -14,6 +14,10 @@ pub struct Clock {
     inner: quanta::Clock,
     /// A [`Clock::mock`]: spanprof does not calibrate its own costs against it.
     mocked: bool,
+    /// Where quanta reads the TSC (x86_64), the raw reading is taken inline with `rdtsc` (the
+    /// same units) and converted with one multiply and shift: `Some(ns per 2^32 ticks)`.
+    /// `None`: every reading and conversion goes through quanta.
+    tsc: Option<u64>,
 }
 
 /// The control side of a [`Clock::mock`] clock.
@@ -31,9 +35,12 @@ impl Default for Clock {
 impl Clock {
     /// The fastest monotonic clock of this machine (calibrated once per process).
     pub fn new() -> Self {
+        let inner = quanta::Clock::new();
+        let tsc = tsc_scale(&inner);
         Self {
-            inner: quanta::Clock::new(),
+            inner,
             mocked: false,
+            tsc,
         }
     }
 
@@ -46,6 +53,7 @@ impl Clock {
             Self {
                 inner,
                 mocked: true,
+                tsc: None,
             },
             MockClock { mock },
         )
@@ -56,16 +64,42 @@ impl Clock {
         self.mocked
     }
 
+    /// A raw reading: TSC ticks where quanta counts them, else quanta's units.
     #[inline(always)]
     pub(crate) fn raw(&self) -> u64 {
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+        if self.tsc.is_some() {
+            #[allow(unsafe_code)]
+            // SAFETY: `rdtsc` has no preconditions; `tsc` is only set where quanta itself
+            // reads this counter (`tsc_scale`), so the CPU has it.
+            return unsafe { core::arch::x86_64::_rdtsc() };
+        }
         self.inner.raw()
     }
 
     /// Nanoseconds between two raw readings (0 if `end` is not after `start`).
     #[inline(always)]
     pub(crate) fn delta_ns(&self, start: u64, end: u64) -> u64 {
-        self.inner.delta_as_nanos(start, end)
+        match self.tsc {
+            Some(scale) if end > start => {
+                ((u128::from(end - start) * u128::from(scale)) >> 32) as u64
+            }
+            Some(_) => 0,
+            None => self.inner.delta_as_nanos(start, end),
+        }
     }
+}
+
+/// The TSC's nanoseconds per 2^32 ticks, when `clock` reads the TSC (x86_64): quanta scales its
+/// deltas only then (its monotonic and mock clocks count nanoseconds), so a delta it converts
+/// to something else than itself comes from the TSC.
+fn tsc_scale(clock: &quanta::Clock) -> Option<u64> {
+    if !cfg!(all(target_arch = "x86_64", target_feature = "sse2")) {
+        return None;
+    }
+    let ticks = 1u64 << 32;
+    let scale = clock.delta_as_nanos(1, 1 + ticks);
+    (scale != ticks && scale != 0).then_some(scale)
 }
 
 impl MockClock {
@@ -91,6 +125,33 @@ mod tests {
             ns.abs_diff(real) < real / 10 + 2_000_000,
             "clock {ns} ns vs Instant {real} ns"
         );
+    }
+
+    #[test]
+    fn the_inline_tsc_reads_and_converts_as_quanta_does() {
+        let clock = Clock::new();
+        if clock.tsc.is_none() {
+            eprintln!("SKIPPED: quanta does not read the TSC on this machine");
+            return;
+        }
+        // Same units: an inline reading falls between two of quanta's.
+        let before = clock.inner.raw();
+        let inline = clock.raw();
+        let after = clock.inner.raw();
+        assert!(
+            before <= inline && inline <= after,
+            "{before} {inline} {after}"
+        );
+        // Same conversion, to quanta's rounding: over 1 s, 1 s and a few ticks' worth.
+        for ticks in [0u64, 1, 1_000, 3_000_000_000, 1 << 40] {
+            let ours = clock.delta_ns(inline, inline + ticks);
+            let quanta = clock.inner.delta_as_nanos(inline, inline + ticks);
+            assert!(
+                ours.abs_diff(quanta) <= 1 + quanta / 1_000_000_000,
+                "{ticks}: {ours} vs {quanta}"
+            );
+        }
+        assert_eq!(clock.delta_ns(inline + 5, inline), 0, "backwards is 0");
     }
 
     #[test]

@@ -150,6 +150,7 @@ impl ProfileLayer {
         self.recorder.decide(meta, dynamic)
     }
 
+    #[inline(always)]
     fn new_span<S>(
         &self,
         attrs: &Attributes<'_>,

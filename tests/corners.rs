@@ -277,3 +277,72 @@ fn entries_in_progress_past_the_published_depth_are_counted_when_they_complete()
         (0..70).map(|k| 100 + k).sum::<u64>() * US
     );
 }
+
+/// The creating thread owns a span's sums: its one entry waits in the span (a snapshot counts
+/// it as pending) and, when another thread also had an entry, goes to the entry histograms at
+/// close, beside the other thread's entry recorded at its exit. Each entry is counted once, in
+/// a snapshot while the span is open and after it closed.
+#[test]
+fn the_creating_threads_one_entry_beside_another_threads_is_counted_once() {
+    let (dispatch, guard, clock) = support::mock();
+    let span = tracing::dispatcher::with_default(&dispatch, || {
+        let span = tracing::info_span!("handed_over");
+        span.in_scope(|| clock.advance(us(3))); // the owner's entry: 3 µs
+        span
+    });
+    let (d2, c2) = (dispatch.clone(), clock.clone());
+    let span = std::thread::spawn(move || {
+        tracing::dispatcher::with_default(&d2, || span.in_scope(|| c2.advance(us(7))));
+        span
+    })
+    .join()
+    .unwrap();
+    let open = guard.snapshot();
+    let s = support::span(&open, "handed_over");
+    assert_eq!(s.calls, 2);
+    assert_eq!(
+        (s.entry_busy.count, s.entry_busy.total_ns),
+        (2, 10 * US),
+        "the owner's pending entry and the other thread's recorded one, each once"
+    );
+    assert_eq!((s.entry_busy.min_ns, s.entry_busy.max_ns), (3 * US, 7 * US));
+    assert_eq!(s.instances, 0);
+    // Closed on a third thread.
+    let d3 = dispatch.clone();
+    std::thread::spawn(move || tracing::dispatcher::with_default(&d3, || drop(span)))
+        .join()
+        .unwrap();
+    let closed = guard.snapshot();
+    let s = support::span(&closed, "handed_over");
+    assert_eq!((s.calls, s.instances, s.open), (2, 1, 0));
+    assert_eq!((s.entry_busy.count, s.entry_busy.total_ns), (2, 10 * US));
+    assert_eq!((s.entry_busy.min_ns, s.entry_busy.max_ns), (3 * US, 7 * US));
+    assert_eq!((s.busy.count, s.busy.total_ns), (1, 10 * US));
+    assert_eq!((s.self_time.count, s.self_time.total_ns), (1, 10 * US));
+}
+
+/// A span entered only by a thread that did not create it: that entry is recorded at its exit
+/// (not left pending in the span), and the close records the instance once.
+#[test]
+fn a_span_entered_only_on_another_thread_counts_its_entry_once() {
+    let (dispatch, guard, clock) = support::mock();
+    let span = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("elsewhere"));
+    let (d2, c2) = (dispatch.clone(), clock.clone());
+    let span = std::thread::spawn(move || {
+        tracing::dispatcher::with_default(&d2, || span.in_scope(|| c2.advance(us(4))));
+        span
+    })
+    .join()
+    .unwrap();
+    let open = guard.snapshot();
+    let s = support::span(&open, "elsewhere");
+    assert_eq!(s.calls, 1);
+    assert_eq!((s.entry_busy.count, s.entry_busy.total_ns), (1, 4 * US));
+    tracing::dispatcher::with_default(&dispatch, || drop(span));
+    let closed = guard.snapshot();
+    let s = support::span(&closed, "elsewhere");
+    assert_eq!((s.calls, s.instances), (1, 1));
+    assert_eq!((s.entry_busy.count, s.entry_busy.total_ns), (1, 4 * US));
+    assert_eq!((s.busy.count, s.busy.total_ns), (1, 4 * US));
+    assert_eq!(s.wall.total_ns, 4 * US);
+}

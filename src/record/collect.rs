@@ -310,8 +310,9 @@ impl Recorder {
             .unwrap_or(0)
     }
 
-    /// (busy, self) of the one completed entry of each open span entered exactly once so far,
-    /// per name index: recorded nowhere until the span closes or is entered again.
+    /// (busy, self) of the one entry its owner (creating thread) completed of each open span
+    /// the owner entered exactly once so far, per name index: recorded nowhere until the span
+    /// closes or the owner enters it again (other threads' entries are recorded at their exit).
     fn pending_first_entries(&self, names: usize) -> Vec<Vec<(u64, u64)>> {
         let mut pending = vec![Vec::new(); names];
         self.table.for_each_open(|slot| {
@@ -319,9 +320,11 @@ impl Recorder {
                 return;
             };
             if slot.entries.load(Acquire) == ENTRIES_ONE {
-                let busy = slot.busy.load(Relaxed) + slot.shared_busy.load(Relaxed);
-                let self_ns = slot.self_ns.load(Relaxed) + slot.shared_self.load(Relaxed);
-                p.push((busy, self_ns));
+                let (busy, self_ns) = (slot.busy.load(Relaxed), slot.self_ns.load(Relaxed));
+                // The owner moved on to its second entry meanwhile: recorded by then.
+                if slot.entries.load(Acquire) == ENTRIES_ONE {
+                    p.push((busy, self_ns));
+                }
             }
         });
         pending

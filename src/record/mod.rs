@@ -9,9 +9,10 @@
 //! its fields.
 //!
 //! Per span: a callsite decision looked up once at creation (no lock, no hashing of names), one
-//! slot in the lock-free span table, a raw clock read at new/enter/exit/close, and records into
-//! the current thread's shard. No allocation once a thread and a callsite are warm, no system
-//! call (at `basic`), no formatting.
+//! slot (in the creating thread's region of the span table, or its lock-free hash table), a raw
+//! clock read at new/enter/exit/close, and records into the current thread's shard. No
+//! allocation once a thread and a callsite are warm, no system call (at `basic`), no
+//! formatting, and no locked instruction for a span that stays on its thread.
 
 mod collect;
 pub(crate) mod hist;
@@ -45,13 +46,15 @@ use names::{
     throughput_fields, Decision, Kind, NameInfo, Names, FIELD_BYTES, FIELD_FLOPS, FIELD_ITEMS,
 };
 use overhead::Costs;
-use resources::{entry_figures, instance_figures_at, EntryFigures, EntryMark, InstanceMark};
-use shards::{bump, with_local, Frame, Local, NameStats, Shards};
-use spans::{Slot, SlotIn};
-use spans::{
-    SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, ENTRIES_WRITING, FLAG_ERRORED, FLAG_MARKED,
-    FLAG_STEP,
+use resources::{
+    entry_figures, instance_figures_at, EntryFigures, EntryMark, InstanceFigures, InstanceMark,
 };
+use shards::{bump, with_local, Frame, Local, NameStats, Shards};
+use spans::{
+    RegionClaim, SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, FLAG_ERRORED, FLAG_MARKED,
+    FLAG_SHARED, FLAG_STEP,
+};
+use spans::{Slot, SlotIn};
 
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 
@@ -242,20 +245,14 @@ impl Recorder {
         with_local(self.id, &self.shards, f)
     }
 
-    /// Runs `f` with this thread's stats of `name`; while the thread is being torn down (its
-    /// thread-local state gone), with the stats of a shared shard instead, so nothing is lost.
+    /// Runs `f` with this thread's stats of `name` (`local`: this thread's state); while the
+    /// thread is being torn down (its thread-local state gone), with the stats of a shared
+    /// shard instead, so nothing is lost.
     #[inline(always)]
-    fn with_stats(&self, name: u32, f: impl FnOnce(&NameStats)) {
-        let mut f = Some(f);
-        let done = self.local(|local| {
-            if let Some(f) = f.take() {
-                f(local.stats(name));
-            }
-        });
-        if done.is_none() {
-            if let Some(f) = f.take() {
-                self.shards.with_orphan(name, f);
-            }
+    fn in_stats(&self, local: Option<&mut Local>, name: u32, f: impl FnOnce(&NameStats)) {
+        match local {
+            Some(local) => f(local.stats(name)),
+            None => self.shards.with_orphan(name, f),
         }
     }
 
@@ -304,6 +301,7 @@ impl Recorder {
 
     /// Opens a span the decision records. Returns whether it is recorded (not when the span
     /// table is full, nor when its name is sampled and this span left out: `sampling`).
+    #[inline(always)]
     pub(crate) fn open(&self, id: u64, decision: Decision, attrs: &Attributes<'_>) -> bool {
         let name = decision.name();
         let every = self.sampling.every(name);
@@ -311,14 +309,45 @@ impl Recorder {
             return false;
         }
         let now = self.clock.raw();
+        // One thread-local lookup: the frame stack, the region, the stats.
+        match self.local(|local| self.open_in(Some(local), id, decision, attrs, now)) {
+            Some(recorded) => recorded,
+            None => self.open_orphan(id, decision, attrs, now),
+        }
+    }
+
+    /// [`Recorder::open`] on a thread being torn down: no stack, no region, the shared orphan
+    /// shard.
+    #[cold]
+    #[inline(never)]
+    fn open_orphan(&self, id: u64, decision: Decision, attrs: &Attributes<'_>, now: u64) -> bool {
+        self.open_in(None, id, decision, attrs, now)
+    }
+
+    #[inline(always)]
+    fn open_in(
+        &self,
+        mut local: Option<&mut Local>,
+        id: u64,
+        decision: Decision,
+        attrs: &Attributes<'_>,
+        now: u64,
+    ) -> bool {
+        let name = decision.name();
         let resources = self.switches.get().resources();
         let marked = resources.instances();
-        let node = self.tree_node(name, attrs);
-        let inserted = self.table.insert(id, |s| {
+        let top = local
+            .as_deref()
+            .map(|l| l.stack.last().map_or(tree::ROOT, |f| f.node));
+        let node = self.tree_node(name, attrs, top);
+        // The creating thread owns the span's sums (plain stores): no locked instruction at
+        // its first exit.
+        let owner = local.as_deref().map_or(0, |l| l.token);
+        let init = |s: SlotIn<'_, InstanceMark>| {
             // MAX_SPAN_NAMES fits u16 (asserted in `names`).
             s.name.store(name as u16, Relaxed);
             s.entries.store(ENTRIES_NONE, Relaxed);
-            s.owner.store(0, Relaxed);
+            s.owner.store(owner, Relaxed);
             s.created.store(now, Relaxed);
             s.busy.store(0, Relaxed);
             s.self_ns.store(0, Relaxed);
@@ -330,19 +359,36 @@ impl Recorder {
             if marked {
                 s.with_mark(|m| m.update(&self.readings, self.t_ns(now), resources));
             }
-        });
-        if !inserted {
+        };
+        // This thread's region first (no locked instruction); spans with readings beside them,
+        // and any the region cannot take, in the table.
+        let owned = !marked
+            && local
+                .as_deref_mut()
+                .and_then(|l| self.region(l, id))
+                .is_some_and(|claim| self.table.insert_owned(claim, id, init));
+        if !owned && !self.table.insert(id, init) {
             self.dropped_table_full.fetch_add(1, Relaxed);
             return false;
         }
         let fields = decision.fields();
-        self.with_stats(name, |stats| {
+        self.in_stats(local, name, |stats| {
             bump(&stats.opened, 1);
             if fields != 0 {
                 attrs.record(&mut Throughput { stats, fields });
             }
         });
         true
+    }
+
+    /// This thread's region of the span table, claimed for the first span it opens (`id`).
+    #[inline(always)]
+    fn region<'a>(&self, local: &'a mut Local, id: u64) -> Option<&'a RegionClaim> {
+        if !local.region_tried {
+            local.region_tried = true;
+            local.region = self.table.claim_region(id, local.token);
+        }
+        local.region.as_ref()
     }
 
     /// Adds the throughput fields of values recorded on span `id`. Returns whether the span is
@@ -371,6 +417,7 @@ impl Recorder {
             .is_some()
     }
 
+    #[inline(always)]
     fn enter_slot(&self, id: u64, slot: &Slot) {
         self.local(|local| {
             // Entered on this thread already: a re-entry, counted once with its outermost entry.
@@ -441,6 +488,7 @@ impl Recorder {
             .is_some()
     }
 
+    #[inline(always)]
     fn exit_slot(&self, id: u64, slot: &Slot) {
         self.local(|local| {
             // Fast path: the span on top of this thread's stack (no search).
@@ -530,57 +578,41 @@ impl Recorder {
         (figures, spent)
     }
 
-    /// Adds a completed entry to its span. The first entry is only added to the span's sums: if
-    /// it stays the only one, close records it once as both entry and instance. From the second
-    /// entry on, every entry (the first one included) goes to the entry histograms.
+    /// Adds a completed entry to its span. The owner's (creating thread's) first entry is only
+    /// added to the span's sums: if it stays the span's only one, close records it once as both
+    /// entry and instance. The owner's next entries, and the first one with them, go to the entry
+    /// histograms, as does every entry completed on another thread (at its exit).
     #[inline(always)]
     fn complete_entry(&self, local: &mut Local, slot: &Slot, name: u32, busy: u64, self_ns: u64) {
-        bump(&local.stats(name).entries, 1);
-        let mut spins = 0u32;
-        loop {
-            match slot.entries.load(Acquire) {
+        let owner = local.token;
+        let stats = local.stats(name);
+        bump(&stats.entries, 1);
+        if owner != 0 && slot.owner.load(Relaxed) == owner {
+            // Only this thread writes `entries`, `busy` and `self_ns`: plain loads and stores.
+            match slot.entries.load(Relaxed) {
                 ENTRIES_NONE => {
-                    if slot
-                        .entries
-                        .compare_exchange(ENTRIES_NONE, ENTRIES_WRITING, Acquire, Relaxed)
-                        .is_ok()
-                    {
-                        // The thread that completes the first entry owns the span's sums.
-                        slot.owner.store(local.token, Relaxed);
-                        add_entry(slot, local.token != 0, busy, self_ns);
-                        slot.entries.store(ENTRIES_ONE, Release);
-                        return;
-                    }
-                }
-                ENTRIES_WRITING => {
-                    // Another thread is adding the first entry (two stores away).
-                    spins += 1;
-                    if spins < 64 {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
+                    bump(&slot.busy, busy);
+                    bump(&slot.self_ns, self_ns);
+                    slot.entries.store(ENTRIES_ONE, Release);
+                    return;
                 }
                 ENTRIES_ONE => {
-                    let first_busy = slot.busy.load(Relaxed) + slot.shared_busy.load(Relaxed);
-                    let first_self = slot.self_ns.load(Relaxed) + slot.shared_self.load(Relaxed);
-                    if slot
-                        .entries
-                        .compare_exchange(ENTRIES_ONE, ENTRIES_MANY, Acquire, Relaxed)
-                        .is_ok()
-                    {
-                        let stats = local.stats(name);
-                        self.record(stats, name, Kind::EntryBusy, first_busy);
-                        self.record(stats, name, Kind::EntrySelf, first_self);
-                        break;
-                    }
+                    // Marked first, so that a snapshot stops counting it as pending.
+                    slot.entries.store(ENTRIES_MANY, Release);
+                    self.record(stats, name, Kind::EntryBusy, slot.busy.load(Relaxed));
+                    self.record(stats, name, Kind::EntrySelf, slot.self_ns.load(Relaxed));
                 }
-                _ => break,
+                _ => {}
+            }
+            bump(&slot.busy, busy);
+            bump(&slot.self_ns, self_ns);
+        } else {
+            slot.shared_busy.fetch_add(busy, Relaxed);
+            slot.shared_self.fetch_add(self_ns, Relaxed);
+            if slot.flags.load(Relaxed) & FLAG_SHARED == 0 {
+                slot.flags.fetch_or(FLAG_SHARED, Release);
             }
         }
-        let owned = local.token != 0 && slot.owner.load(Relaxed) == local.token;
-        add_entry(slot, owned, busy, self_ns);
-        let stats = local.stats(name);
         self.record(stats, name, Kind::EntryBusy, busy);
         self.record(stats, name, Kind::EntrySelf, self_ns);
     }
@@ -591,20 +623,26 @@ impl Recorder {
         self.table.with(id, |slot| self.close_slot(slot)).is_some()
     }
 
+    #[inline(always)]
     fn close_slot(&self, slot: SlotIn<'_, InstanceMark>) {
         let now = self.clock.raw();
-        let name = u32::from(slot.name.load(Relaxed));
-        let node = slot.node.load(Relaxed);
-        let wall = self.clock.delta_ns(slot.created.load(Relaxed), now);
-        let busy = slot.busy.load(Relaxed) + slot.shared_busy.load(Relaxed);
-        let self_ns = slot.self_ns.load(Relaxed) + slot.shared_self.load(Relaxed);
-        let (busy_kind, self_kind) = match slot.entries.load(Acquire) {
-            ENTRIES_ONE => (Kind::SingleBusy, Kind::SingleSelf),
-            _ => (Kind::Busy, Kind::SelfTime),
-        };
         let flags = slot.flags.load(Acquire);
+        let owner_entries = slot.entries.load(Acquire);
+        let (owner_busy, owner_self) = (slot.busy.load(Relaxed), slot.self_ns.load(Relaxed));
+        let single = owner_entries == ENTRIES_ONE && flags & FLAG_SHARED == 0;
+        let closed = Closed {
+            name: u32::from(slot.name.load(Relaxed)),
+            node: slot.node.load(Relaxed),
+            wall: self.clock.delta_ns(slot.created.load(Relaxed), now),
+            busy: owner_busy + slot.shared_busy.load(Relaxed),
+            self_ns: owner_self + slot.shared_self.load(Relaxed),
+            single,
+            // The owner's one entry, beside other threads' (recorded at their exits).
+            first: (owner_entries == ENTRIES_ONE && !single).then_some((owner_busy, owner_self)),
+            flags,
+        };
         // The instance's resource figures, from its open mark (kept beside the slot until the
-        // slot is freed) and the readings now.
+        // slot is freed) and the readings now; passed by reference (they are large).
         let figures = (flags & FLAG_MARKED != 0)
             .then(|| {
                 slot.with_mark(|open| {
@@ -616,22 +654,57 @@ impl Recorder {
         // What the span's opening thread wrote (its `opened` count) is visible to a snapshot
         // that sees this close: see `collect`.
         std::sync::atomic::fence(Release);
-        self.with_stats(name, |stats| {
-            self.record(stats, name, busy_kind, busy);
-            self.record(stats, name, self_kind, self_ns);
-            self.record(stats, name, Kind::Wall, wall);
-            if let Some(figures) = &figures {
+        // One thread-local lookup for the name's and the node's stats.
+        let figures = figures.as_ref();
+        if self
+            .local(|local| self.close_in(Some(local), &closed, figures))
+            .is_none()
+        {
+            self.close_orphan(&closed, figures);
+        }
+        if flags & FLAG_STEP != 0 {
+            self.step_closed();
+        }
+    }
+
+    /// [`Recorder::close_in`] on a thread being torn down: the shared orphan shard.
+    #[cold]
+    #[inline(never)]
+    fn close_orphan(&self, c: &Closed, figures: Option<&InstanceFigures>) {
+        self.close_in(None, c, figures);
+    }
+
+    /// Records a closed span in this thread's stats (`local`), or the orphan shard's.
+    #[inline(always)]
+    fn close_in(
+        &self,
+        mut local: Option<&mut Local>,
+        c: &Closed,
+        figures: Option<&InstanceFigures>,
+    ) {
+        let name = c.name;
+        self.in_stats(local.as_deref_mut(), name, |stats| {
+            let (busy_kind, self_kind) = if c.single {
+                (Kind::SingleBusy, Kind::SingleSelf)
+            } else {
+                (Kind::Busy, Kind::SelfTime)
+            };
+            self.record(stats, name, busy_kind, c.busy);
+            self.record(stats, name, self_kind, c.self_ns);
+            self.record(stats, name, Kind::Wall, c.wall);
+            if let Some((busy, self_ns)) = c.first {
+                self.record(stats, name, Kind::EntryBusy, busy);
+                self.record(stats, name, Kind::EntrySelf, self_ns);
+            }
+            if let Some(figures) = figures {
                 stats.res().add_instance(figures);
             }
-            if flags & FLAG_ERRORED != 0 {
+            if c.flags & FLAG_ERRORED != 0 {
                 bump(&stats.errored_instances, 1);
             }
             bump(&stats.closed, 1);
         });
-        self.tree_close(node, busy, self_ns, wall);
-        if flags & FLAG_STEP != 0 {
-            self.step_closed();
-        }
+        self.tree_close(local, c.node, c.busy, c.self_ns, c.wall);
     }
 
     /// An error-level event: counted for its explicit parent if recorded, else (`contextual`)
@@ -744,17 +817,18 @@ fn find_frame(local: &mut Local, id: u64) -> Option<usize> {
     Some(pos)
 }
 
-/// Adds a completed entry to its span's sums: plain stores by the owning thread, atomic adds
-/// by others.
-#[inline(always)]
-fn add_entry(slot: &Slot, owned: bool, busy: u64, self_ns: u64) {
-    if owned {
-        bump(&slot.busy, busy);
-        bump(&slot.self_ns, self_ns);
-    } else {
-        slot.shared_busy.fetch_add(busy, Relaxed);
-        slot.shared_self.fetch_add(self_ns, Relaxed);
-    }
+/// A closed span, as `close_slot` read it from its slot.
+struct Closed {
+    name: u32,
+    node: u16,
+    wall: u64,
+    busy: u64,
+    self_ns: u64,
+    /// Entered once, by its owner: recorded as a single entry.
+    single: bool,
+    /// The owner's one entry (busy, self), when other threads had entries too.
+    first: Option<(u64, u64)>,
+    flags: u8,
 }
 
 /// Adds the throughput fields of a span's values to its name's sums.
@@ -934,6 +1008,49 @@ mod tests {
         assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
     }
 
+    /// Two threads whose span ids fall in the same region (a subscriber whose ids are not the
+    /// registry's per thread): the first thread to open a span there owns the region, the
+    /// other's spans go to the table; every span is recorded, exactly.
+    #[test]
+    fn a_thread_whose_region_another_holds_records_through_the_table() {
+        let (clock, mock) = Clock::mock();
+        let rec = Arc::new(Recorder::standalone(
+            clock,
+            Resources::NONE,
+            Costs::default(),
+        ));
+        let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
+        let decision = rec.decide(meta, false);
+        // Shard 7, addresses 1.. (the first thread) and 101.. (the second).
+        let id = |address: u64| 7 << 38 | address;
+        let span = |id: u64, ns: u64| {
+            let values = meta.fields().value_set(&[]);
+            assert!(rec.open(id, decision, &Attributes::new_root(meta, &values)));
+            assert!(rec.enter(id));
+            mock.advance(std::time::Duration::from_nanos(ns));
+            assert!(rec.exit(id));
+            // Open across the other thread's spans: the region stays held.
+            id
+        };
+        let held = span(id(1), 10);
+        assert!(rec.table.in_region(held), "the first thread owns region 7");
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for address in 101..104 {
+                    let other = span(id(address), 100);
+                    assert!(!rec.table.in_region(other), "region 7 is held: the table");
+                    assert!(rec.close(other));
+                }
+            });
+        });
+        assert!(rec.close(held));
+        let snap = rec.snapshot();
+        let stats = snap.spans.iter().find(|s| s.calls > 0).unwrap();
+        assert_eq!((stats.calls, stats.instances), (4, 4));
+        assert_eq!(stats.busy.total_ns, 310);
+        assert_eq!((stats.busy.min_ns, stats.busy.max_ns), (10, 100));
+    }
+
     #[test]
     fn past_the_span_tables_bound_every_span_is_counted_as_dropped() {
         let mut rec = Recorder::standalone(Clock::new(), Resources::NONE, Costs::default());
@@ -944,7 +1061,9 @@ mod tests {
         let decision = rec.decide(meta, false);
         let values = meta.fields().value_set(&[]);
         let attrs = Attributes::new(meta, &values);
-        let ids = 1..=4096 + 100u64;
+        // Addresses past this thread's region of the table (256 slots): every span goes to
+        // the segments.
+        let ids = 1000..1000 + 4096 + 100u64;
         let held = ids
             .clone()
             .filter(|&id| rec.open(id, decision, &attrs))

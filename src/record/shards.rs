@@ -17,6 +17,7 @@ use super::metrics::MetricCell;
 use super::names::{Kind, KINDS};
 use super::overhead::EntryCost;
 use super::resources::{EntryMark, ResourceSlot, ResourceStats};
+use super::spans::RegionClaim;
 use super::tree::{LocalNodes, NodeStats, ShardNodes};
 
 /// What one thread recorded for one span name. Aligned so that two threads' stats never share
@@ -294,6 +295,12 @@ pub(crate) struct Local {
     pub(crate) marks: Vec<EntryMark>,
     /// This thread's token ([`thread_token`]).
     pub(crate) token: u32,
+    /// The span table's region this thread inserts its spans in (`spans::Regions`), once
+    /// claimed; released with this state.
+    pub(crate) region: Option<RegionClaim>,
+    /// Whether this thread tried to claim a region (once: a region another thread holds is not
+    /// asked for again).
+    pub(crate) region_tried: bool,
     _owner: Weak<Shards>,
 }
 
@@ -509,6 +516,8 @@ fn slow_local<'a>(
             stack: Vec::with_capacity(32),
             marks: Vec::new(),
             token: thread_token(),
+            region: None,
+            region_tried: false,
             _owner: Arc::downgrade(shards),
         };
         locals.insert(0, local);

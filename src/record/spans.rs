@@ -6,22 +6,31 @@
 //! a reference to a slot stays valid for the life of the table. Probing is bounded: a key is
 //! in the first segment whose probe window had room for it when it was inserted, and a slot never
 //! becomes empty again, so a lookup stops at the first empty slot it meets.
+//!
+//! Beside the table, [`Regions`]: slots found from the id by arithmetic, with no probe and no
+//! locked instruction. `tracing_subscriber::Registry` ids are sharded-slab keys (+1): an
+//! address in the low 38 bits, the creating thread's shard index in the 13 bits above, a
+//! generation on top. A thread that owns a shard's region (claimed once per thread, with one
+//! compare-and-swap, released when its thread-local state drops) inserts the spans it creates
+//! with plain stores at `region[shard][address]`: it is the only thread that inserts there, and
+//! a live span's slot is the span's until it closes. Nothing here trusts the id layout: a span
+//! whose shard is not the creating thread's region, whose address is past the region, or whose
+//! slot is still held (any other id scheme) goes to the table instead, as every span did.
 
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 const EMPTY: u64 = 0;
 const TOMBSTONE: u64 = u64::MAX;
 const RESERVED: u64 = u64::MAX - 1;
 
-/// No entry (enter→exit interval) completed yet.
+/// The owner (the creating thread) completed no entry of the span yet.
 pub(crate) const ENTRIES_NONE: u16 = 0;
-/// The first entry is being added to the sums by the thread that completed it.
-pub(crate) const ENTRIES_WRITING: u16 = 1;
-/// Exactly one entry completed; the sums hold it and it is not recorded anywhere yet.
-pub(crate) const ENTRIES_ONE: u16 = 2;
-/// Several entries completed; each is recorded in the entry histograms.
-pub(crate) const ENTRIES_MANY: u16 = 3;
+/// The owner completed exactly one entry: in the owner's sums, recorded nowhere yet (at close,
+/// as the span's single entry if no other thread completed one, else as an entry).
+pub(crate) const ENTRIES_ONE: u16 = 1;
+/// The owner completed several entries; each is recorded in the entry histograms.
+pub(crate) const ENTRIES_MANY: u16 = 2;
 
 const FIRST_SEGMENT: usize = 4096;
 /// Segments of the table, each twice the size of the one before.
@@ -31,20 +40,22 @@ const PROBES: usize = 16;
 /// The state of one open span. 64 bytes, one cache line: spans used by different threads never
 /// share a line.
 ///
-/// The thread that completed the span's first entry (its *owner*) adds its entries to `busy`
-/// and `self_ns` with plain loads and stores; other threads add theirs to `shared_busy` and
-/// `shared_self` with atomic read-modify-writes. A span that never leaves its thread costs no locked
-/// instruction, and concurrent entries from several threads lose nothing.
+/// The thread that created the span (its *owner*) adds its entries to `busy` and `self_ns` and
+/// counts them in `entries` with plain loads and stores; other threads add theirs to
+/// `shared_busy` and `shared_self` with atomic read-modify-writes, record each in their entry
+/// histograms at its exit and set [`FLAG_SHARED`]. A span that never leaves its thread costs no
+/// locked instruction, and concurrent entries from several threads lose nothing.
 #[repr(align(64))]
 #[derive(Debug)]
 pub(crate) struct Slot {
     key: AtomicU64,
     /// Index of the span's name in the name registry.
     pub(crate) name: AtomicU16,
-    /// How many entries completed: [`ENTRIES_NONE`], [`ENTRIES_WRITING`], [`ENTRIES_ONE`],
-    /// [`ENTRIES_MANY`].
+    /// How many entries the owner completed: [`ENTRIES_NONE`], [`ENTRIES_ONE`],
+    /// [`ENTRIES_MANY`]; written by the owner only.
     pub(crate) entries: AtomicU16,
-    /// Token of the owning thread (see `shards::thread_token`), 0 until the first entry.
+    /// Token of the owning (creating) thread (see `shards::thread_token`); 0: none (a thread
+    /// being torn down).
     pub(crate) owner: AtomicU32,
     /// Clock reading (raw) when the span was created.
     pub(crate) created: AtomicU64,
@@ -56,11 +67,12 @@ pub(crate) struct Slot {
     pub(crate) shared_busy: AtomicU64,
     /// Sum of other threads' completed entries' self time, ns.
     pub(crate) shared_self: AtomicU64,
-    /// [`FLAG_MARKED`], [`FLAG_ERRORED`], [`FLAG_STEP`].
+    /// [`FLAG_MARKED`], [`FLAG_ERRORED`], [`FLAG_STEP`], [`FLAG_SHARED`].
     pub(crate) flags: AtomicU8,
     /// The span's node in the call tree (`tree::ROOT` when the tree is off).
     pub(crate) node: AtomicU16,
-    /// The segment the slot is in and its index there (set once, when the segment is made).
+    /// The segment the slot is in and its index there (set once, when the segment is made);
+    /// [`IN_REGION`] for a slot of [`Regions`].
     segment: u8,
     index: u32,
 }
@@ -72,6 +84,8 @@ pub(crate) const FLAG_MARKED: u8 = 1;
 pub(crate) const FLAG_ERRORED: u8 = 2;
 /// The span is a step span of the export cadence: its close is counted (`crate::export`).
 pub(crate) const FLAG_STEP: u8 = 4;
+/// A thread other than the owner completed an entry of the span.
+pub(crate) const FLAG_SHARED: u8 = 8;
 
 impl Slot {
     const fn new(segment: u8, index: u32) -> Self {
@@ -101,9 +115,83 @@ impl Slot {
     }
 }
 
+/// The `segment` of a slot in [`Regions`].
+const IN_REGION: u8 = u8::MAX;
+/// Shard indices (threads) of the registry that get a region of slots.
+pub(crate) const REGIONS: usize = 64;
+/// Slots per region: span ids whose address is below this go there.
+pub(crate) const REGION_LEN: usize = 256;
+const ADDRESS_BITS: u32 = 38;
+
+/// The shard index of a span id (`tracing_subscriber::Registry`'s layout), if it has a region.
+#[inline(always)]
+fn region_of(id: u64) -> Option<usize> {
+    let shard = ((id >> ADDRESS_BITS) & 0x1FFF) as usize;
+    (shard < REGIONS).then_some(shard)
+}
+
+/// The bits of an id that are zero when it has a region and a slot there: a shard index
+/// below [`REGIONS`] and an address below [`REGION_LEN`] (one test for both).
+const OUT_OF_REGIONS: u64 =
+    ((0x1FFF & !(REGIONS as u64 - 1)) << ADDRESS_BITS) | ((1 << ADDRESS_BITS) - REGION_LEN as u64);
+const _: () = assert!(REGIONS.is_power_of_two() && REGION_LEN.is_power_of_two());
+
+/// Slots reached from a span id by arithmetic, one region per shard index (see the module
+/// docs). A region's slots are made by its first owner (16 KiB), kept for the table's life.
+struct Regions {
+    /// The token (`shards::thread_token`) of the thread that owns each region, 0 if none.
+    owners: Arc<[AtomicU32; REGIONS]>,
+    slots: [OnceLock<Box<[Slot; REGION_LEN]>>; REGIONS],
+}
+
+impl Regions {
+    fn new() -> Self {
+        Self {
+            owners: Arc::new([const { AtomicU32::new(0) }; REGIONS]),
+            slots: [const { OnceLock::new() }; REGIONS],
+        }
+    }
+
+    /// The slot of `id` in its region, if it has one made.
+    #[inline(always)]
+    fn slot(&self, id: u64) -> Option<&Slot> {
+        if id & OUT_OF_REGIONS != 0 {
+            return None;
+        }
+        let region = (id >> ADDRESS_BITS) as usize & (REGIONS - 1);
+        let slots = self.slots[region].get()?;
+        Some(&slots[id as usize & (REGION_LEN - 1)])
+    }
+}
+
+/// A thread's ownership of one region: only that thread inserts there. Released on drop.
+pub(crate) struct RegionClaim {
+    owners: Arc<[AtomicU32; REGIONS]>,
+    region: usize,
+}
+
+impl std::fmt::Debug for RegionClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionClaim")
+            .field("region", &self.region)
+            .finish()
+    }
+}
+
+impl Drop for RegionClaim {
+    fn drop(&mut self) {
+        self.owners[self.region].store(0, Ordering::Release);
+    }
+}
+
 /// The table. See the module docs. `M` is what is kept beside the slot of an open span that
 /// asked for it (resource readings at its creation), in the memory of the slot's segment.
 pub(crate) struct SpanTable<M> {
+    /// Slots found by arithmetic from the ids of the spans that their region's owner creates.
+    regions: Regions,
+    /// Whether a span was ever inserted in the table (rather than a region): until then, a
+    /// lookup that misses the regions ends there.
+    used: AtomicBool,
     /// Segment 0, always there.
     first: Segment<M>,
     /// Segments 1.., each twice the size of the one before, made when first needed and freed
@@ -146,7 +234,8 @@ impl<M: Default> Segment<M> {
 /// A slot found in the table, with its segment, for the duration of one operation.
 pub(crate) struct SlotIn<'a, M> {
     slot: &'a Slot,
-    segment: &'a Segment<M>,
+    /// `None` for a slot of a region (spans with marks are never there).
+    segment: Option<&'a Segment<M>>,
 }
 
 impl<M> Clone for SlotIn<'_, M> {
@@ -175,7 +264,7 @@ impl<M: Default + Copy> SlotIn<'_, M> {
     /// Runs `f` on what is kept beside the slot, in place (no copy of it).
     #[inline]
     pub(crate) fn with_mark<R>(&self, f: impl FnOnce(&mut M) -> R) -> Option<R> {
-        let cell = self.segment.mark(self.slot.index as usize)?;
+        let cell = self.segment?.mark(self.slot.index as usize)?;
         let mut mark = cell.lock().unwrap_or_else(|e| e.into_inner());
         Some(f(&mut mark))
     }
@@ -184,7 +273,7 @@ impl<M: Default + Copy> SlotIn<'_, M> {
     #[cfg(test)]
     pub(crate) fn mark(&self) -> Option<M> {
         self.segment
-            .mark(self.slot.index as usize)
+            .and_then(|s| s.mark(self.slot.index as usize))
             .map(|c| *c.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -236,6 +325,8 @@ fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 impl<M: Default + Copy> SpanTable<M> {
     pub(crate) fn new() -> Self {
         Self {
+            regions: Regions::new(),
+            used: AtomicBool::new(false),
             first: Segment::new(0),
             rest: Default::default(),
             live: Default::default(),
@@ -257,16 +348,83 @@ impl<M: Default + Copy> SpanTable<M> {
     #[inline]
     pub(crate) fn insert(&self, id: u64, init: impl FnOnce(SlotIn<'_, M>)) -> bool {
         debug_assert!(id != EMPTY && id != TOMBSTONE && id != RESERVED);
+        if !self.used.load(Ordering::Relaxed) {
+            // Before the key is published (Release), so whoever finds the key sees this.
+            self.used.store(true, Ordering::Relaxed);
+        }
         if let Some(index) = claim(&self.first.slots, id, 0) {
             let slot = &self.first.slots[index];
             init(SlotIn {
                 slot,
-                segment: &self.first,
+                segment: Some(&self.first),
             });
             slot.key.store(id, Ordering::Release);
             return true;
         }
         self.insert_spilled(id, init)
+    }
+
+    /// Claims the region of `id`'s shard for the calling thread (`token`, non-zero), if no other
+    /// thread holds it: that thread then inserts there with [`SpanTable::insert_owned`]. One
+    /// compare-and-swap per thread; the claim is released when dropped.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn claim_region(&self, id: u64, token: u32) -> Option<RegionClaim> {
+        let region = region_of(id)?;
+        if token == 0 {
+            return None;
+        }
+        self.regions.owners[region]
+            .compare_exchange(0, token, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        // Released if the slots cannot be made below.
+        let claim = RegionClaim {
+            owners: self.regions.owners.clone(),
+            region,
+        };
+        if self.regions.slots[region].get().is_none() {
+            // Made by the region's first owner (the only thread that sets them), on the heap
+            // (16 KiB), outside the hot path.
+            crate::alloc::untracked(|| {
+                let slots: Box<[Slot]> = (0..REGION_LEN)
+                    .map(|i| Slot::new(IN_REGION, i as u32))
+                    .collect();
+                let slots: Box<[Slot; REGION_LEN]> = slots.try_into().ok()?;
+                let _ = self.regions.slots[region].set(slots);
+                Some(())
+            })?;
+        }
+        Some(claim)
+    }
+
+    /// Inserts `id` in the region `claim` holds, with plain stores: returns `false` (and does
+    /// not call `init`) when `id` is not of that region or its slot is held by a span still
+    /// open; the span then goes to [`SpanTable::insert`].
+    #[inline(always)]
+    pub(crate) fn insert_owned(
+        &self,
+        claim: &RegionClaim,
+        id: u64,
+        init: impl FnOnce(SlotIn<'_, M>),
+    ) -> bool {
+        if region_of(id) != Some(claim.region) {
+            return false;
+        }
+        let Some(slot) = self.regions.slot(id) else {
+            return false;
+        };
+        // Only the region's owner makes a slot of it hold a span, so the slot cannot be taken
+        // between this load and the store below; others only free slots.
+        let key = slot.key.load(Ordering::Acquire);
+        if key != EMPTY && key != TOMBSTONE {
+            return false;
+        }
+        init(SlotIn {
+            slot,
+            segment: None,
+        });
+        slot.key.store(id, Ordering::Release);
+        true
     }
 
     #[cold]
@@ -284,7 +442,10 @@ impl<M: Default + Copy> SpanTable<M> {
             };
             self.live[k - 1].fetch_add(1, Ordering::AcqRel);
             let slot = &segment.slots[index];
-            init(SlotIn { slot, segment });
+            init(SlotIn {
+                slot,
+                segment: Some(segment),
+            });
             slot.key.store(id, Ordering::Release);
             return true;
         }
@@ -310,12 +471,23 @@ impl<M: Default + Copy> SpanTable<M> {
     /// profiled).
     #[inline(always)]
     pub(crate) fn with<R>(&self, id: u64, f: impl FnOnce(SlotIn<'_, M>) -> R) -> Option<R> {
+        if let Some(slot) = self.regions.slot(id) {
+            if slot.key.load(Ordering::Acquire) == id {
+                return Some(f(SlotIn {
+                    slot,
+                    segment: None,
+                }));
+            }
+        }
+        if !self.used.load(Ordering::Relaxed) {
+            return None;
+        }
         let index = home(id, 0) & (FIRST_SEGMENT - 1);
         let slot = &self.first.slots[index];
         match slot.key.load(Ordering::Acquire) {
             key if key == id => Some(f(SlotIn {
                 slot,
-                segment: &self.first,
+                segment: Some(&self.first),
             })),
             EMPTY => None,
             _ => self.with_probing(id, f),
@@ -329,7 +501,7 @@ impl<M: Default + Copy> SpanTable<M> {
             Probe::Found(index) => {
                 return Some(f(SlotIn {
                     slot: &self.first.slots[index],
-                    segment: &self.first,
+                    segment: Some(&self.first),
                 }))
             }
             // The first segment is never freed, and a key goes to a later segment only when its
@@ -351,7 +523,7 @@ impl<M: Default + Copy> SpanTable<M> {
             if let Probe::Found(index) = probe(&segment.slots, id, k) {
                 return Some(f(SlotIn {
                     slot: &segment.slots[index],
-                    segment: &segment,
+                    segment: Some(&segment),
                 }));
             }
         }
@@ -364,7 +536,10 @@ impl<M: Default + Copy> SpanTable<M> {
     pub(crate) fn remove(&self, slot: SlotIn<'_, M>) {
         slot.key.store(TOMBSTONE, Ordering::Release);
         let k = usize::from(slot.slot.segment);
-        if k > 0 && self.live[k - 1].fetch_sub(1, Ordering::AcqRel) == 1 {
+        if k > 0
+            && k != usize::from(IN_REGION)
+            && self.live[k - 1].fetch_sub(1, Ordering::AcqRel) == 1
+        {
             self.free_if_empty(k);
         }
     }
@@ -389,6 +564,9 @@ impl<M: Default + Copy> SpanTable<M> {
                 f(slot);
             }
         };
+        for slots in self.regions.slots.iter().filter_map(OnceLock::get) {
+            visit(&slots[..]);
+        }
         visit(&self.first.slots);
         for k in 1..SEGMENTS {
             if self.live[k - 1].load(Ordering::Acquire) == 0 {
@@ -448,8 +626,81 @@ fn claim(slots: &[Slot], id: u64, k: usize) -> Option<usize> {
 const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 #[cfg(test)]
+impl<M> SpanTable<M> {
+    /// Whether the open span `id` is in a region (not the table).
+    pub(crate) fn in_region(&self, id: u64) -> bool {
+        self.regions
+            .slot(id)
+            .is_some_and(|s| s.key.load(Ordering::Acquire) == id)
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A registry-style id: generation, shard, address.
+    fn id(generation: u64, shard: u64, address: u64) -> u64 {
+        generation << 51 | shard << ADDRESS_BITS | address
+    }
+
+    #[test]
+    fn a_region_has_one_owner_at_a_time() {
+        let t = SpanTable::<u64>::new();
+        let first = t.claim_region(id(0, 3, 1), 1).expect("free");
+        assert!(t.claim_region(id(0, 3, 2), 2).is_none(), "held by token 1");
+        assert!(
+            t.claim_region(id(0, 3, 2), 0).is_none(),
+            "no token, no region"
+        );
+        assert!(
+            t.claim_region(id(0, REGIONS as u64, 1), 2).is_none(),
+            "past the regions"
+        );
+        let other = t.claim_region(id(0, 4, 1), 2).expect("another region");
+        drop(first);
+        let again = t.claim_region(id(0, 3, 2), 2).expect("released on drop");
+        assert_eq!((again.region, other.region), (3, 4));
+    }
+
+    #[test]
+    fn a_region_takes_only_its_owners_free_slots_and_the_table_the_rest() {
+        let t = SpanTable::<u64>::new();
+        let claim = t.claim_region(id(0, 5, 1), 1).unwrap();
+        let init = |s: SlotIn<'_, u64>| s.busy.store(9, Ordering::Relaxed);
+        assert!(t.insert_owned(&claim, id(0, 5, 1), init));
+        // Another generation at the same address while the first is open: the slot is held.
+        assert!(!t.insert_owned(&claim, id(1, 5, 1), init));
+        // Another shard's id, an address past the region: not the region's.
+        assert!(!t.insert_owned(&claim, id(0, 6, 1), init));
+        assert!(!t.insert_owned(&claim, id(0, 5, REGION_LEN as u64), init));
+        for rest in [id(1, 5, 1), id(0, 6, 1), id(0, 5, REGION_LEN as u64)] {
+            assert!(t.insert(rest, init));
+            assert!(!t.in_region(rest));
+            assert_eq!(t.with(rest, |s| s.busy.load(Ordering::Relaxed)), Some(9));
+        }
+        assert!(t.in_region(id(0, 5, 1)));
+        assert_eq!(t.with(id(0, 5, 1), |s| s.id()).flatten(), Some(id(0, 5, 1)));
+        let mut open = 0;
+        t.for_each_open(|_| open += 1);
+        assert_eq!(open, 4, "region and table");
+        // Closed: the slot is free again, for the next generation; the old id is gone.
+        t.with(id(0, 5, 1), |s| t.remove(s)).unwrap();
+        assert!(t.with(id(0, 5, 1), |_| ()).is_none());
+        assert!(t.insert_owned(&claim, id(2, 5, 1), init));
+        assert!(t.in_region(id(2, 5, 1)));
+        assert!(t.with(id(0, 5, 1), |_| ()).is_none());
+    }
+
+    #[test]
+    fn lookups_skip_the_table_until_it_is_used() {
+        let t = SpanTable::<u64>::new();
+        assert!(!t.used.load(Ordering::Relaxed));
+        assert!(t.with(id(0, 1, 1), |_| ()).is_none());
+        assert!(t.insert(id(0, 1, 1), |_| {}));
+        assert!(t.used.load(Ordering::Relaxed));
+        assert!(t.with(id(0, 1, 1), |_| ()).is_some());
+    }
 
     #[test]
     fn insert_get_remove() {

@@ -399,9 +399,10 @@ impl LocalNodes {
 /// The recorder's hooks: each does nothing when the tree is off.
 impl Recorder {
     /// The node of a span named `name` opening with `attrs`: under its explicit parent's node,
-    /// or (contextual) under the node of the span this thread is in.
+    /// or (contextual) under `top`, the node of the span this thread is in (`None`: this
+    /// thread's state is gone).
     #[inline(always)]
-    pub(super) fn tree_node(&self, name: u32, attrs: &Attributes<'_>) -> u16 {
+    pub(super) fn tree_node(&self, name: u32, attrs: &Attributes<'_>, top: Option<u16>) -> u16 {
         let Some(tree) = &self.tree else {
             return ROOT;
         };
@@ -410,9 +411,7 @@ impl Recorder {
                 .table
                 .with(id.into_u64(), |slot| slot.node.load(Relaxed))
                 .unwrap_or(ROOT),
-            None if attrs.is_contextual() => self
-                .local(|local| local.stack.last().map_or(ROOT, |frame| frame.node))
-                .unwrap_or(ROOT),
+            None if attrs.is_contextual() => top.unwrap_or(ROOT),
             None => ROOT,
         };
         tree.child(parent, name)
@@ -426,23 +425,25 @@ impl Recorder {
         }
     }
 
-    /// A span in `node` closed on this thread.
+    /// A span in `node` closed on this thread (`local`: its state; `None` while it is torn
+    /// down: the orphan shard).
     #[inline(always)]
-    pub(super) fn tree_close(&self, node: u16, busy: u64, self_ns: u64, wall: u64) {
+    pub(super) fn tree_close(
+        &self,
+        local: Option<&mut Local>,
+        node: u16,
+        busy: u64,
+        self_ns: u64,
+        wall: u64,
+    ) {
         let Some(tree) = &self.tree else {
             return;
         };
-        let mut wall = Some(wall);
-        let done = self.local(|local| {
-            if let Some(wall) = wall.take() {
-                tree.close(node, local.node_stats(node), busy, self_ns, wall);
-            }
-        });
-        if done.is_none() {
-            if let Some(wall) = wall.take() {
-                self.shards
-                    .with_orphan_node(node, |stats| tree.close(node, stats, busy, self_ns, wall));
-            }
+        match local {
+            Some(local) => tree.close(node, local.node_stats(node), busy, self_ns, wall),
+            None => self
+                .shards
+                .with_orphan_node(node, |stats| tree.close(node, stats, busy, self_ns, wall)),
         }
     }
 }

@@ -8,7 +8,9 @@
 //! machine lands on one case and skews its ratio to the floor. This bench interleaves the
 //! cases: every round runs each of them once, and the best round of each is kept. Prints ns per
 //! span (create + enter + exit + close, empty body) and the ratio to
-//! `registry().with(Identity::new())`, for one span per iteration (flat) and three nested.
+//! `registry().with(Identity::new())`, for one span per iteration (flat), three nested, and
+//! flat spans on two threads at once (each thread's ns per span, the mean of the two).
+//! Prints the best round of each case, then the median round.
 //! `spanprof_sampled` forces the back-off's second stage (a limit of 0.01%): once a second of
 //! its spans has run, its short leaf spans are sampled 1 in N, and its best round is the cost
 //! of a span left out by sampling.
@@ -36,6 +38,28 @@ fn nested(n: u64) -> f64 {
         });
     }
     start.elapsed().as_nanos() as f64 / n as f64 / 3.0
+}
+
+/// Flat spans on two threads at once: the mean of each thread's ns per span.
+fn two_threads(dispatch: &tracing::Dispatch, n: u64) -> f64 {
+    let start = std::sync::Barrier::new(2);
+    let per_thread: Vec<f64> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    tracing::dispatcher::with_default(dispatch, || {
+                        start.wait();
+                        flat(n)
+                    })
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("bench thread"))
+            .collect()
+    });
+    per_thread.iter().sum::<f64>() / per_thread.len() as f64
 }
 
 fn env(name: &str, default: u64) -> u64 {
@@ -77,13 +101,15 @@ fn main() {
         ("spanprof_detailed", detailed),
         ("spanprof_sampled", sampled),
     ];
-    let mut best = vec![(f64::MAX, f64::MAX); cases.len()];
+    // Per case: every round's flat, nested and two-thread figures.
+    let mut rounds_of = vec![(Vec::new(), Vec::new(), Vec::new()); cases.len()];
     for _ in 0..rounds {
         for (i, (_, dispatch)) in cases.iter().enumerate() {
             tracing::dispatcher::with_default(dispatch, || {
-                best[i].0 = best[i].0.min(flat(n));
-                best[i].1 = best[i].1.min(nested(n / 3));
+                rounds_of[i].0.push(flat(n));
+                rounds_of[i].1.push(nested(n / 3));
             });
+            rounds_of[i].2.push(two_threads(dispatch, n / 2));
         }
     }
     let calls = basic_guard
@@ -95,15 +121,30 @@ fn main() {
         .snapshot()
         .span("bench_span")
         .and_then(|s| Some(s.sampled.as_ref()?.every));
-    println!("best of {rounds} interleaved rounds, {n} spans each; ratio to registry_identity");
     println!("spanprof_sampled: bench_span sampled 1 in {every:?} by the back-off (max 0.01%)");
-    for (i, (name, _)) in cases.iter().enumerate() {
+    for (which, at) in [("best", 0.0), ("median", 0.5)] {
+        let pick = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            v[((v.len() - 1) as f64 * at) as usize]
+        };
+        let figures: Vec<(f64, f64, f64)> = rounds_of
+            .iter()
+            .map(|(f, n, t)| (pick(f), pick(n), pick(t)))
+            .collect();
         println!(
-            "{name:<24} flat {:7.1} ns ({:.2}x)   nested {:7.1} ns/span ({:.2}x)",
-            best[i].0,
-            best[i].0 / best[0].0,
-            best[i].1,
-            best[i].1 / best[0].1
+            "{which} of {rounds} interleaved rounds, {n} spans each; ratio to registry_identity"
         );
+        for (i, (name, _)) in cases.iter().enumerate() {
+            println!(
+                "{name:<24} flat {:7.1} ns ({:.2}x)   nested {:7.1} ns/span ({:.2}x)   2 threads {:7.1} ns/span ({:.2}x)",
+                figures[i].0,
+                figures[i].0 / figures[0].0,
+                figures[i].1,
+                figures[i].1 / figures[0].1,
+                figures[i].2,
+                figures[i].2 / figures[0].2
+            );
+        }
     }
 }
