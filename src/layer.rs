@@ -23,6 +23,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::record::names::Decision;
+use crate::record::overhead::probe_due;
 use crate::record::Recorder;
 
 /// The profiling layer. Build it with [`ProfileLayer::builder`] and add it to a
@@ -273,6 +274,10 @@ where
                         self.recorder.dropped();
                     }
                 }
+                decision if probe_due(id.into_u64()) => self.recorder.timed(|_| {
+                    self.new_span(attrs, id, ctx, decision);
+                    true
+                }),
                 decision => self.new_span(attrs, id, ctx, decision),
             }
         } else if self.mode == Mode::Scoped {
@@ -296,7 +301,11 @@ where
         if self.mode == Mode::On {
             // Spans not profiled leave here: one inlined table probe, no call.
             let id = id.into_u64();
-            self.recorder.enter(id);
+            if probe_due(id) {
+                self.recorder.timed(|r| r.enter(id));
+            } else {
+                self.recorder.enter(id);
+            }
         } else if self.mode == Mode::Scoped {
             self.scoped_enter(id, ctx);
         }
@@ -307,7 +316,11 @@ where
         if self.mode == Mode::On {
             // Spans not profiled leave here: one inlined table probe, no call.
             let id = id.into_u64();
-            self.recorder.exit(id);
+            if probe_due(id) {
+                self.recorder.timed(|r| r.exit(id));
+            } else {
+                self.recorder.exit(id);
+            }
         } else if self.mode == Mode::Scoped {
             self.scoped_exit(id, ctx);
         }
@@ -316,7 +329,12 @@ where
     #[inline(always)]
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
-            self.recorder.close(id.into_u64());
+            let id = id.into_u64();
+            if probe_due(id) {
+                self.recorder.timed(|r| r.close(id));
+            } else {
+                self.recorder.close(id);
+            }
         } else if self.mode == Mode::Scoped {
             self.scoped_close(id, ctx);
         }

@@ -460,6 +460,7 @@ mod tests {
         // The profile's calibrated cost of a span: 40 ns, 20 % of a 200 ns span.
         s.overhead = Some(crate::profile::Overhead {
             span_cost_ns: 40.0,
+            measured_span_ns: None,
             cpu_read_ns: 0.0,
             cpu_every_entry_from_ns: 0,
             cpu_sample_every: 1,

@@ -904,7 +904,7 @@ pub(crate) fn own_cost_text(o: &Overhead) -> String {
         "~{:.2}% of {of} (est. {}: {:.0} ns/span + {} readings)",
         o.percent,
         format_duration(o.estimated_ns),
-        o.span_cost_ns,
+        o.measured_span_ns.unwrap_or(o.span_cost_ns),
         format_duration(o.readings_ns),
     )
 }

@@ -106,6 +106,10 @@ fn merge_overhead(profiles: &[Snapshot]) -> Option<Overhead> {
     let mut merged = first.clone();
     merged.span_cost_ns = parts.iter().map(|o| o.span_cost_ns).fold(0.0, f64::max);
     merged.cpu_read_ns = parts.iter().map(|o| o.cpu_read_ns).fold(0.0, f64::max);
+    merged.measured_span_ns = parts
+        .iter()
+        .filter_map(|o| o.measured_span_ns)
+        .reduce(f64::max);
     merged.readings_ns = sum(|o| o.readings_ns);
     merged.estimated_ns = estimated_ns;
     merged.process_cpu_ns = process_cpu_ns;

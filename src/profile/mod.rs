@@ -206,6 +206,13 @@ impl BackoffStep {
 pub struct Overhead {
     /// Cost of one span at `basic` (open, enter, exit, close), calibrated at start-up, ns.
     pub span_cost_ns: f64,
+    /// Cost of one span (or one entry of a span entered several times) as measured while the
+    /// program ran: every callback of 1 span in 64 timed whole (table lookups and cache misses
+    /// included), their mean times every callback made, per span; absent until 32 callbacks
+    /// were timed. Where present, the estimate uses it instead of `span_cost_ns`: spans polled on
+    /// several threads or entered many times cost more than the calibration's loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_span_ns: Option<f64>,
     /// Cost of one read of the thread CPU clock, calibrated at start-up, ns (0 where there is
     /// none).
     pub cpu_read_ns: f64,
@@ -217,7 +224,7 @@ pub struct Overhead {
     /// spanprof's measured time reading resources at enters and exits (CPU clock, heap
     /// counters), preemption inside included, ns: kept out of every span's busy and self time.
     pub readings_ns: u64,
-    /// Estimated total: spans × `span_cost_ns` + `readings_ns`, ns.
+    /// Estimated total: spans × (`measured_span_ns`, else `span_cost_ns`) + `readings_ns`, ns.
     pub estimated_ns: u64,
     /// The process's CPU time (every thread) at the snapshot, ns, where readable.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -104,6 +104,9 @@ pub(crate) struct Recorder {
     sampling: sampling::Sampling,
     /// spanprof's own costs (`record/overhead.rs`).
     costs: Costs,
+    /// Whether callbacks are timed whole, 1 in `overhead::PROBE_EVERY` (not with a mock clock,
+    /// which measures nothing, nor for the calibration's recorder).
+    probing: bool,
     /// Called inside the brackets of the resource readings: tests make them take time.
     #[cfg(test)]
     reading_hook: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
@@ -165,6 +168,7 @@ impl Recorder {
         if !crate::samplers::cpu::SUPPORTED {
             available = available.without(Resources::CPU);
         }
+        let probing = recording && !clock.is_mock() && costs.span_ns > 0.0;
         Self {
             id: NEXT_INSTANCE.fetch_add(1, Relaxed),
             switches: Switches::new(recording, available),
@@ -183,6 +187,7 @@ impl Recorder {
             tree: settings.tree.then(tree::Tree::new),
             sampling: sampling::Sampling::new(),
             settings,
+            probing,
             costs,
             #[cfg(test)]
             reading_hook: std::sync::OnceLock::new(),

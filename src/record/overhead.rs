@@ -61,6 +61,8 @@ pub(crate) struct Costs {
     pub(crate) long_ns: u64,
     /// One span left out by sampling (its creation's countdown, three table probes that miss).
     pub(crate) skip_ns: f64,
+    /// One read of the cheap clock: what timing a callback adds to it (`Recorder::timed`).
+    pub(crate) clock_ns: f64,
 }
 
 impl Costs {
@@ -100,8 +102,12 @@ impl Costs {
         // The same spans with their name sampled 1 in 2^20: all but the first left out.
         recorder.set_sampling(decision.name(), 1 << 20);
         let skip_ns = spans();
+        let clock_ns = best_of(3, &clock, 256, || {
+            std::hint::black_box(clock.raw());
+        });
         Costs {
             skip_ns,
+            clock_ns,
             ..Costs::from_reads(span_ns, cpu_read_ns)
         }
     }
@@ -126,6 +132,7 @@ impl Costs {
             cpu_read_ns,
             long_ns: (2.0 * cpu_read_ns * LONG_FACTOR) as u64,
             skip_ns: 0.0,
+            clock_ns: 0.0,
         }
     }
 }
@@ -163,6 +170,21 @@ static CALIBRATION_META: Metadata<'static> = Metadata::new(
     FieldSet::new(&[], Identifier(&CALIBRATION_SITE)),
     tracing_core::metadata::Kind::SPAN,
 );
+
+/// Spans whose callbacks are all timed whole, for the measured cost of a span: 1 in 64.
+pub(crate) const PROBE_EVERY: u64 = 64;
+
+/// Callbacks timed whole before their mean replaces the calibrated cost of a span.
+pub(crate) const MIN_PROBES: u64 = 32;
+
+/// Whether the callbacks of span `id` are timed whole: 1 span in [`PROBE_EVERY`], chosen by a
+/// multiplicative hash of the id (a registry id's generation changes each time its slab slot is
+/// reused, so a loop of spans in one slot is sampled too). A few instructions, no thread-local.
+#[inline(always)]
+pub(crate) fn probe_due(id: u64) -> bool {
+    const SHIFT: u32 = 64 - PROBE_EVERY.trailing_zeros();
+    id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SHIFT == 0
+}
 
 /// This thread's virtual time and its recent waits inside spanprof's readings, against its
 /// running time.
@@ -348,6 +370,27 @@ pub(crate) struct OwnTotals {
 }
 
 impl Recorder {
+    /// Runs the callback `f` timed whole (its table lookup, cache misses and all); if it was a
+    /// recorded span's (`f` returns `true`), counts its time in this thread's probes. The
+    /// snapshot's estimate multiplies their mean by every callback made (`collect`).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn timed(&self, f: impl FnOnce(&Self) -> bool) {
+        if !self.probing {
+            f(self);
+            return;
+        }
+        let start = self.clock.raw();
+        if f(self) {
+            // Less the second clock read's own time: the callback's.
+            let ns = self
+                .clock
+                .delta_ns(start, self.clock.raw())
+                .saturating_sub(self.costs.clock_ns as u64);
+            self.local(|local| local.probed(ns));
+        }
+    }
+
     /// A recorder of its own, recording at once (no sampler, no outputs): for calibration and
     /// tests.
     pub(crate) fn standalone(clock: Clock, resources: Resources, costs: Costs) -> Self {
@@ -375,16 +418,26 @@ impl Recorder {
     /// What spanprof has spent so far (reads every thread's counters; no snapshot).
     pub(crate) fn own_totals(&self) -> OwnTotals {
         let mut t = OwnTotals::default();
+        let (mut callbacks, mut probed, mut probed_ns) = (0u64, 0u64, 0u64);
         for shard in self.shards.all() {
+            probed += shard.probed.load(Relaxed);
+            probed_ns += shard.probed_ns.load(Relaxed);
             for stats in shard.names().into_iter().flatten() {
-                t.entries += stats.entries.load(Relaxed);
+                let entries = stats.entries.load(Relaxed);
+                t.entries += entries;
+                callbacks += stats.opened.load(Relaxed) + 2 * entries + stats.closed.load(Relaxed);
                 t.readings_ns += stats.cost.totals().1;
                 t.skipped += stats.cost.sampled_out();
             }
         }
-        t.estimated_ns = (t.entries as f64 * self.costs.span_ns
-            + t.skipped as f64 * self.costs.skip_ns) as u64
-            + t.readings_ns;
+        // The callbacks' measured mean once enough were timed (see `collect`), else the
+        // calibrated cost of a span per entry.
+        let recorded = if probed >= MIN_PROBES {
+            probed_ns as f64 / probed as f64 * callbacks as f64
+        } else {
+            t.entries as f64 * self.costs.span_ns
+        };
+        t.estimated_ns = (recorded + t.skipped as f64 * self.costs.skip_ns) as u64 + t.readings_ns;
         t
     }
 
@@ -429,6 +482,25 @@ mod tests {
             .filter(|_| cost.read_cpu(long))
             .count();
         assert_eq!(reads, 1);
+    }
+
+    #[test]
+    fn one_span_in_64_is_timed_whatever_the_ids() {
+        let n = 64 * 10_000u64;
+        // Sequential ids; one slab slot reused (its generation counting up, registry layout);
+        // the slots of one thread's shard.
+        let layouts: [&dyn Fn(u64) -> u64; 3] =
+            [&|i| i + 1, &|i| (i << 51) | (3 << 38) | 5, &|i| {
+                (7 << 38) | (i % 4096) | ((i / 4096) << 51)
+            }];
+        for (k, id) in layouts.iter().enumerate() {
+            let timed = (0..n).filter(|&i| probe_due(id(i))).count() as u64;
+            let expected = n / PROBE_EVERY;
+            assert!(
+                timed.abs_diff(expected) < expected / 5,
+                "layout {k}: {timed} timed, {expected} expected"
+            );
+        }
     }
 
     #[test]

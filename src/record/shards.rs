@@ -99,6 +99,10 @@ pub(crate) struct Shard {
     /// The metric cells of this shard: (metric id, span name index, cell). Locked when a
     /// thread records a metric in a span name for the first time, and by snapshots.
     metrics: Mutex<Vec<(u32, u32, Arc<MetricCell>)>>,
+    /// Callbacks of recorded spans this thread timed whole (`overhead::probe_due`): their
+    /// count and their time, ns. Written by the owning thread only.
+    pub(crate) probed: AtomicU64,
+    pub(crate) probed_ns: AtomicU64,
 }
 
 impl Shard {
@@ -305,6 +309,13 @@ pub(crate) struct Local {
 }
 
 impl Local {
+    /// A callback of a recorded span took `ns`, timed whole.
+    #[cold]
+    pub(crate) fn probed(&self, ns: u64) {
+        bump(&self.shard.probed, 1);
+        bump(&self.shard.probed_ns, ns);
+    }
+
     /// Pushes a frame and publishes it.
     #[inline(always)]
     pub(crate) fn push(&mut self, frame: Frame) {

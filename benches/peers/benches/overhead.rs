@@ -295,7 +295,10 @@ fn spanprof_layer_tree(
         .with_env(false)
         .with_report(spanprof::ReportTarget::Off)
         .with_preset(preset)
-        .with_tree(tree);
+        .with_tree(tree)
+        // A loop of empty spans is over any limit: the back-off's second stage would sample
+        // them. The cost of a recorded span is what is measured.
+        .with_max_overhead(None);
     if let Some(f) = filter {
         builder = builder.with_filter(f).expect("valid spanprof filter");
     }
