@@ -1,6 +1,7 @@
 //! An in-process async "server" on tokio's multi-threaded runtime, profiled with `spanprof`.
 //!
-//! A client sends `--requests N` requests over a channel (no network), four per millisecond.
+//! A client sends `--requests N` requests over a channel (no network), four per millisecond
+//! (`--rate R`: R per millisecond).
 //! The server spawns one task per request; each handler parses the request, awaits a
 //! simulated database call (`tokio::time::sleep`, 1–4 ms) and hashes the rows it got back,
 //! each step in its own span:
@@ -34,9 +35,10 @@ use tracing::instrument;
 use tracing_subscriber::{filter::LevelFilter, prelude::*, EnvFilter};
 
 const USAGE: &str = "\
-usage: async_server [--requests N] [--out DIR] [--no-profile]
+usage: async_server [--requests N] [--rate R] [--out DIR] [--no-profile]
 
   --requests N   number of requests the client sends (default: 1000)
+  --rate R       requests sent per millisecond (default: 4)
   --out DIR      where spanprof writes profile.json (default: target/spanprof-async)
   --no-profile   run the same workload without spanprof, to measure its overhead (the
                  process's CPU time is printed either way)";
@@ -72,7 +74,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let cpu_start = process_cpu_s();
     let (sender, receiver) = mpsc::channel(64);
     let server = tokio::spawn(serve(receiver));
-    client(args.requests, sender).await; // returns when every request is sent
+    client(args.requests, args.rate, sender).await; // returns when every request is sent
     let stats = server.await?; // returns when every request is answered
     println!(
         "served {} requests in {:.2} s: {} ok, {} rejected (checksum {:016x}); \
@@ -121,12 +123,12 @@ struct Response {
     moved: bool,
 }
 
-/// Sends `count` requests, four per millisecond; the channel pushes back when the server lags.
+/// Sends `count` requests, `rate` per millisecond; the channel pushes back when the server lags.
 #[instrument(skip_all, fields(requests = count))]
-async fn client(count: u64, server: mpsc::Sender<Request>) {
+async fn client(count: u64, rate: u64, server: mpsc::Sender<Request>) {
     let mut ticks = tokio::time::interval(Duration::from_millis(1));
     for id in 0..count {
-        if id % 4 == 0 {
+        if id % rate == 0 {
             ticks.tick().await;
         }
         let items = (0..200).map(|i| (id * 31 + i * 7) % 10_000);
@@ -232,6 +234,7 @@ fn hash_rows(rows: &[u64]) -> u64 {
 /// Command-line options, parsed by hand.
 struct Args {
     requests: u64,
+    rate: u64,
     out_dir: PathBuf,
     profile: bool,
 }
@@ -240,6 +243,7 @@ impl Args {
     fn parse() -> Result<Self, String> {
         let mut args = Args {
             requests: 1000,
+            rate: 4,
             out_dir: PathBuf::from("target/spanprof-async"),
             profile: true,
         };
@@ -251,6 +255,13 @@ impl Args {
                     args.requests = value.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
                         format!("--requests: `{value}` is not a positive integer")
                     })?;
+                }
+                "--rate" => {
+                    let value = argv.next().ok_or("--rate needs a number")?;
+                    args.rate =
+                        value.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                            format!("--rate: `{value}` is not a positive integer")
+                        })?;
                 }
                 "--out" => args.out_dir = argv.next().ok_or("--out needs a directory")?.into(),
                 "--no-profile" => args.profile = false,

@@ -2,7 +2,8 @@
 # Overhead of spanprof on an example: interleaved runs with and without the layer (same
 # registry and EnvFilter either way). The training example (the default) compares its
 # "training took" wall times; EXAMPLE=async the async server's CPU time ("serving took … of
-# CPU": its client paces the requests, so the wall time does not move), REQUESTS of them.
+# CPU": its client paces the requests, so the wall time does not move), REQUESTS of them, RATE
+# per millisecond.
 #
 #   scripts/example-overhead.sh [RUNS] [PRESET]      (defaults: 10 runs, SPANPROF=basic)
 #   EXAMPLE=async REQUESTS=20000 scripts/example-overhead.sh 6 detailed
@@ -16,7 +17,7 @@ preset=${2:-basic}
 example=${EXAMPLE:-training}
 case $example in
   training) name=training_loop; args=(); took() { grep -Eo 'training took [0-9.]+ s' | awk '{print $3}'; } ;;
-  async) name=async_server; args=(--requests "${REQUESTS:-20000}"); took() { grep -Eo 'serving took [0-9.]+ s' | awk '{print $3}'; } ;;
+  async) name=async_server; args=(--requests "${REQUESTS:-20000}" --rate "${RATE:-4}"); took() { grep -Eo 'serving took [0-9.]+ s' | awk '{print $3}'; } ;;
   *) echo "EXAMPLE is training or async" >&2; exit 2 ;;
 esac
 cargo build --release --example "$name" >/dev/null 2>&1

@@ -479,6 +479,7 @@ impl Recorder {
         let (own, wait) = self.costs.split(spent, cpu);
         overhead::bracket(&self.clock, before, now, wait);
         local.stats(name).cost.spent(own);
+        local.bracketed_ns += spent;
         if let Some(parent) = local.stack.last_mut() {
             parent.own_ns += spent;
         }
@@ -580,6 +581,7 @@ impl Recorder {
         let (own, wait) = self.costs.split(spent, cpu);
         overhead::bracket(&self.clock, now, end, wait);
         local.stats(frame.name).cost.spent(own);
+        local.bracketed_ns += spent;
         (figures, spent)
     }
 
@@ -1087,6 +1089,68 @@ mod tests {
         let span = snap.span("callsite").unwrap();
         assert_eq!((span.calls, span.instances, span.open), (4096, 4096, 0));
         assert_eq!(snap.dropped.spans_table_full, 100);
+    }
+
+    #[test]
+    fn timed_callbacks_leave_out_the_readings_brackets() {
+        // The CPU clock read at every entry (calibrated at 0 ns: every name is long), each
+        // bracket of readings taking 200 µs: far past what a timed callback may take.
+        let rec = Arc::new(Recorder::standalone(
+            Clock::new(),
+            Resources::CPU,
+            Costs::from_reads(50.0, 0.0),
+        ));
+        let _ = rec.reading_hook.set(Box::new(|| {
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_micros(200) {}
+        }));
+        let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
+        let decision = rec.decide(meta, false);
+        let values = meta.fields().value_set(&[]);
+        let attrs = Attributes::new_root(meta, &values);
+        // Warm (the thread's and the name's first state made), untimed.
+        for id in (1..).filter(|&id| !overhead::probe_due(id)).take(4) {
+            rec.open(id, decision, &attrs);
+            rec.enter(id);
+            rec.exit(id);
+            rec.close(id);
+        }
+        let ids: Vec<u64> = (1..)
+            .filter(|&id| overhead::probe_due(id))
+            .take(8)
+            .collect();
+        for &id in &ids {
+            rec.timed(|r| r.open(id, decision, &attrs));
+            rec.timed(|r| r.enter(id));
+            rec.timed(|r| r.exit(id));
+            rec.timed(|r| r.close(id));
+        }
+        let (n, ns) = rec.shards.all().iter().fold((0, 0), |(n, ns), s| {
+            (n + s.probed.load(Relaxed), ns + s.probed_ns.load(Relaxed))
+        });
+        // The brackets left out of each callback: counted (with them, every enter and exit
+        // would be over the cap and dropped: 16 at most). A callback of this debug build may
+        // still go over it on a loaded machine.
+        assert!(
+            n > 2 * ids.len() as u64 + 4 && n <= 4 * ids.len() as u64,
+            "{n} counted"
+        );
+        assert!(ns / n <= overhead::PROBE_MAX_NS, "{} ns a callback", ns / n);
+        // From 32 callbacks timed on, their mean is the cost of a span (12 spans: 4 callbacks
+        // a unit).
+        let measured = rec.snapshot().overhead.unwrap().measured_span_ns;
+        assert_eq!(
+            measured.is_some(),
+            n >= overhead::MIN_PROBES,
+            "{measured:?}"
+        );
+        if let Some(per_span) = measured {
+            let mean = ns as f64 / n as f64;
+            assert!(
+                (per_span - 4.0 * mean).abs() < 1e-6 * per_span,
+                "{per_span} {mean}"
+            );
+        }
     }
 
     #[test]

@@ -174,6 +174,10 @@ static CALIBRATION_META: Metadata<'static> = Metadata::new(
 /// Spans whose callbacks are all timed whole, for the measured cost of a span: 1 in 64.
 pub(crate) const PROBE_EVERY: u64 = 64;
 
+/// A timed callback longer than this was preempted, faulted a page in, or made a thread's or a
+/// name's first state (once per thread or name, not per span): left out of the mean.
+pub(crate) const PROBE_MAX_NS: u64 = 5_000;
+
 /// Callbacks timed whole before their mean replaces the calibrated cost of a span.
 pub(crate) const MIN_PROBES: u64 = 32;
 
@@ -380,14 +384,22 @@ impl Recorder {
             f(self);
             return;
         }
+        let bracketed = self.local(|local| local.bracketed_ns).unwrap_or(0);
         let start = self.clock.raw();
         if f(self) {
-            // Less the second clock read's own time: the callback's.
+            // Less the second clock read's own time, and the readings' brackets (the estimate
+            // adds their measured time apart): the callback's.
             let ns = self
                 .clock
                 .delta_ns(start, self.clock.raw())
                 .saturating_sub(self.costs.clock_ns as u64);
-            self.local(|local| local.probed(ns));
+            self.local(|local| {
+                let ns = ns.saturating_sub(local.bracketed_ns.wrapping_sub(bracketed));
+                // Longer: an outlier, not what a span costs (see PROBE_MAX_NS).
+                if ns <= PROBE_MAX_NS {
+                    local.probed(ns);
+                }
+            });
         }
     }
 

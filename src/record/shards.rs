@@ -299,6 +299,9 @@ pub(crate) struct Local {
     pub(crate) marks: Vec<EntryMark>,
     /// This thread's token ([`thread_token`]).
     pub(crate) token: u32,
+    /// Time this thread spent in brackets of readings (`overhead`), ns: a timed callback
+    /// (`Recorder::timed`) leaves it out, since the estimate counts it apart.
+    pub(crate) bracketed_ns: u64,
     /// The span table's region this thread inserts its spans in (`spans::Regions`), once
     /// claimed; released with this state.
     pub(crate) region: Option<RegionClaim>,
@@ -527,6 +530,7 @@ fn slow_local<'a>(
             stack: Vec::with_capacity(32),
             marks: Vec::new(),
             token: thread_token(),
+            bracketed_ns: 0,
             region: None,
             region_tried: false,
             _owner: Arc::downgrade(shards),
