@@ -299,13 +299,10 @@ where
     #[inline(always)]
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
-            // Spans not profiled leave here: one inlined table probe, no call.
+            // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
+            // table probe, no call.
             let id = id.into_u64();
-            if probe_due(id) {
-                self.recorder.timed(|r| r.enter(id));
-            } else {
-                self.recorder.enter(id);
-            }
+            self.recorder.probed(id, |r| r.enter(id));
         } else if self.mode == Mode::Scoped {
             self.scoped_enter(id, ctx);
         }
@@ -314,13 +311,10 @@ where
     #[inline(always)]
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
-            // Spans not profiled leave here: one inlined table probe, no call.
+            // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
+            // table probe, no call.
             let id = id.into_u64();
-            if probe_due(id) {
-                self.recorder.timed(|r| r.exit(id));
-            } else {
-                self.recorder.exit(id);
-            }
+            self.recorder.probed(id, |r| r.exit(id));
         } else if self.mode == Mode::Scoped {
             self.scoped_exit(id, ctx);
         }
@@ -330,11 +324,7 @@ where
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
             let id = id.into_u64();
-            if probe_due(id) {
-                self.recorder.timed(|r| r.close(id));
-            } else {
-                self.recorder.close(id);
-            }
+            self.recorder.probed(id, |r| r.close(id));
         } else if self.mode == Mode::Scoped {
             self.scoped_close(id, ctx);
         }

@@ -374,6 +374,17 @@ pub(crate) struct OwnTotals {
 }
 
 impl Recorder {
+    /// Runs the callback `f` of span `id`, timed whole if the span is one of those whose
+    /// callbacks are ([`probe_due`]).
+    #[inline(always)]
+    pub(crate) fn probed(&self, id: u64, f: impl FnOnce(&Self) -> bool) {
+        if probe_due(id) {
+            self.timed(f);
+        } else {
+            f(self);
+        }
+    }
+
     /// Runs the callback `f` timed whole (its table lookup, cache misses and all); if it was a
     /// recorded span's (`f` returns `true`), counts its time in this thread's probes. The
     /// snapshot's estimate multiplies their mean by every callback made (`collect`).

@@ -87,15 +87,7 @@ mod imp {
 
     impl Drop for ThreadEvent {
         fn drop(&mut self) {
-            let fd = self.fd.get();
-            if fd >= 0 && self.forks.get() == FORKS.load(Relaxed) {
-                // SAFETY: `fd` is this thread's perf event, opened by `open_event`, closed once.
-                #[allow(unsafe_code)]
-                unsafe {
-                    libc::close(fd)
-                };
-                PERF_THREADS.fetch_sub(1, Relaxed);
-            }
+            close_event(self);
         }
     }
 
