@@ -88,14 +88,14 @@ impl Recorder {
             let h = Merged { hists, exact };
             // Entries: multi-entry spans' entries, single-entry instances, and the first entry
             // of open spans entered once. Instances: closed ones of either kind.
-            let mut entry_busy = h.sum(&[Kind::EntryBusy, Kind::SingleBusy]);
-            let mut entry_self = h.sum(&[Kind::EntrySelf, Kind::SingleSelf]);
+            let mut entry_busy = h.sum(&[Kind::EntryBusy, Kind::SingleBusy, Kind::SingleLeaf]);
+            let mut entry_self = h.sum(&[Kind::EntrySelf, Kind::SingleSelf, Kind::SingleLeaf]);
             for &(busy, self_ns) in &pending[index] {
                 entry_busy.record(busy);
                 entry_self.record(self_ns);
             }
-            let busy = h.sum(&[Kind::Busy, Kind::SingleBusy]);
-            let self_time = h.sum(&[Kind::SelfTime, Kind::SingleSelf]);
+            let busy = h.sum(&[Kind::Busy, Kind::SingleBusy, Kind::SingleLeaf]);
+            let self_time = h.sum(&[Kind::SelfTime, Kind::SingleSelf, Kind::SingleLeaf]);
             let wall = h.sum(&[Kind::Wall]);
             indices.push(index);
             readings.push(own_ns);

@@ -691,13 +691,18 @@ impl Recorder {
     ) {
         let name = c.name;
         self.in_stats(local.as_deref_mut(), name, |stats| {
-            let (busy_kind, self_kind) = if c.single {
-                (Kind::SingleBusy, Kind::SingleSelf)
+            if c.single && c.self_ns == c.busy {
+                // A leaf entered once: one record for its busy and self time.
+                self.record(stats, name, Kind::SingleLeaf, c.busy);
             } else {
-                (Kind::Busy, Kind::SelfTime)
-            };
-            self.record(stats, name, busy_kind, c.busy);
-            self.record(stats, name, self_kind, c.self_ns);
+                let (busy_kind, self_kind) = if c.single {
+                    (Kind::SingleBusy, Kind::SingleSelf)
+                } else {
+                    (Kind::Busy, Kind::SelfTime)
+                };
+                self.record(stats, name, busy_kind, c.busy);
+                self.record(stats, name, self_kind, c.self_ns);
+            }
             self.record(stats, name, Kind::Wall, c.wall);
             if let Some((busy, self_ns)) = c.first {
                 self.record(stats, name, Kind::EntryBusy, busy);

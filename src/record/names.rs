@@ -44,9 +44,12 @@ pub(crate) enum Kind {
     SingleSelf = 5,
     /// Every closed instance.
     Wall = 6,
+    /// Closed instances entered exactly once whose self time is their busy time (no child
+    /// time): one record stands for entry and instance, busy and self.
+    SingleLeaf = 7,
 }
 
-pub(crate) const KINDS: usize = 7;
+pub(crate) const KINDS: usize = 8;
 
 /// Throughput field flags.
 pub(crate) const FIELD_ITEMS: u32 = 1;

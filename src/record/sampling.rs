@@ -143,7 +143,7 @@ impl Recorder {
                 if loads.len() <= index {
                     loads.resize_with(index + 1, NameLoad::default);
                 }
-                let sum = |kinds: [Kind; 2]| -> u64 {
+                let sum = |kinds: [Kind; 3]| -> u64 {
                     kinds.iter().map(|&k| stats.hist(k).exact().sum).sum()
                 };
                 let load = &mut loads[index];
@@ -151,8 +151,8 @@ impl Recorder {
                 load.entries += stats.entries.load(Relaxed);
                 load.skipped += stats.cost.sampled_out();
                 load.closed += stats.closed.load(Relaxed);
-                load.busy_ns += sum([Kind::Busy, Kind::SingleBusy]);
-                load.self_ns += sum([Kind::SelfTime, Kind::SingleSelf]);
+                load.busy_ns += sum([Kind::Busy, Kind::SingleBusy, Kind::SingleLeaf]);
+                load.self_ns += sum([Kind::SelfTime, Kind::SingleSelf, Kind::SingleLeaf]);
             }
         }
         loads.retain(|l| l.entries + l.skipped > 0);

@@ -440,6 +440,11 @@ impl Local {
 impl Drop for Local {
     fn drop(&mut self) {
         self.shard.retired.store(true, Relaxed);
+        // The fast path must never reach a state that is gone.
+        let fast = FAST.get();
+        if std::ptr::eq(fast.local, self) {
+            FAST.set(Fast::NONE);
+        }
     }
 }
 
@@ -447,8 +452,30 @@ impl Drop for Local {
 /// (its shard stays with its instance).
 const CACHED_INSTANCES: usize = 8;
 
+/// The state a thread used last, reached without the `LOCALS` cell: its instance and its
+/// address (a `Box` in `LOCALS`, so it never moves).
+#[derive(Clone, Copy)]
+struct Fast {
+    instance: u64,
+    local: *mut Local,
+}
+
+impl Fast {
+    const NONE: Fast = Fast {
+        instance: 0,
+        local: std::ptr::null_mut(),
+    };
+}
+
 thread_local! {
-    static LOCALS: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
+    /// Owns this thread's states (dropped at thread exit).
+    static LOCALS: RefCell<Vec<Box<Local>>> = const { RefCell::new(Vec::new()) };
+    /// No destructor: reachable with one thread-pointer-relative access, also while the
+    /// thread's other thread-locals are torn down (it is cleared as its state is dropped).
+    static FAST: Cell<Fast> = const { Cell::new(Fast::NONE) };
+    /// Set while a callback uses this thread's state: a callback that re-entered spanprof
+    /// then does nothing.
+    static IN_USE: Cell<bool> = const { Cell::new(false) };
     static TOKEN: Cell<u32> = const { Cell::new(0) };
 }
 
@@ -472,7 +499,7 @@ pub(crate) fn thread_token() -> u32 {
 static NEXT_TOKEN: AtomicU32 = AtomicU32::new(1);
 
 /// Runs `f` with this thread's state for `instance`. Returns `None` (and does nothing) when the
-/// thread is being torn down or the state is already borrowed (a callback re-entered spanprof),
+/// thread is being torn down or its state is in use already (a callback re-entered spanprof),
 /// never panics.
 #[inline(always)]
 pub(crate) fn with_local<R>(
@@ -480,20 +507,45 @@ pub(crate) fn with_local<R>(
     shards: &Arc<Shards>,
     f: impl FnOnce(&mut Local) -> R,
 ) -> Option<R> {
-    LOCALS
+    if IN_USE.get() {
+        return None;
+    }
+    let fast = FAST.get();
+    if fast.instance != instance || fast.local.is_null() {
+        return with_new_local(instance, shards, f);
+    }
+    IN_USE.set(true);
+    // SAFETY: `fast.local` points to a live `Local` in this thread's `LOCALS` (a `Box`: it does
+    // not move; it is cleared from `FAST` when that `Local` is dropped). Nothing else refers to
+    // it while `IN_USE` is set: every access to this thread's states goes through this
+    // function, which returns above while it is set.
+    #[allow(unsafe_code)]
+    let local = unsafe { &mut *fast.local };
+    let r = f(local);
+    // Not cleared if `f` panicked (the recorder does not): this thread then records nothing
+    // more, rather than reach a state left half-written.
+    IN_USE.set(false);
+    Some(r)
+}
+
+/// [`with_local`] for an instance this thread did not use last: finds or makes its state.
+#[cold]
+#[inline(never)]
+fn with_new_local<R>(
+    instance: u64,
+    shards: &Arc<Shards>,
+    f: impl FnOnce(&mut Local) -> R,
+) -> Option<R> {
+    let local: *mut Local = LOCALS
         .try_with(|cell| {
             let mut locals = cell.try_borrow_mut().ok()?;
-            if let Some(first) = locals.first_mut() {
-                if first.instance == instance {
-                    return Some(f(first));
-                }
-            }
-            Some(f(crate::alloc::untracked(|| {
-                slow_local(&mut locals, instance, shards)
-            })))
+            let local = crate::alloc::untracked(|| slow_local(&mut locals, instance, shards));
+            Some(local as *mut Local)
         })
         .ok()
-        .flatten()
+        .flatten()?;
+    FAST.set(Fast { instance, local });
+    with_local(instance, shards, f)
 }
 
 fn next_token() -> u32 {
@@ -508,7 +560,7 @@ fn next_token() -> u32 {
 #[cold]
 #[inline(never)]
 fn slow_local<'a>(
-    locals: &'a mut Vec<Local>,
+    locals: &'a mut Vec<Box<Local>>,
     instance: u64,
     shards: &Arc<Shards>,
 ) -> &'a mut Local {
@@ -535,7 +587,7 @@ fn slow_local<'a>(
             region_tried: false,
             _owner: Arc::downgrade(shards),
         };
-        locals.insert(0, local);
+        locals.insert(0, Box::new(local));
     }
     &mut locals[0]
 }

@@ -57,6 +57,9 @@ const _: () = assert!(super::names::MAX_SPAN_NAMES < u16::MAX as usize);
 /// Histograms kept per node.
 const BUSY: usize = 0;
 const SELF: usize = 1;
+/// Instances whose self time is their busy time (no child time): one record for both.
+const LEAF: usize = 2;
+const NODE_HISTS: usize = 3;
 
 #[derive(Debug, Clone, Copy)]
 struct NodeInfo {
@@ -87,7 +90,7 @@ pub(crate) struct Tree {
     table: Box<[AtomicU64]>,
     state: Mutex<State>,
     /// Histogram counts drained from the threads' node histograms (rare), per node.
-    spill: Mutex<Vec<[Option<Histogram<u64>>; 2]>>,
+    spill: Mutex<Vec<[Option<Histogram<u64>>; NODE_HISTS]>>,
 }
 
 impl std::fmt::Debug for Tree {
@@ -195,6 +198,12 @@ impl Tree {
     pub(crate) fn close(&self, node: u16, stats: &NodeStats, busy: u64, self_ns: u64, wall: u64) {
         bump(&stats.instances, 1);
         bump(&stats.wall, wall);
+        if self_ns == busy {
+            if stats.hists[LEAF].record(busy) {
+                self.drain(node, stats, LEAF);
+            }
+            return;
+        }
         if stats.hists[BUSY].record(busy) {
             self.drain(node, stats, BUSY);
         }
@@ -216,13 +225,13 @@ impl Tree {
         let spill = self.spill.lock().unwrap_or_else(|e| e.into_inner());
         let mut nodes = Vec::with_capacity(infos.len().saturating_sub(1));
         for (index, info) in infos.iter().enumerate().skip(1) {
-            let mut hists: [Histogram<u64>; 2] = std::array::from_fn(|k| {
+            let mut hists: [Histogram<u64>; NODE_HISTS] = std::array::from_fn(|k| {
                 spill
                     .get(index)
                     .and_then(|s| s[k].clone())
                     .unwrap_or_else(new_histogram)
             });
-            let mut exact = [Exact::default(); 2];
+            let mut exact = [Exact::default(); NODE_HISTS];
             let (mut calls, mut instances, mut wall) = (0u64, 0u64, 0u64);
             for shard in &per_shard {
                 let Some(Some(stats)) = shard.get(index) else {
@@ -231,12 +240,18 @@ impl Tree {
                 calls += stats.calls.load(Relaxed);
                 instances += stats.instances.load(Relaxed);
                 wall = wall.saturating_add(stats.wall.load(Relaxed));
-                for k in 0..2 {
+                for k in 0..NODE_HISTS {
                     stats.hists[k].add_to(&mut hists[k]);
                     exact[k].merge(&stats.hists[k].exact());
                 }
             }
-            let [busy_h, self_h] = hists;
+            // Leaves count in both busy and self time.
+            let [mut busy_h, mut self_h, leaf_h] = hists;
+            let _ = busy_h.add(&leaf_h);
+            let _ = self_h.add(&leaf_h);
+            let (leaf, mut busy_e, mut self_e) = (exact[LEAF], exact[BUSY], exact[SELF]);
+            busy_e.merge(&leaf);
+            self_e.merge(&leaf);
             let stat = |h: Histogram<u64>, e: &Exact| {
                 Stat::new(h, e.sum, e.min_or_zero(), e.max, e.clamped)
             };
@@ -252,8 +267,8 @@ impl Tree {
                 parent: (info.parent != ROOT).then(|| u32::from(info.parent) - 1),
                 calls,
                 instances,
-                busy: stat(busy_h, &exact[BUSY]),
-                self_time: stat(self_h, &exact[SELF]),
+                busy: stat(busy_h, &busy_e),
+                self_time: stat(self_h, &self_e),
                 wall_ns: wall,
             });
         }
@@ -312,8 +327,9 @@ pub(crate) struct NodeStats {
     instances: AtomicU64,
     /// Wall time of closed instances, ns.
     wall: AtomicU64,
-    /// Busy and self time of closed instances.
-    hists: [AtomicHist; 2],
+    /// Busy and self time of closed instances with child time, and busy (= self) time of
+    /// those without.
+    hists: [AtomicHist; NODE_HISTS],
 }
 
 impl NodeStats {
@@ -322,7 +338,7 @@ impl NodeStats {
             calls: AtomicU64::new(0),
             instances: AtomicU64::new(0),
             wall: AtomicU64::new(0),
-            hists: [const { AtomicHist::new() }; 2],
+            hists: [const { AtomicHist::new() }; NODE_HISTS],
         }
     }
 }
