@@ -506,39 +506,89 @@ impl Recorder {
                 },
             };
             let now = self.clock.raw();
-            let Some(frame) = local.remove(top) else {
-                return;
-            };
-            // Entered with readings on: timed in the thread's virtual time (`overhead`).
-            let v_now = (frame.v_start != 0).then(|| overhead::virtual_ns(&self.clock, now));
-            let (figures, spent) = if frame.marked {
-                self.exit_marks(local, top, &frame, now)
-            } else {
-                (None, 0)
-            };
+            let frame = &local.stack[top];
+            if frame.v_start != 0 || frame.marked {
+                return self.exit_marked(local, slot, top, now);
+            }
             // The time of spanprof's readings inside the frame (its children's) is not the
-            // span's; the waits in them are shared out over every span: see `overhead`.
-            let busy = match v_now {
-                Some(v_now) => v_now.saturating_sub(frame.v_start),
-                None => self
-                    .clock
-                    .delta_ns(frame.start, now)
-                    .saturating_sub(frame.own_ns),
-            };
+            // span's.
+            let busy = self
+                .clock
+                .delta_ns(frame.start, now)
+                .saturating_sub(frame.own_ns);
+            let (name, node, own_ns) = (frame.name, frame.node, frame.own_ns);
             let self_ns = busy.saturating_sub(frame.child_ns);
-            if let Some(figures) = figures {
-                local.stats(frame.name).res().add_entry(&figures, busy);
-            }
-            // The name's running mean: which entries get the CPU clock, and what a span left
-            // out by sampling adds to its parent's child time.
-            local.stats(frame.name).cost.completed(busy);
-            if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
-                parent.child_ns += busy;
-                parent.own_ns += frame.own_ns + spent;
-            }
-            self.tree_call(local, frame.node);
-            self.complete_entry(local, slot, frame.name, busy, self_ns);
+            local.remove(top);
+            self.exited(local, slot, top, name, node, busy, self_ns, own_ns);
         });
+    }
+
+    /// What every exit records once its busy and self time are known: the parent frame's child
+    /// time (`top`: the frame's position, now removed), the node's call, the name's running
+    /// mean, and the entry.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn exited(
+        &self,
+        local: &mut Local,
+        slot: &Slot,
+        top: usize,
+        name: u32,
+        node: u16,
+        busy: u64,
+        self_ns: u64,
+        own_ns: u64,
+    ) {
+        if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
+            parent.child_ns += busy;
+            parent.own_ns += own_ns;
+        }
+        self.tree_call(local, node);
+        let owner = local.token;
+        let stats = local.stats(name);
+        // The name's running mean: which entries get the CPU clock, and what a span left
+        // out by sampling adds to its parent's child time.
+        stats.cost.completed(busy);
+        self.complete_entry(owner, stats, slot, name, busy, self_ns);
+    }
+
+    /// [`Recorder::exit_slot`] for a frame entered with readings on (`top`: its position):
+    /// timed in the thread's virtual time, with the readings at its exit.
+    #[inline(never)]
+    fn exit_marked(&self, local: &mut Local, slot: &Slot, top: usize, now: u64) {
+        let Some(frame) = local.remove(top) else {
+            return;
+        };
+        // Entered with readings on: timed in the thread's virtual time (`overhead`).
+        let v_now = (frame.v_start != 0).then(|| overhead::virtual_ns(&self.clock, now));
+        let (figures, spent) = if frame.marked {
+            self.exit_marks(local, top, &frame, now)
+        } else {
+            (None, 0)
+        };
+        // The time of spanprof's readings inside the frame (its children's) is not the
+        // span's; the waits in them are shared out over every span: see `overhead`.
+        let busy = match v_now {
+            Some(v_now) => v_now.saturating_sub(frame.v_start),
+            None => self
+                .clock
+                .delta_ns(frame.start, now)
+                .saturating_sub(frame.own_ns),
+        };
+        let self_ns = busy.saturating_sub(frame.child_ns);
+        if let Some(figures) = figures {
+            local.stats(frame.name).res().add_entry(&figures, busy);
+        }
+        self.exited(
+            local,
+            slot,
+            top,
+            frame.name,
+            frame.node,
+            busy,
+            self_ns,
+            frame.own_ns + spent,
+        );
     }
 
     /// Takes the resource readings of a marked frame's exit: returns its figures and the time
@@ -590,9 +640,15 @@ impl Recorder {
     /// entry and instance. The owner's next entries, and the first one with them, go to the entry
     /// histograms, as does every entry completed on another thread (at its exit).
     #[inline(always)]
-    fn complete_entry(&self, local: &mut Local, slot: &Slot, name: u32, busy: u64, self_ns: u64) {
-        let owner = local.token;
-        let stats = local.stats(name);
+    fn complete_entry(
+        &self,
+        owner: u32,
+        stats: &NameStats,
+        slot: &Slot,
+        name: u32,
+        busy: u64,
+        self_ns: u64,
+    ) {
         bump(&stats.entries, 1);
         if owner != 0 && slot.owner.load(Relaxed) == owner {
             // Only this thread writes `entries`, `busy` and `self_ns`: plain loads and stores.
