@@ -704,28 +704,40 @@ impl Recorder {
             first: (owner_entries == ENTRIES_ONE && !single).then_some((owner_busy, owner_self)),
             flags,
         };
-        // The instance's resource figures, from its open mark (kept beside the slot until the
-        // slot is freed) and the readings now; passed by reference (they are large).
-        let figures = (flags & FLAG_MARKED != 0)
-            .then(|| {
-                slot.with_mark(|open| {
-                    instance_figures_at(open, &self.readings, self.t_ns(now), &self.timeline)
-                })
-            })
-            .flatten();
+        if flags & FLAG_MARKED != 0 {
+            return self.close_marked(slot, &closed, now);
+        }
         self.table.remove(slot);
+        self.closed(&closed, None);
+    }
+
+    /// [`Recorder::close_slot`] for a span with readings at its open: the instance's resource
+    /// figures, from its open mark (kept beside the slot until the slot is freed) and the
+    /// readings now.
+    #[inline(never)]
+    fn close_marked(&self, slot: SlotIn<'_, InstanceMark>, closed: &Closed, now: u64) {
+        let figures = slot.with_mark(|open| {
+            instance_figures_at(open, &self.readings, self.t_ns(now), &self.timeline)
+        });
+        self.table.remove(slot);
+        // Passed by reference (they are large).
+        self.closed(closed, figures.as_ref());
+    }
+
+    /// Records a span whose slot was freed.
+    #[inline(always)]
+    fn closed(&self, closed: &Closed, figures: Option<&InstanceFigures>) {
         // What the span's opening thread wrote (its `opened` count) is visible to a snapshot
         // that sees this close: see `collect`.
         std::sync::atomic::fence(Release);
         // One thread-local lookup for the name's and the node's stats.
-        let figures = figures.as_ref();
         if self
-            .local(|local| self.close_in(Some(local), &closed, figures))
+            .local(|local| self.close_in(Some(local), closed, figures))
             .is_none()
         {
-            self.close_orphan(&closed, figures);
+            self.close_orphan(closed, figures);
         }
-        if flags & FLAG_STEP != 0 {
+        if closed.flags & FLAG_STEP != 0 {
             self.step_closed();
         }
     }
