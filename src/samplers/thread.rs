@@ -192,9 +192,6 @@ impl Sampler {
                 .name(THREAD_NAME.to_string())
                 .spawn(move || {
                     let _done = Done(control.clone());
-                    let _no_tracing = tracing::subscriber::set_default(
-                        tracing::subscriber::NoSubscriber::default(),
-                    );
                     let gpu = if config.gpu() { gpu } else { None };
                     let Some(readings) = target.readings.upgrade() else {
                         return;
@@ -356,6 +353,17 @@ struct Worker {
     seq: u64,
 }
 
+/// Runs `f` (a GPU source's code, which may emit `tracing` events) with no subscriber on this
+/// thread, so that spanprof's own sampling never lands in the program's profile or logs.
+/// `Dispatch::none()` is not a registered dispatcher: the program's callsites keep their
+/// interest (a `Dispatch::new`, e.g. `set_default(NoSubscriber)`, held for the thread's life
+/// would turn every callsite the program's subscriber enables `always` into `sometimes`, one
+/// `enabled` call per span and event), and the dispatcher's scoped path is only taken while `f`
+/// runs.
+fn silent<R>(f: impl FnOnce() -> R) -> R {
+    tracing::dispatcher::with_default(&tracing::Dispatch::none(), f)
+}
+
 impl Worker {
     fn new(
         config: SamplerConfig,
@@ -365,7 +373,7 @@ impl Worker {
     ) -> Self {
         let mut devices = Vec::new();
         if let Some(source) = gpu.as_mut() {
-            let found = catch_unwind(AssertUnwindSafe(|| source.devices()))
+            let found = catch_unwind(AssertUnwindSafe(|| silent(|| source.devices())))
                 .unwrap_or_else(|_| Err("the GPU backend panicked".to_string()));
             match found {
                 Ok(found) if !found.is_empty() => {
@@ -527,10 +535,12 @@ impl Worker {
         if let Some(source) = self.gpu.as_mut() {
             let devices = &self.devices;
             let read = catch_unwind(AssertUnwindSafe(|| {
-                devices
-                    .iter()
-                    .map(|d| source.sample(d.index))
-                    .collect::<Vec<_>>()
+                silent(|| {
+                    devices
+                        .iter()
+                        .map(|d| source.sample(d.index))
+                        .collect::<Vec<_>>()
+                })
             }));
             match read {
                 Ok(mut gpus) => {
