@@ -340,7 +340,9 @@ impl Recorder {
     ) -> bool {
         let name = decision.name();
         let resources = self.switches.get().resources();
-        let marked = resources.instances();
+        if resources.instances() {
+            return self.open_marked(local, id, decision, attrs, now, resources);
+        }
         let top = local
             .as_deref()
             .map(|l| l.stack.last().map_or(tree::ROOT, |f| f.node));
@@ -348,42 +350,90 @@ impl Recorder {
         // The creating thread owns the span's sums (plain stores): no locked instruction at
         // its first exit.
         let owner = local.as_deref().map_or(0, |l| l.token);
-        let init = |s: SlotIn<'_, InstanceMark>| {
-            // MAX_SPAN_NAMES fits u16 (asserted in `names`).
-            s.name.store(name as u16, Relaxed);
-            s.entries.store(ENTRIES_NONE, Relaxed);
-            s.owner.store(owner, Relaxed);
-            s.created.store(now, Relaxed);
-            s.busy.store(0, Relaxed);
-            s.self_ns.store(0, Relaxed);
-            s.shared_busy.store(0, Relaxed);
-            s.shared_self.store(0, Relaxed);
-            let marked_flag = if marked { FLAG_MARKED } else { 0 };
-            s.flags.store(marked_flag | decision.step_flag(), Relaxed);
-            s.node.store(node, Relaxed);
-            if marked {
-                s.with_mark(|m| m.update(&self.readings, self.t_ns(now), resources));
-            }
-        };
-        // This thread's region first (no locked instruction); spans with readings beside them,
-        // and any the region cannot take, in the table.
-        let owned = !marked
-            && local
-                .as_deref_mut()
-                .and_then(|l| self.region(l, id))
-                .is_some_and(|claim| self.table.insert_owned(claim, id, init));
+        let init = |s: SlotIn<'_, InstanceMark>| self.init_slot(s, decision, node, owner, now);
+        // This thread's region first (no locked instruction); any span the region cannot
+        // take in the table.
+        let owned = local
+            .as_deref_mut()
+            .and_then(|l| self.region(l, id))
+            .is_some_and(|claim| self.table.insert_owned(claim, id, init));
         if !owned && !self.table.insert(id, init) {
-            self.dropped_table_full.fetch_add(1, Relaxed);
-            return false;
+            return self.table_full();
         }
+        self.opened(local, decision, attrs);
+        true
+    }
+
+    /// [`Recorder::open_in`] with readings at the open (`resources`): the span goes to the
+    /// table, its readings beside its slot.
+    #[inline(never)]
+    fn open_marked(
+        &self,
+        local: Option<&mut Local>,
+        id: u64,
+        decision: Decision,
+        attrs: &Attributes<'_>,
+        now: u64,
+        resources: Resources,
+    ) -> bool {
+        let top = local
+            .as_deref()
+            .map(|l| l.stack.last().map_or(tree::ROOT, |f| f.node));
+        let node = self.tree_node(decision.name(), attrs, top);
+        let owner = local.as_deref().map_or(0, |l| l.token);
+        let init = |s: SlotIn<'_, InstanceMark>| {
+            self.init_slot(s, decision, node, owner, now);
+            s.flags.store(FLAG_MARKED | decision.step_flag(), Relaxed);
+            s.with_mark(|m| m.update(&self.readings, self.t_ns(now), resources));
+        };
+        if !self.table.insert(id, init) {
+            return self.table_full();
+        }
+        self.opened(local, decision, attrs);
+        true
+    }
+
+    /// A new slot's fields.
+    #[inline(always)]
+    fn init_slot(
+        &self,
+        s: SlotIn<'_, InstanceMark>,
+        decision: Decision,
+        node: u16,
+        owner: u32,
+        now: u64,
+    ) {
+        // MAX_SPAN_NAMES fits u16 (asserted in `names`).
+        s.name.store(decision.name() as u16, Relaxed);
+        s.entries.store(ENTRIES_NONE, Relaxed);
+        s.owner.store(owner, Relaxed);
+        s.created.store(now, Relaxed);
+        s.busy.store(0, Relaxed);
+        s.self_ns.store(0, Relaxed);
+        s.shared_busy.store(0, Relaxed);
+        s.shared_self.store(0, Relaxed);
+        s.flags.store(decision.step_flag(), Relaxed);
+        s.node.store(node, Relaxed);
+    }
+
+    /// The span table had no slot for a new span: counted as dropped.
+    #[cold]
+    #[inline(never)]
+    fn table_full(&self) -> bool {
+        self.dropped_table_full.fetch_add(1, Relaxed);
+        false
+    }
+
+    /// A span was opened (its slot made): the name's count and throughput fields.
+    #[inline(always)]
+    fn opened(&self, local: Option<&mut Local>, decision: Decision, attrs: &Attributes<'_>) {
         let fields = decision.fields();
-        self.in_stats(local, name, |stats| {
+        self.in_stats(local, decision.name(), |stats| {
             bump(&stats.opened, 1);
             if fields != 0 {
                 attrs.record(&mut Throughput { stats, fields });
             }
         });
-        true
     }
 
     /// This thread's region of the span table, claimed for the first span it opens (`id`).
@@ -433,23 +483,38 @@ impl Recorder {
             }
             let resources = self.switches.get().resources();
             let name = u32::from(slot.name.load(Relaxed));
-            let (start, marked, v_start) = if resources.entries() {
-                let (start, marked) = self.enter_marks(local, name, resources);
-                (start, marked, overhead::virtual_ns(&self.clock, start))
-            } else {
-                (self.clock.raw(), false, 0)
-            };
+            let node = slot.node.load(Relaxed);
+            if resources.entries() {
+                return self.enter_marked(local, id, name, node, resources);
+            }
             local.push(Frame {
                 id,
                 name,
-                start,
+                start: self.clock.raw(),
                 child_ns: 0,
                 own_ns: 0,
-                v_start,
+                v_start: 0,
                 reentries: 0,
-                node: slot.node.load(Relaxed),
-                marked,
+                node,
+                marked: false,
             });
+        });
+    }
+
+    /// [`Recorder::enter_slot`] with per-entry readings on: timed in the thread's virtual time.
+    #[inline(never)]
+    fn enter_marked(&self, local: &mut Local, id: u64, name: u32, node: u16, res: Resources) {
+        let (start, marked) = self.enter_marks(local, name, res);
+        local.push(Frame {
+            id,
+            name,
+            start,
+            child_ns: 0,
+            own_ns: 0,
+            v_start: overhead::virtual_ns(&self.clock, start),
+            reentries: 0,
+            node,
+            marked,
         });
     }
 
