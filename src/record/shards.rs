@@ -441,9 +441,9 @@ impl Drop for Local {
     fn drop(&mut self) {
         self.shard.retired.store(true, Relaxed);
         // The fast path must never reach a state that is gone.
-        let fast = FAST.get();
+        let fast = FAST.with(Cell::get);
         if std::ptr::eq(fast.local, self) {
-            FAST.set(Fast::NONE);
+            FAST.with(|f| f.set(Fast::NONE));
         }
     }
 }
@@ -507,14 +507,14 @@ pub(crate) fn with_local<R>(
     shards: &Arc<Shards>,
     f: impl FnOnce(&mut Local) -> R,
 ) -> Option<R> {
-    if IN_USE.get() {
+    if IN_USE.with(Cell::get) {
         return None;
     }
-    let fast = FAST.get();
+    let fast = FAST.with(Cell::get);
     if fast.instance != instance || fast.local.is_null() {
         return with_new_local(instance, shards, f);
     }
-    IN_USE.set(true);
+    IN_USE.with(|u| u.set(true));
     // SAFETY: `fast.local` points to a live `Local` in this thread's `LOCALS` (a `Box`: it does
     // not move; it is cleared from `FAST` when that `Local` is dropped). Nothing else refers to
     // it while `IN_USE` is set: every access to this thread's states goes through this
@@ -524,7 +524,7 @@ pub(crate) fn with_local<R>(
     let r = f(local);
     // Not cleared if `f` panicked (the recorder does not): this thread then records nothing
     // more, rather than reach a state left half-written.
-    IN_USE.set(false);
+    IN_USE.with(|u| u.set(false));
     Some(r)
 }
 
@@ -544,7 +544,7 @@ fn with_new_local<R>(
         })
         .ok()
         .flatten()?;
-    FAST.set(Fast { instance, local });
+    FAST.with(|f| f.set(Fast { instance, local }));
     with_local(instance, shards, f)
 }
 
