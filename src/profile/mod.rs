@@ -217,7 +217,8 @@ pub struct Overhead {
     /// none).
     pub cpu_read_ns: f64,
     /// Names whose mean entry is shorter than this get their CPU time read for 1 entry in
-    /// [`Overhead::cpu_sample_every`] (so the clock costs under 1% of the entries it reads), ns.
+    /// [`Overhead::cpu_sample_every`] (so the clock costs under 0.1% of the entries it reads),
+    /// ns.
     pub cpu_every_entry_from_ns: u64,
     /// See [`Overhead::cpu_every_entry_from_ns`].
     pub cpu_sample_every: u64,

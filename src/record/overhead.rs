@@ -14,7 +14,7 @@
 //!   so their intervals nest as real ones do. Asking for more detail moves no other figure,
 //!   on a shared CPU too.
 //! - **Read where it is cheap.** Per name and thread, a running mean of the entries' busy time
-//!   says whether the CPU clock costs less than 1% of an entry ([`Costs::long_ns`]); shorter
+//!   says whether the CPU clock costs less than 0.1% of an entry ([`Costs::long_ns`]); shorter
 //!   names get their CPU time read for 1 entry in [`CPU_SAMPLE_EVERY`] (the figure is then marked
 //!   as sampled).
 //! - **Known.** The cost of one span at `basic` and of one CPU clock read are calibrated once
@@ -40,8 +40,11 @@ use crate::switches::Resources;
 pub(crate) const CPU_SAMPLE_EVERY: u64 = 32;
 
 /// The CPU clock is read on every entry of names whose mean entry lasts at least this many
-/// times the cost of its two reads (so that it costs under 1% of them).
-const LONG_FACTOR: f64 = 100.0;
+/// times the cost of its two reads: it costs them under 0.1%, so that long names nested ten
+/// deep still cost the thread under 1%. (At 100×, 1% per name, a server whose request spans
+/// nest long names read the clock 56 000 times a second: 5.4% of its CPU time at `detailed`
+/// against 2.4% at 1000×, `EXAMPLE=async` in `scripts/example-overhead.sh`.)
+const LONG_FACTOR: f64 = 1000.0;
 
 /// What a bracket of readings may take beyond its calibrated cost and still be spanprof's own
 /// time (two clock reads, the heap counters, a cache miss or two), ns.
@@ -538,7 +541,23 @@ mod tests {
         );
         if crate::samplers::cpu::SUPPORTED {
             assert!(costs.cpu_read_ns > 0.0, "{costs:?}");
-            assert_eq!(costs.long_ns, (200.0 * costs.cpu_read_ns) as u64);
+            assert_eq!(costs.long_ns, (2000.0 * costs.cpu_read_ns) as u64);
         }
+    }
+
+    #[test]
+    fn the_cpu_clock_is_read_every_entry_only_where_it_costs_under_a_thousandth() {
+        // Two reads of 1 µs: every entry of names whose entries last 2 ms or more.
+        let costs = Costs::from_reads(50.0, 1_000.0);
+        assert_eq!(costs.long_ns, 2_000_000);
+        let reads = |mean_ns: u64| {
+            let cost = EntryCost::new();
+            cost.completed(mean_ns);
+            (0..64).filter(|_| cost.read_cpu(costs.long_ns)).count()
+        };
+        assert_eq!(reads(2_000_000), 64);
+        // 200 µs entries: two reads are 1% of them, 10% for a thread ten such names deep.
+        assert_eq!(reads(200_000), 64 / CPU_SAMPLE_EVERY as usize);
+        assert_eq!(reads(1_000), 64 / CPU_SAMPLE_EVERY as usize);
     }
 }
