@@ -13,7 +13,10 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed (Debian: apt
 a=${SPANS_A:-20000}
 b=${SPANS_B:-40000}
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(floor basic notree excluded off detailed sampled nested_floor nested nested_notree)
+# `sampled` is not among the defaults: under valgrind the back-off sees the program slowed
+# down and may step N back during the loop (the bench then stops and says so): ask for it
+# by name, or see the ratios bench for a span left out.
+[ ${#cases[@]} -gt 0 ] || cases=(floor basic notree excluded off detailed nested_floor nested nested_notree)
 cargo bench -q -p spanprof-peers --bench instructions --no-run >/dev/null 2>&1
 bin=$(cargo bench -p spanprof-peers --bench instructions --no-run 2>&1 | grep -o 'target/[^ )]*instructions-[0-9a-f]*' | head -1)
 [ -x "$bin" ] || { echo "could not find the instructions bench binary" >&2; exit 1; }

@@ -105,6 +105,19 @@ fn main() {
             }
         });
     }
+    // Spans of `bench_span` left out by sampling so far: the loop must leave out all but 1 in
+    // 1024 (the back-off may step N back meanwhile: the count would then mix two costs).
+    let left_out = |guard: &spanprof::ProfileGuard| {
+        guard
+            .snapshot()
+            .span("bench_span")
+            .and_then(|s| s.sampled.as_ref().map(|s| s.skipped))
+            .unwrap_or(0)
+    };
+    let left_out_before = match (&guard, case.as_str()) {
+        (Some(guard), "sampled") => left_out(guard),
+        _ => 0,
+    };
     tracing::dispatcher::with_default(&dispatch, || {
         if matches!(shape, Shape::Event | Shape::MetricEvent) {
             tracing::info_span!("events").in_scope(|| measured_spans(spans, shape));
@@ -123,6 +136,14 @@ fn main() {
             _ => spans,
         };
         assert_eq!(calls, expected, "{case}: spans recorded");
+        if case == "sampled" {
+            let skipped = left_out(&guard) - left_out_before;
+            assert!(
+                skipped + spans / 512 >= spans,
+                "the back-off stepped N back during the loop ({skipped} of {spans} spans left \
+                 out): run again"
+            );
+        }
     }
 }
 
