@@ -47,7 +47,7 @@ use names::{
 };
 use overhead::Costs;
 use resources::{
-    entry_figures, instance_figures_at, EntryFigures, EntryMark, InstanceFigures, InstanceMark,
+    entry_figures, instance_figures_into, EntryFigures, EntryMark, InstanceFigures, InstanceMark,
 };
 use shards::{bump, with_local, Frame, Local, NameStats, Shards};
 use spans::{
@@ -778,15 +778,45 @@ impl Recorder {
 
     /// [`Recorder::close_slot`] for a span with readings at its open: the instance's resource
     /// figures, from its open mark (kept beside the slot until the slot is freed) and the
-    /// readings now.
+    /// readings now, computed into this thread's scratch figures (they are large: no copy).
     #[inline(never)]
     fn close_marked(&self, slot: SlotIn<'_, InstanceMark>, closed: &Closed, now: u64) {
-        let figures = slot.with_mark(|open| {
-            instance_figures_at(open, &self.readings, self.t_ns(now), &self.timeline)
+        let t_ns = self.t_ns(now);
+        let done = self.local(|local| {
+            let mut figures = local.take_scratch();
+            let found = slot
+                .with_mark(|open| {
+                    instance_figures_into(open, &self.readings, t_ns, &self.timeline, &mut figures)
+                })
+                .is_some();
+            self.table.remove(slot);
+            // What the span's opening thread wrote (its `opened` count) is visible to a
+            // snapshot that sees this close: see `collect`.
+            std::sync::atomic::fence(Release);
+            self.close_in(Some(&mut *local), closed, found.then_some(&*figures));
+            local.scratch = Some(figures);
         });
-        self.table.remove(slot);
-        // Passed by reference (they are large).
-        self.closed(closed, figures.as_ref());
+        match done {
+            Some(()) if closed.flags & FLAG_STEP != 0 => self.step_closed(),
+            Some(()) => {}
+            // A thread being torn down: the figures on its stack, the orphan shard.
+            None => {
+                let mut figures = InstanceFigures::default();
+                let found = slot
+                    .with_mark(|open| {
+                        instance_figures_into(
+                            open,
+                            &self.readings,
+                            t_ns,
+                            &self.timeline,
+                            &mut figures,
+                        )
+                    })
+                    .is_some();
+                self.table.remove(slot);
+                self.closed(closed, found.then_some(&figures));
+            }
+        }
     }
 
     /// Records a span whose slot was freed.

@@ -196,74 +196,80 @@ pub(crate) fn instance_figures(
         heap: close.heap,
         cpu_energy_uj: close.cpu_energy_uj,
     };
-    figures(
+    let mut out = InstanceFigures::default();
+    figures_into(
         open,
         &base,
         close.t_ns,
         close.n_gpus,
         |dev| close.gpus[dev],
         timeline,
-    )
+        &mut out,
+    );
+    out
 }
 
-/// The figures of the instance whose open mark is `open`, closing now, at `t_ns`: the close
-/// readings are read here (no close mark is made).
+/// The figures of the instance whose open mark is `open`, closing now, at `t_ns`, written
+/// into `out` (they are large: no copy through a return value): the close readings are read
+/// here (no close mark is made). Of `out.gpus`, the first `out.n_gpus` are written.
 #[inline]
-pub(crate) fn instance_figures_at(
+pub(crate) fn instance_figures_into(
     open: &InstanceMark,
     readings: &Readings,
     t_ns: u64,
     timeline: &Timeline,
-) -> InstanceFigures {
+    out: &mut InstanceFigures,
+) {
     let base = BaseMark::read(readings, t_ns, open.resources);
     let n_gpus = if open.resources.contains(Resources::GPU) {
         gpus_of(readings)
     } else {
         0
     };
-    figures(
+    figures_into(
         open,
         &base,
         t_ns,
         n_gpus,
         |dev| gpu_mark(readings, dev, base.sampled, t_ns),
         timeline,
-    )
+        out,
+    );
 }
 
-fn figures(
+fn figures_into(
     open: &InstanceMark,
     close: &BaseMark,
     t1: u64,
     close_gpus: usize,
     close_gpu: impl Fn(usize) -> GpuMark,
     timeline: &Timeline,
-) -> InstanceFigures {
+    out: &mut InstanceFigures,
+) {
     let sampled_inside = close.seq > open.seq;
     let t0 = open.t_ns;
-    let mut out = InstanceFigures {
-        wall_ns: t1.saturating_sub(t0),
-        rss_delta: delta(open.rss, close.rss),
-        rss_peak: max3(
-            open.rss,
-            close.rss,
-            sampled_inside
-                .then(|| timeline.max_rss_between(t0, t1))
-                .flatten(),
-        ),
-        heap_peak: open.heap.max(close.heap).max(
-            sampled_inside
-                .then(|| timeline.max_heap_between(t0, t1))
-                .flatten(),
-        ),
-        cpu_energy_uj: match (open.cpu_energy_uj, close.cpu_energy_uj) {
-            (Some(a), Some(b)) => Some((b - a).max(0.0)),
-            _ => None,
-        },
-        n_gpus: close_gpus.min(open.n_gpus),
-        ..InstanceFigures::default()
+    let n_gpus = close_gpus.min(open.n_gpus);
+    // Field by field: the devices' array is large, and only its first `n_gpus` are written.
+    out.wall_ns = t1.saturating_sub(t0);
+    out.rss_delta = delta(open.rss, close.rss);
+    out.rss_peak = max3(
+        open.rss,
+        close.rss,
+        sampled_inside
+            .then(|| timeline.max_rss_between(t0, t1))
+            .flatten(),
+    );
+    out.heap_peak = open.heap.max(close.heap).max(
+        sampled_inside
+            .then(|| timeline.max_heap_between(t0, t1))
+            .flatten(),
+    );
+    out.cpu_energy_uj = match (open.cpu_energy_uj, close.cpu_energy_uj) {
+        (Some(a), Some(b)) => Some((b - a).max(0.0)),
+        _ => None,
     };
-    for dev in 0..out.n_gpus {
+    out.n_gpus = n_gpus;
+    for dev in 0..n_gpus {
         let (a, b) = (&open.gpus[dev], &close_gpu(dev));
         out.gpus[dev] = GpuFigures {
             mem_delta: delta(a.mem, b.mem),
@@ -285,7 +291,6 @@ fn figures(
             },
         };
     }
-    out
 }
 
 /// Readings at an enter, kept on the thread's stack beside the frame.

@@ -16,7 +16,7 @@ use super::hist::AtomicHist;
 use super::metrics::MetricCell;
 use super::names::{Kind, KINDS};
 use super::overhead::EntryCost;
-use super::resources::{EntryMark, ResourceSlot, ResourceStats};
+use super::resources::{EntryMark, InstanceFigures, ResourceSlot, ResourceStats};
 use super::spans::RegionClaim;
 use super::tree::{LocalNodes, NodeStats, ShardNodes};
 
@@ -308,10 +308,22 @@ pub(crate) struct Local {
     /// Whether this thread tried to claim a region (once: a region another thread holds is not
     /// asked for again).
     pub(crate) region_tried: bool,
+    /// Where a close computes an instance's resource figures (made on first use, once per
+    /// thread; `None` while in use).
+    pub(crate) scratch: Option<Box<InstanceFigures>>,
     _owner: Weak<Shards>,
 }
 
 impl Local {
+    /// This thread's scratch figures, made on its first use.
+    #[inline(always)]
+    pub(crate) fn take_scratch(&mut self) -> Box<InstanceFigures> {
+        match self.scratch.take() {
+            Some(figures) => figures,
+            None => crate::alloc::untracked(Box::default),
+        }
+    }
+
     /// A callback of a recorded span took `ns`, timed whole.
     #[cold]
     pub(crate) fn probed(&self, ns: u64) {
@@ -585,6 +597,7 @@ fn slow_local<'a>(
             bracketed_ns: 0,
             region: None,
             region_tried: false,
+            scratch: None,
             _owner: Arc::downgrade(shards),
         };
         locals.insert(0, Box::new(local));
