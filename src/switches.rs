@@ -160,6 +160,16 @@ impl Resources {
     const fn bits(self) -> u32 {
         self.0 as u32
     }
+
+    /// The set as one byte (for an atomic).
+    pub(crate) const fn to_byte(self) -> u8 {
+        self.0
+    }
+
+    /// A set from [`Resources::to_byte`] (unknown bits dropped).
+    pub(crate) const fn from_byte(byte: u8) -> Resources {
+        Resources(byte & Self::ALL.0)
+    }
 }
 
 impl BitOr for Resources {

@@ -47,7 +47,7 @@ use names::{
 };
 use overhead::Costs;
 use resources::{
-    entry_figures, instance_figures_into, EntryFigures, EntryMark, InstanceFigures, InstanceMark,
+    entry_figures, instance_figures_into, EntryFigures, EntryMark, InstanceFigures, MarkCell,
 };
 use shards::{bump, with_local, Frame, Local, NameStats, Shards};
 use spans::{
@@ -85,7 +85,7 @@ pub(crate) struct Recorder {
     available: Resources,
     clock: Clock,
     /// Open spans, with the readings taken when they opened kept beside their slots.
-    table: SpanTable<InstanceMark>,
+    table: SpanTable<MarkCell>,
     names: Names,
     /// Event callsites' metric fields, and the metrics known.
     events: EventSites,
@@ -350,7 +350,7 @@ impl Recorder {
         // The creating thread owns the span's sums (plain stores): no locked instruction at
         // its first exit.
         let owner = local.as_deref().map_or(0, |l| l.token);
-        let init = |s: SlotIn<'_, InstanceMark>| self.init_slot(s, decision, node, owner, now);
+        let init = |s: SlotIn<'_, MarkCell>| self.init_slot(s, decision, node, owner, now);
         // This thread's region first (no locked instruction); any span the region cannot
         // take in the table.
         let owned = local
@@ -381,7 +381,7 @@ impl Recorder {
             .map(|l| l.stack.last().map_or(tree::ROOT, |f| f.node));
         let node = self.tree_node(decision.name(), attrs, top);
         let owner = local.as_deref().map_or(0, |l| l.token);
-        let init = |s: SlotIn<'_, InstanceMark>| {
+        let init = |s: SlotIn<'_, MarkCell>| {
             self.init_slot(s, decision, node, owner, now);
             s.flags.store(FLAG_MARKED | decision.step_flag(), Relaxed);
             s.with_mark(|m| m.update(&self.readings, self.t_ns(now), resources));
@@ -397,7 +397,7 @@ impl Recorder {
     #[inline(always)]
     fn init_slot(
         &self,
-        s: SlotIn<'_, InstanceMark>,
+        s: SlotIn<'_, MarkCell>,
         decision: Decision,
         node: u16,
         owner: u32,
@@ -752,7 +752,7 @@ impl Recorder {
     }
 
     #[inline(always)]
-    fn close_slot(&self, slot: SlotIn<'_, InstanceMark>) {
+    fn close_slot(&self, slot: SlotIn<'_, MarkCell>) {
         let now = self.clock.raw();
         let flags = slot.flags.load(Acquire);
         let owner_entries = slot.entries.load(Acquire);
@@ -780,7 +780,7 @@ impl Recorder {
     /// figures, from its open mark (kept beside the slot until the slot is freed) and the
     /// readings now, computed into this thread's scratch figures (they are large: no copy).
     #[inline(never)]
-    fn close_marked(&self, slot: SlotIn<'_, InstanceMark>, closed: &Closed, now: u64) {
+    fn close_marked(&self, slot: SlotIn<'_, MarkCell>, closed: &Closed, now: u64) {
         let t_ns = self.t_ns(now);
         let done = self.local(|local| {
             let mut figures = local.take_scratch();

@@ -7,7 +7,7 @@
 //! sample. Entry marks read the thread's CPU clock (`getrusage`, a system call) and the
 //! counting allocator's thread counters.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 use super::shards::bump;
@@ -28,7 +28,9 @@ pub(crate) struct GpuMark {
     pub(crate) energy_mj: Option<f64>,
 }
 
-/// Published readings at one end of a span instance.
+/// Published readings at one end of a span instance, as a value (the recorder keeps them in a
+/// [`MarkCell`]; tests build these).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct InstanceMark {
     /// What was read.
@@ -46,6 +48,153 @@ pub(crate) struct InstanceMark {
     pub(crate) n_gpus: usize,
 }
 
+/// An [`InstanceMark`] kept beside a span's slot, in atomics: written by the thread that opens
+/// the span, read by the one that closes it, with no lock (the slot's key is stored with
+/// release after the mark is written, and loaded with acquire before it is read, which orders
+/// them; no two threads write one mark at once). Which optional figures are present is a bit
+/// set.
+#[derive(Debug, Default)]
+pub(crate) struct MarkCell {
+    resources: AtomicU32,
+    present: AtomicU32,
+    t_ns: AtomicU64,
+    seq: AtomicU64,
+    rss: AtomicU64,
+    heap: AtomicI64,
+    /// `f64` bits.
+    cpu_energy_uj: AtomicU64,
+    n_gpus: AtomicU32,
+    gpus: [GpuCell; MAX_GPUS],
+}
+
+/// A [`GpuMark`] in atomics (see [`MarkCell`]).
+#[derive(Debug, Default)]
+struct GpuCell {
+    mem: AtomicU64,
+    util: AtomicU64,
+    /// `f64` bits.
+    energy_mj: AtomicU64,
+}
+
+const HAS_RSS: u32 = 1;
+const HAS_HEAP: u32 = 2;
+const HAS_ENERGY: u32 = 4;
+/// Device `dev`'s three bits (memory, utilisation, energy) start at `GPU_BITS + 3 × dev`.
+const GPU_BITS: u32 = 3;
+const _: () = assert!(GPU_BITS as usize + 3 * MAX_GPUS <= 32);
+
+/// Stores an optional figure (`bits` of it) and adds its presence bit to `present`.
+#[inline(always)]
+fn put(cell: &AtomicU64, value: Option<u64>, bit: u32, present: &mut u32) {
+    if let Some(v) = value {
+        cell.store(v, Relaxed);
+        *present |= bit;
+    }
+}
+
+/// An optional figure stored by [`put`].
+#[inline(always)]
+fn get(cell: &AtomicU64, bit: u32, present: u32) -> Option<u64> {
+    (present & bit != 0).then(|| cell.load(Relaxed))
+}
+
+impl MarkCell {
+    /// Marks a span opening at `t_ns` with the sampler's latest readings of `resources`.
+    pub(crate) fn update(&self, readings: &Readings, t_ns: u64, resources: Resources) {
+        let base = BaseMark::read(readings, t_ns, resources);
+        let mut present = 0;
+        put(&self.rss, base.rss, HAS_RSS, &mut present);
+        if let Some(heap) = base.heap {
+            self.heap.store(heap, Relaxed);
+            present |= HAS_HEAP;
+        }
+        let energy = base.cpu_energy_uj.map(f64::to_bits);
+        put(&self.cpu_energy_uj, energy, HAS_ENERGY, &mut present);
+        let mut n_gpus = 0;
+        if resources.contains(Resources::GPU) {
+            n_gpus = gpus_of(readings);
+            for (dev, cell) in self.gpus.iter().enumerate().take(n_gpus) {
+                let mark = gpu_mark(readings, dev, base.sampled, t_ns);
+                let bit = 1 << (GPU_BITS + 3 * dev as u32);
+                put(&cell.mem, mark.mem, bit, &mut present);
+                put(&cell.util, mark.util, bit << 1, &mut present);
+                let energy = mark.energy_mj.map(f64::to_bits);
+                put(&cell.energy_mj, energy, bit << 2, &mut present);
+            }
+        }
+        self.resources
+            .store(u32::from(resources.to_byte()), Relaxed);
+        self.t_ns.store(t_ns, Relaxed);
+        self.seq.store(base.seq, Relaxed);
+        self.n_gpus.store(n_gpus as u32, Relaxed);
+        self.present.store(present, Relaxed);
+    }
+
+    /// The mark as written by [`MarkCell::update`] but its devices' readings, and the bit set
+    /// of the figures present (for [`MarkCell::gpu`]).
+    #[inline]
+    fn opened(&self) -> (Opened, u32) {
+        let present = self.present.load(Relaxed);
+        let opened = Opened {
+            resources: Resources::from_byte(self.resources.load(Relaxed) as u8),
+            t_ns: self.t_ns.load(Relaxed),
+            seq: self.seq.load(Relaxed),
+            rss: get(&self.rss, HAS_RSS, present),
+            heap: (present & HAS_HEAP != 0).then(|| self.heap.load(Relaxed)),
+            cpu_energy_uj: get(&self.cpu_energy_uj, HAS_ENERGY, present).map(f64::from_bits),
+            n_gpus: (self.n_gpus.load(Relaxed) as usize).min(MAX_GPUS),
+        };
+        (opened, present)
+    }
+
+    /// Device `dev`'s readings as written by [`MarkCell::update`] (`present`: from
+    /// [`MarkCell::opened`]).
+    #[inline]
+    fn gpu(&self, dev: usize, present: u32) -> GpuMark {
+        let Some(cell) = self.gpus.get(dev) else {
+            return GpuMark::default();
+        };
+        let bit = 1 << (GPU_BITS + 3 * dev as u32);
+        GpuMark {
+            mem: get(&cell.mem, bit, present),
+            util: get(&cell.util, bit << 1, present),
+            energy_mj: get(&cell.energy_mj, bit << 2, present).map(f64::from_bits),
+        }
+    }
+
+    /// The whole mark as written by [`MarkCell::update`].
+    #[cfg(test)]
+    pub(crate) fn load(&self) -> InstanceMark {
+        let (o, present) = self.opened();
+        let mut mark = InstanceMark {
+            resources: o.resources,
+            t_ns: o.t_ns,
+            seq: o.seq,
+            rss: o.rss,
+            heap: o.heap,
+            cpu_energy_uj: o.cpu_energy_uj,
+            n_gpus: o.n_gpus,
+            ..InstanceMark::default()
+        };
+        for (dev, out) in mark.gpus.iter_mut().enumerate().take(o.n_gpus) {
+            *out = self.gpu(dev, present);
+        }
+        mark
+    }
+}
+
+/// What an open mark holds but its devices' readings.
+#[derive(Debug, Clone, Copy)]
+struct Opened {
+    resources: Resources,
+    t_ns: u64,
+    seq: u64,
+    rss: Option<u64>,
+    heap: Option<i64>,
+    cpu_energy_uj: Option<f64>,
+    n_gpus: usize,
+}
+
 /// Energy at `t_ns`: the last sample's counter plus its power for the time since.
 fn extrapolate(
     counter: Option<u64>,
@@ -59,10 +208,12 @@ fn extrapolate(
     Some(counter + power.map_or(0.0, |p| p as f64 * since * per_mw_ns))
 }
 
+#[cfg(test)]
 impl InstanceMark {
     /// Makes this mark the published readings of `resources` at `t_ns`, in place: the GPU
     /// devices' fields only with GPU readings on (`n_gpus` says how many hold a reading).
-    #[inline]
+    /// ([`MarkCell::update`] is the recorder's; this one checks it.)
+    #[cfg(test)]
     pub(crate) fn update(&mut self, readings: &Readings, t_ns: u64, resources: Resources) {
         let base = BaseMark::read(readings, t_ns, resources);
         self.resources = resources;
@@ -196,9 +347,19 @@ pub(crate) fn instance_figures(
         heap: close.heap,
         cpu_energy_uj: close.cpu_energy_uj,
     };
+    let opened = Opened {
+        resources: open.resources,
+        t_ns: open.t_ns,
+        seq: open.seq,
+        rss: open.rss,
+        heap: open.heap,
+        cpu_energy_uj: open.cpu_energy_uj,
+        n_gpus: open.n_gpus,
+    };
     let mut out = InstanceFigures::default();
     figures_into(
-        open,
+        &opened,
+        |dev| open.gpus[dev],
         &base,
         close.t_ns,
         close.n_gpus,
@@ -214,20 +375,22 @@ pub(crate) fn instance_figures(
 /// here (no close mark is made). Of `out.gpus`, the first `out.n_gpus` are written.
 #[inline]
 pub(crate) fn instance_figures_into(
-    open: &InstanceMark,
+    open: &MarkCell,
     readings: &Readings,
     t_ns: u64,
     timeline: &Timeline,
     out: &mut InstanceFigures,
 ) {
-    let base = BaseMark::read(readings, t_ns, open.resources);
-    let n_gpus = if open.resources.contains(Resources::GPU) {
+    let (opened, present) = open.opened();
+    let base = BaseMark::read(readings, t_ns, opened.resources);
+    let n_gpus = if opened.resources.contains(Resources::GPU) {
         gpus_of(readings)
     } else {
         0
     };
     figures_into(
-        open,
+        &opened,
+        |dev| open.gpu(dev, present),
         &base,
         t_ns,
         n_gpus,
@@ -237,8 +400,10 @@ pub(crate) fn instance_figures_into(
     );
 }
 
+#[allow(clippy::too_many_arguments)]
 fn figures_into(
-    open: &InstanceMark,
+    open: &Opened,
+    open_gpu: impl Fn(usize) -> GpuMark,
     close: &BaseMark,
     t1: u64,
     close_gpus: usize,
@@ -270,7 +435,7 @@ fn figures_into(
     };
     out.n_gpus = n_gpus;
     for dev in 0..n_gpus {
-        let (a, b) = (&open.gpus[dev], &close_gpu(dev));
+        let (a, b) = (&open_gpu(dev), &close_gpu(dev));
         out.gpus[dev] = GpuFigures {
             mem_delta: delta(a.mem, b.mem),
             mem_peak: max3(
@@ -636,6 +801,57 @@ mod tests {
             energy_mj: Some(energy_mj),
         };
         m
+    }
+
+    #[test]
+    fn a_mark_cell_keeps_what_a_mark_holds() {
+        use crate::profile::GpuDevice;
+        use crate::samplers::SourceStatus;
+        let readings = Readings::new();
+        let device = |index| GpuDevice {
+            index,
+            name: "fake".into(),
+            uuid: None,
+            memory_total_bytes: None,
+            power_limit_mw: None,
+        };
+        readings.set_gpus(SourceStatus::Available(vec![
+            device(0),
+            device(1),
+            device(2),
+        ]));
+        readings.seq.store(4, Relaxed);
+        readings.t_ns.store(1_000, Relaxed);
+        readings.rss_bytes.store(1 << 30, Relaxed);
+        // A negative net heap (freed more than it counted allocating) stays negative.
+        readings.heap_bytes.store(-5, Relaxed);
+        readings.cpu_energy_uj.store(9_000, Relaxed);
+        readings.cpu_power_mw.store(20_000, Relaxed);
+        // Device 0 everything, device 1 its utilisation only, device 2 nothing.
+        readings.gpus()[0].publish(&crate::profile::GpuSample {
+            utilization_pct: Some(70),
+            memory_used_bytes: Some(3 << 30),
+            power_mw: Some(250_000),
+            energy_mj: Some(40_000),
+            ..crate::profile::GpuSample::default()
+        });
+        readings.gpus()[1].publish(&crate::profile::GpuSample {
+            utilization_pct: Some(5),
+            ..crate::profile::GpuSample::default()
+        });
+        for resources in [Resources::ALL, Resources::MEMORY, Resources::NONE] {
+            let mut expected = InstanceMark::default();
+            expected.update(&readings, 3_000, resources);
+            let cell = MarkCell::default();
+            // Written over a mark with every figure present: nothing of it is left.
+            cell.update(&readings, 1, Resources::ALL);
+            cell.update(&readings, 3_000, resources);
+            assert_eq!(cell.load(), expected, "{resources:?}");
+        }
+        let mut all = InstanceMark::default();
+        all.update(&readings, 3_000, Resources::ALL);
+        assert_eq!((all.n_gpus, all.heap, all.gpus[1].mem), (3, Some(-5), None));
+        assert_eq!(all.gpus[1].util, Some(5));
     }
 
     #[test]

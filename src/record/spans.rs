@@ -18,7 +18,7 @@
 //! slot is still held (any other id scheme) goes to the table instead, as every span did.
 
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 const EMPTY: u64 = 0;
 const TOMBSTONE: u64 = u64::MAX;
@@ -208,7 +208,9 @@ pub(crate) struct SpanTable<M> {
 /// One segment: its slots, and what is kept beside them (made when first needed).
 pub(crate) struct Segment<M> {
     slots: Box<[Slot]>,
-    marks: OnceLock<Box<[Mutex<M>]>>,
+    /// What is kept beside each slot (made on first use): shared, its type's own interior
+    /// mutability (the recorder's is atomics) orders its writes and reads.
+    marks: OnceLock<Box<[M]>>,
 }
 
 impl<M: Default> Segment<M> {
@@ -221,12 +223,10 @@ impl<M: Default> Segment<M> {
         })
     }
 
-    fn mark(&self, index: usize) -> Option<&Mutex<M>> {
+    fn mark(&self, index: usize) -> Option<&M> {
         let len = self.slots.len();
         self.marks
-            .get_or_init(|| {
-                crate::alloc::untracked(|| (0..len).map(|_| Mutex::default()).collect())
-            })
+            .get_or_init(|| crate::alloc::untracked(|| (0..len).map(|_| M::default()).collect()))
             .get(index)
     }
 }
@@ -254,27 +254,12 @@ impl<M> std::ops::Deref for SlotIn<'_, M> {
     }
 }
 
-impl<M: Default + Copy> SlotIn<'_, M> {
-    /// Keeps `mark` beside the slot (until its span closes).
-    #[cfg(test)]
-    pub(crate) fn put_mark(&self, mark: M) {
-        self.with_mark(|m| *m = mark);
-    }
-
-    /// Runs `f` on what is kept beside the slot, in place (no copy of it).
+impl<M: Default> SlotIn<'_, M> {
+    /// Runs `f` on what is kept beside the slot, in place (no copy of it); `None` for a slot
+    /// of a region, which keeps nothing.
     #[inline]
-    pub(crate) fn with_mark<R>(&self, f: impl FnOnce(&mut M) -> R) -> Option<R> {
-        let cell = self.segment?.mark(self.slot.index as usize)?;
-        let mut mark = cell.lock().unwrap_or_else(|e| e.into_inner());
-        Some(f(&mut mark))
-    }
-
-    /// What was kept beside the slot.
-    #[cfg(test)]
-    pub(crate) fn mark(&self) -> Option<M> {
-        self.segment
-            .and_then(|s| s.mark(self.slot.index as usize))
-            .map(|c| *c.lock().unwrap_or_else(|e| e.into_inner()))
+    pub(crate) fn with_mark<R>(&self, f: impl FnOnce(&M) -> R) -> Option<R> {
+        Some(f(self.segment?.mark(self.slot.index as usize)?))
     }
 }
 
@@ -322,7 +307,7 @@ fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     lock.read().unwrap_or_else(|e| e.into_inner())
 }
 
-impl<M: Default + Copy> SpanTable<M> {
+impl<M: Default> SpanTable<M> {
     pub(crate) fn new() -> Self {
         Self {
             regions: Regions::new(),
@@ -646,7 +631,7 @@ mod tests {
 
     #[test]
     fn a_region_has_one_owner_at_a_time() {
-        let t = SpanTable::<u64>::new();
+        let t = SpanTable::<AtomicU64>::new();
         let first = t.claim_region(id(0, 3, 1), 1).expect("free");
         assert!(t.claim_region(id(0, 3, 2), 2).is_none(), "held by token 1");
         assert!(
@@ -665,9 +650,9 @@ mod tests {
 
     #[test]
     fn a_region_takes_only_its_owners_free_slots_and_the_table_the_rest() {
-        let t = SpanTable::<u64>::new();
+        let t = SpanTable::<AtomicU64>::new();
         let claim = t.claim_region(id(0, 5, 1), 1).unwrap();
-        let init = |s: SlotIn<'_, u64>| s.busy.store(9, Ordering::Relaxed);
+        let init = |s: SlotIn<'_, AtomicU64>| s.busy.store(9, Ordering::Relaxed);
         assert!(t.insert_owned(&claim, id(0, 5, 1), init));
         // Another generation at the same address while the first is open: the slot is held.
         assert!(!t.insert_owned(&claim, id(1, 5, 1), init));
@@ -694,7 +679,7 @@ mod tests {
 
     #[test]
     fn lookups_skip_the_table_until_it_is_used() {
-        let t = SpanTable::<u64>::new();
+        let t = SpanTable::<AtomicU64>::new();
         assert!(!t.used.load(Ordering::Relaxed));
         assert!(t.with(id(0, 1, 1), |_| ()).is_none());
         assert!(t.insert(id(0, 1, 1), |_| {}));
@@ -704,7 +689,7 @@ mod tests {
 
     #[test]
     fn insert_get_remove() {
-        let t = SpanTable::<u64>::new();
+        let t = SpanTable::<AtomicU64>::new();
         for id in 1..=10_000u64 {
             assert!(t.insert(id, |e| e.busy.store(id, Ordering::Relaxed)));
         }
@@ -725,7 +710,7 @@ mod tests {
 
     #[test]
     fn colliding_keys_spill_into_later_segments() {
-        let t = SpanTable::<u64>::new();
+        let t = SpanTable::<AtomicU64>::new();
         // Same home slot for all: address 5 of shard 0 with different generations.
         let ids: Vec<u64> = (1..2000u64).map(|g| (g << 51) | 5).collect();
         for &id in &ids {
@@ -741,8 +726,13 @@ mod tests {
             "all but one window spilled"
         );
         // What is kept beside a spilled slot is the slot's own.
-        t.with(ids[1000], |s| s.put_mark(77)).unwrap();
-        assert_eq!(t.with(ids[1000], |s| s.mark()).flatten(), Some(77));
+        t.with(ids[1000], |s| {
+            s.with_mark(|m| m.store(77, Ordering::Relaxed))
+        })
+        .flatten()
+        .unwrap();
+        let kept = t.with(ids[1000], |s| s.with_mark(|m| m.load(Ordering::Relaxed)));
+        assert_eq!(kept.flatten(), Some(77));
         // Once they close, later segments are freed, and skipped by lookups and scans.
         for &id in &ids {
             t.with(id, |s| t.remove(s)).unwrap();
@@ -770,7 +760,7 @@ mod tests {
 
     #[test]
     fn concurrent_inserts_are_unique() {
-        let t = std::sync::Arc::new(SpanTable::<u64>::new());
+        let t = std::sync::Arc::new(SpanTable::<AtomicU64>::new());
         let threads: Vec<_> = (0..4u64)
             .map(|thread| {
                 let t = t.clone();
