@@ -8,11 +8,10 @@
 //!   preemption: reading the thread CPU clock updates the scheduler's accounting, so a thread
 //!   whose time slice is used up is switched out right there, where without the readings it
 //!   would have been switched out a little later, at the next tick, inside whichever span ran
-//!   then. Those waits are shared out the way ticks would have placed them: time is stretched
-//!   by the thread's recent ratio of waits to running time.
-//!   Spans entered with readings on are timed in that thread's virtual time ([`virtual_ns`]),
-//!   so their intervals nest as real ones do. Asking for more detail moves no other figure,
-//!   on a shared CPU too.
+//!   then. Each such wait is put back once where a tick would have placed it: at a point drawn
+//!   uniformly over the next [`PREEMPT_WINDOW_NS`] of the thread's time. Spans entered with
+//!   readings on are timed in that thread's virtual time ([`virtual_ns`]), so their intervals
+//!   nest as real ones do. Asking for more detail moves no other figure, on a shared CPU too.
 //! - **Read where it is cheap.** Per name and thread, a running mean of the entries' busy time
 //!   says whether the CPU clock costs less than 1% of an entry ([`Costs::long_ns`]); shorter
 //!   names get their CPU time read for 1 entry in [`CPU_SAMPLE_EVERY`] (the figure is then marked
@@ -190,44 +189,69 @@ pub(crate) fn probe_due(id: u64) -> bool {
     id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> SHIFT == 0
 }
 
-/// This thread's virtual time and its recent waits inside spanprof's readings, against its
-/// running time.
+/// This thread's virtual time, and a wait measured in spanprof's readings not placed yet.
 #[derive(Debug, Clone, Copy, Default)]
 struct Waits {
     /// Raw clock reading at the end of the last bracket (0: none yet).
     last_end: u64,
     /// Virtual time at the last bracket, ns.
     v_last: u64,
-    run_ns: u64,
-    wait_ns: u64,
+    /// Waits measured in brackets and not placed yet, ns.
+    pending_ns: u64,
+    /// Real time after `last_end` past which the pending waits are placed, ns.
+    due_ns: u64,
+    /// The state of this thread's generator of those points (xorshift; 0: not seeded yet).
+    rng: u64,
 }
 
 thread_local! {
     static WAITS: Cell<Waits> = const {
-        Cell::new(Waits { last_end: 0, v_last: 0, run_ns: 0, wait_ns: 0 })
+        Cell::new(Waits { last_end: 0, v_last: 0, pending_ns: 0, due_ns: 0, rng: 0 })
     };
 }
 
-/// Running time after which the ratio's history is halved (it follows the last seconds).
-const WAITS_WINDOW_NS: u64 = 1_000_000_000;
+/// The span of running time after a bracket over which its wait is placed, at a point drawn
+/// uniformly: one scheduler tick at `CONFIG_HZ=250` (Debian's and Ubuntu's kernels; 1–3.3 ms
+/// at 1000 or 300). Reading `CLOCK_THREAD_CPUTIME_ID` switches out a thread whose slice is used
+/// up at once; without the read, the next tick would have, somewhere in the next tick's worth
+/// of its running time.
+pub(crate) const PREEMPT_WINDOW_NS: u64 = 4_000_000;
+
+#[cfg(test)]
+thread_local! {
+    static WINDOW_NS: Cell<u64> = const { Cell::new(PREEMPT_WINDOW_NS) };
+}
+
+/// Tests: this thread's waits are placed within `ns` of their bracket instead of
+/// [`PREEMPT_WINDOW_NS`] (0: right after it, in whichever spans run then).
+#[cfg(test)]
+pub(crate) fn place_waits_within(ns: u64) {
+    WINDOW_NS.with(|w| w.set(ns));
+}
+
+#[inline(always)]
+fn window_ns() -> u64 {
+    #[cfg(test)]
+    return WINDOW_NS.with(Cell::get);
+    #[cfg(not(test))]
+    PREEMPT_WINDOW_NS
+}
 
 fn virtual_at(clock: &Clock, w: &Waits, raw: u64) -> u64 {
     if w.last_end == 0 {
         return clock.delta_ns(0, raw);
     }
     let ran = clock.delta_ns(w.last_end, raw);
-    let stretch = if w.run_ns == 0 {
-        0
-    } else {
-        (u128::from(ran) * u128::from(w.wait_ns) / u128::from(w.run_ns)) as u64
-    };
-    w.v_last + ran + stretch
+    // The pending waits are placed at one point: past it, virtual time has jumped by them.
+    let placed = if ran > w.due_ns { w.pending_ns } else { 0 };
+    w.v_last + ran + placed
 }
 
 /// The thread's virtual time at raw reading `raw`, ns: real time less spanprof's brackets of
-/// readings, stretched by the thread's ratio of waits in them to running time (so that the
-/// waits are shared out the way ticks would have placed them). Spans entered with readings on
-/// are timed in it; their intervals nest as real ones do.
+/// readings, with each wait measured in a bracket put back once, at a point drawn uniformly
+/// over the next [`PREEMPT_WINDOW_NS`] of the thread's time after it, where the tick would have
+/// switched the thread out without the reading. Spans entered with readings on are timed in
+/// it; their intervals nest as real ones do, and every wait is counted once.
 #[inline(always)]
 pub(crate) fn virtual_ns(clock: &Clock, raw: u64) -> u64 {
     WAITS
@@ -236,24 +260,49 @@ pub(crate) fn virtual_ns(clock: &Clock, raw: u64) -> u64 {
 }
 
 /// A bracket of readings ran from `start` to `end` (raw readings) and waited `wait_ns` beyond
-/// spanprof's own time: virtual time stands still in it.
+/// spanprof's own time: virtual time stands still in it, and the wait is placed after it (a
+/// wait measured while another is pending joins it, at its point: none is lost).
 #[inline(always)]
 pub(crate) fn bracket(clock: &Clock, start: u64, end: u64, wait_ns: u64) {
     let _ = WAITS.try_with(|w| {
         let mut s = w.get();
         let v_start = virtual_at(clock, &s, start);
         if s.last_end != 0 {
-            s.run_ns += clock.delta_ns(s.last_end, start);
+            let ran = clock.delta_ns(s.last_end, start);
+            if ran > s.due_ns {
+                // Placed (in `v_start`).
+                s.pending_ns = 0;
+            } else {
+                s.due_ns -= ran;
+            }
         }
-        s.wait_ns += wait_ns;
+        if wait_ns > 0 {
+            if s.pending_ns == 0 {
+                s.due_ns = draw(&mut s.rng, end, window_ns());
+            }
+            s.pending_ns += wait_ns;
+        }
         s.v_last = v_start;
         s.last_end = end;
-        if s.run_ns > WAITS_WINDOW_NS {
-            s.run_ns /= 2;
-            s.wait_ns /= 2;
-        }
         w.set(s);
     });
+}
+
+/// A number drawn uniformly from `0..window` (xorshift64, seeded from the raw clock `seed` on a
+/// thread's first draw; 0 when `window` is 0).
+#[inline(always)]
+fn draw(state: &mut u64, seed: u64, window: u64) -> u64 {
+    let mut x = if *state == 0 {
+        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+    } else {
+        *state
+    };
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    // The high bits, scaled: no modulo bias worth a branch.
+    ((u128::from(x) * u128::from(window)) >> 64) as u64
 }
 
 /// Per name and thread (single writer): the running mean that decides whether the CPU clock is
@@ -524,6 +573,110 @@ mod tests {
                 "layout {k}: {timed} timed, {expected} expected"
             );
         }
+    }
+
+    /// Runs `f` on a thread of its own (fresh virtual time) with a mock clock, advanced 1 ms
+    /// first (a raw reading of 0 means "no bracket yet").
+    fn on_fresh_thread<T: Send>(f: impl FnOnce(&Clock, &dyn Fn(u64)) -> T + Send) -> T {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let (clock, mock) = Clock::mock();
+                    let advance = |ns| mock.advance(std::time::Duration::from_nanos(ns));
+                    advance(1_000_000);
+                    f(&clock, &advance)
+                })
+                .join()
+                .unwrap()
+        })
+    }
+
+    /// A bracket of `own_ns` + `wait_ns` at the clock's current time.
+    fn a_bracket(clock: &Clock, advance: &dyn Fn(u64), own_ns: u64, wait_ns: u64) {
+        let start = clock.raw();
+        advance(own_ns + wait_ns);
+        bracket(clock, start, clock.raw(), wait_ns);
+    }
+
+    #[test]
+    fn every_wait_measured_in_the_readings_is_put_back_once() {
+        let (virtual_ns, real_ns, own_ns) = on_fresh_thread(|clock, advance| {
+            a_bracket(clock, advance, 500, 0);
+            let v0 = virtual_ns(clock, clock.raw());
+            let (mut real, mut own) = (0, 0);
+            let mut x = 12_345u64;
+            for i in 0..5_000u64 {
+                // Running times of 0–400 µs, and a wait of 0.5–4 ms at one bracket in 8.
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                let ran = (x >> 33) % 400_000;
+                let wait = if i % 8 == 0 {
+                    500_000 + (x >> 20) % 3_500_000
+                } else {
+                    0
+                };
+                advance(ran);
+                a_bracket(clock, advance, 700, wait);
+                real += ran + 700 + wait;
+                own += 700;
+            }
+            // Past the window: the last wait is placed too.
+            advance(PREEMPT_WINDOW_NS + 1);
+            real += PREEMPT_WINDOW_NS + 1;
+            (virtual_ns(clock, clock.raw()) - v0, real, own)
+        });
+        // Exactly: the thread's time less spanprof's own, no wait lost or counted twice (the
+        // ratio of waits to running time that this replaces lost the first second's).
+        assert_eq!(virtual_ns, real_ns - own_ns);
+    }
+
+    #[test]
+    fn waits_land_where_the_next_tick_would_have_switched_the_thread_out() {
+        // A span of 1 ms starting `offset` after a bracket that waited: how often it holds the
+        // wait, in 4000 tries.
+        let landed_in = |offset: u64| {
+            on_fresh_thread(|clock, advance| {
+                (0..4_000)
+                    .filter(|_| {
+                        a_bracket(clock, advance, 700, 2_000_000);
+                        advance(offset);
+                        let v_start = virtual_ns(clock, clock.raw());
+                        advance(1_000_000);
+                        let busy = virtual_ns(clock, clock.raw()) - v_start;
+                        // The wait placed (no other bracket until then).
+                        advance(PREEMPT_WINDOW_NS);
+                        a_bracket(clock, advance, 700, 0);
+                        assert!(busy == 1_000_000 || busy == 3_000_000, "{busy}");
+                        busy > 1_000_000
+                    })
+                    .count()
+            })
+        };
+        // Uniformly over the next 4 ms: 1 ms of it holds a wait a quarter of the time (±5
+        // standard deviations), the last half ms an eighth, what comes after never.
+        let first = landed_in(0);
+        assert!((1_000 - 140..=1_000 + 140).contains(&first), "{first}");
+        let last = landed_in(PREEMPT_WINDOW_NS - 500_000);
+        assert!((500 - 105..=500 + 105).contains(&last), "{last}");
+        assert_eq!(landed_in(PREEMPT_WINDOW_NS), 0);
+    }
+
+    #[test]
+    fn a_wait_measured_while_another_is_pending_joins_it() {
+        let steps = on_fresh_thread(|clock, advance| {
+            a_bracket(clock, advance, 700, 0);
+            let (v0, t0) = (virtual_ns(clock, clock.raw()), clock.raw());
+            // Two waits one after the other: one jump of both, within the window.
+            a_bracket(clock, advance, 700, 1_000_000);
+            a_bracket(clock, advance, 700, 3_000_000);
+            let ran = |clock: &Clock| clock.delta_ns(t0, clock.raw()) - 2 * 700 - 4_000_000;
+            let mut seen = std::collections::BTreeSet::new();
+            for _ in 0..=PREEMPT_WINDOW_NS / 10_000 {
+                advance(10_000);
+                seen.insert(virtual_ns(clock, clock.raw()) - v0 - ran(clock));
+            }
+            seen
+        });
+        assert_eq!(steps.into_iter().collect::<Vec<_>>(), [0, 4_000_000]);
     }
 
     #[test]
