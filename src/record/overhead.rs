@@ -222,16 +222,13 @@ thread_local! {
 /// triangle's sides spread that out.
 pub(crate) const TICK_NS: u64 = 4_000_000;
 
-/// Past this much of the thread's time after a bracket, its wait has been put back.
-pub(crate) const PLACED_WITHIN_NS: u64 = 2 * TICK_NS;
-
 #[cfg(test)]
 thread_local! {
     static TEST_TICK_NS: Cell<u64> = const { Cell::new(TICK_NS) };
 }
 
-/// Tests: this thread's waits are put back within `ns` of their bracket instead of
-/// [`PLACED_WITHIN_NS`] (0: right after it, in whichever spans run then).
+/// Tests: this thread's waits are put back within `ns` of their bracket instead of two ticks
+/// (0: right after it, in whichever spans run then).
 #[cfg(test)]
 pub(crate) fn place_waits_within(ns: u64) {
     TEST_TICK_NS.with(|w| w.set(ns / 2));
@@ -536,6 +533,9 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Past this much of the thread's time after a bracket, its wait has been put back.
+    const PLACED_WITHIN_NS: u64 = 2 * TICK_NS;
 
     #[test]
     fn short_names_are_read_one_entry_in_n_and_long_ones_always() {
