@@ -1168,13 +1168,15 @@ mod tests {
 
     #[test]
     fn a_preemption_in_the_readings_is_shared_out_over_the_spans() {
-        // 1 ms per bracket: 2.25 µs of it spanprof's, the rest a wait (a preemption).
+        // 1 ms per bracket: 2.25 µs of it spanprof's, the rest a wait (a preemption), placed
+        // right after its bracket here (`overhead::place_waits_within`).
+        overhead::place_waits_within(0);
         let snap = parent_and_child(1_000_000);
         let span = |name| snap.span(name).unwrap();
         let wait = 1_000_000 - 2_250;
-        // The thread's virtual time runs at (running + waits) / running as seen at the last
-        // bracket: ×1 for the first 10 µs (no running time yet), then two waits over 10 µs for
-        // the child's 5 µs, three over 15 µs for the parent's last 10 µs.
+        // The wait at the parent's enter falls in the parent's first instant, the child's
+        // enter's in the child, the child's exit's in the parent again; the parent's exit's
+        // after it.
         assert_eq!(span("child").busy.total_ns, 5_000 + wait);
         assert_eq!(span("parent").busy.total_ns, 25_000 + 3 * wait);
         // Nested intervals of one time: the parent's self time is what its children leave.

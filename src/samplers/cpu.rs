@@ -15,8 +15,10 @@ pub const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android")
 /// fails.
 ///
 /// Read from a per-thread perf event counting the thread's task clock (`perf_event_open`,
-/// `PERF_COUNT_SW_TASK_CLOCK`, opened on the thread's first call), or, where perf events are not
-/// allowed (`perf_event_paranoid` above 2, a seccomp profile), past [`MAX_PERF_THREADS`] threads,
+/// `PERF_COUNT_SW_TASK_CLOCK`, opened on the thread's first call, with `exclude_kernel` so that
+/// a process without privileges may open it at `perf_event_paranoid` 2, the upstream default; it
+/// still counts the thread's kernel time), or, where perf events are not allowed
+/// (`perf_event_paranoid` above 2, a seccomp profile), past [`MAX_PERF_THREADS`] threads,
 /// or with `SPANPROF_CPU_CLOCK=thread`, from `CLOCK_THREAD_CPUTIME_ID`. Both count the thread's
 /// time on a CPU with nanosecond resolution, and both are a system call (~560–600 ns on the
 /// development machine, 23× `Instant::now()`). The difference is where the scheduler switches
@@ -210,25 +212,50 @@ mod imp {
     }
 
     /// `perf_event_attr` up to `PERF_ATTR_SIZE_VER0` (64 bytes): type, size, config, then
-    /// fields left zero (counting, not sampling; enabled; kernel time included).
+    /// counting (no sample period, type or read format), the flags word, and fields left zero.
     #[repr(C)]
     struct PerfEventAttr {
         kind: u32,
         size: u32,
         config: u64,
-        zero: [u64; 6],
+        sample_period: u64,
+        sample_type: u64,
+        read_format: u64,
+        /// The bit fields: `disabled` (bit 0), `inherit`, `pinned`, `exclusive`,
+        /// `exclude_user` (bit 4), `exclude_kernel` (bit 5), `exclude_hv` (bit 6), …
+        flags: u64,
+        /// `wakeup_events`, `bp_type`, `config1`.
+        rest: [u64; 2],
     }
+
+    /// `perf_event_attr.exclude_kernel`: the event's samples leave kernel code out. A counting
+    /// task-clock event counts the task's whole time on a CPU (user and kernel) either way,
+    /// and a process without privileges may open it only with this bit set at
+    /// `perf_event_paranoid` 2, the upstream kernel's default (Fedora, Arch, RHEL…).
+    const EXCLUDE_KERNEL: u64 = 1 << 5;
+    /// `perf_event_attr.exclude_hv` (the hypervisor), likewise.
+    const EXCLUDE_HV: u64 = 1 << 6;
 
     /// Opens a task-clock event counting the calling thread on any CPU.
     fn perf_event_open() -> Option<i32> {
+        perf_event_open_with(EXCLUDE_KERNEL | EXCLUDE_HV)
+    }
+
+    /// Opens a task-clock event with these attribute flags; `None` (and `errno` set) if refused.
+    fn perf_event_open_with(flags: u64) -> Option<i32> {
         const PERF_TYPE_SOFTWARE: u32 = 1;
         const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
         const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+        const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == 64);
         let attr = PerfEventAttr {
             kind: PERF_TYPE_SOFTWARE,
             size: std::mem::size_of::<PerfEventAttr>() as u32,
             config: PERF_COUNT_SW_TASK_CLOCK,
-            zero: [0; 6],
+            sample_period: 0,
+            sample_type: 0,
+            read_format: 0,
+            flags,
+            rest: [0; 2],
         };
         // SAFETY: `attr` is a valid `perf_event_attr` of the size it states (the kernel accepts
         // the version-0 size), alive for the call; pid 0 and cpu -1 count the calling thread.
@@ -244,6 +271,24 @@ mod imp {
             )
         };
         (fd >= 0).then_some(fd as i32)
+    }
+
+    /// Whether this process may open the task-clock event with `exclude_kernel` and
+    /// `exclude_hv` (what [`super::thread_cpu_ns`] opens), and with them left at 0 (what it
+    /// opened before): `Err(errno)` where refused. Each event is closed at once.
+    #[cfg(test)]
+    pub(super) fn perf_event_allowed() -> [Result<(), i32>; 2] {
+        [EXCLUDE_KERNEL | EXCLUDE_HV, 0].map(|flags| match perf_event_open_with(flags) {
+            Some(fd) => {
+                // SAFETY: `fd` was just opened here and is closed once.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::close(fd)
+                };
+                Ok(())
+            }
+            None => Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)),
+        })
     }
 
     /// `CLOCK_THREAD_CPUTIME_ID`.
@@ -374,6 +419,135 @@ mod tests {
         let (perf, clock) =
             both_clocks(|| std::thread::sleep(std::time::Duration::from_millis(30)));
         assert!(perf < 5_000_000 && clock < 5_000_000, "{perf} {clock}");
+    }
+
+    /// A loop that spends most of its time in the kernel (system calls), ~`ns` of CPU time;
+    /// returns this thread's system time in it as `getrusage` splits it, ns.
+    fn syscall_loop(ns: u64) -> u64 {
+        use std::io::Write;
+        let mut null = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let (_, sys0) = thread_user_sys_ns().unwrap();
+        let start = imp::clock_ns();
+        while imp::clock_ns() - start < ns {
+            for _ in 0..200 {
+                // SAFETY: getppid has no arguments and cannot fail.
+                #[allow(unsafe_code)]
+                std::hint::black_box(unsafe { libc::getppid() });
+                null.write_all(&[0u8; 64]).unwrap();
+            }
+        }
+        thread_user_sys_ns().unwrap().1 - sys0
+    }
+
+    /// The perf clock against `CLOCK_THREAD_CPUTIME_ID` over a loop of system calls: the event
+    /// opened with `exclude_kernel` still counts the thread's kernel time. Returns the message.
+    fn kernel_time_is_counted() -> String {
+        let mut sys = 0;
+        let (perf, clock) = both_clocks(|| sys = syscall_loop(200_000_000));
+        assert_eq!(thread_cpu_clock(), Some("perf task-clock"));
+        // Most of the loop is in the kernel: without it the perf clock would read far less.
+        assert!(sys * 4 >= clock, "system {sys} ns of {clock} ns");
+        // The two clocks read at slightly different instants: 1% + 1 ms at most.
+        assert!(
+            perf.abs_diff(clock) < clock / 100 + 1_000_000,
+            "perf {perf} ns vs clock {clock} ns (system {sys} ns)"
+        );
+        format!("perf {perf} ns, CLOCK_THREAD_CPUTIME_ID {clock} ns, system {sys} ns")
+    }
+
+    #[test]
+    fn the_perf_task_clock_counts_kernel_time() {
+        if thread_cpu_clock().is_none() {
+            thread_cpu_ns();
+        }
+        if thread_cpu_clock() != Some("perf task-clock") {
+            eprintln!("SKIPPED: perf events are not allowed here: nothing to compare");
+            return;
+        }
+        eprintln!("{}", kernel_time_is_counted());
+    }
+
+    fn paranoid() -> Option<i32> {
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Run as user `nobody` by [`a_process_without_privileges_gets_the_perf_clock`].
+    #[test]
+    #[ignore = "run without privileges by a_process_without_privileges_gets_the_perf_clock"]
+    fn unprivileged_child() {
+        // SAFETY: no arguments, cannot fail.
+        #[allow(unsafe_code)]
+        let uid = unsafe { libc::geteuid() };
+        assert_ne!(uid, 0, "meant to run without privileges");
+        let [new, old] = imp::perf_event_allowed();
+        println!(
+            "uid {uid}, perf_event_paranoid {:?}: with exclude_kernel {new:?}, without {old:?}",
+            paranoid()
+        );
+        assert_eq!(new, Ok(()), "refused with exclude_kernel");
+        if paranoid() >= Some(2) {
+            assert_eq!(old, Err(libc::EACCES), "allowed without exclude_kernel");
+        }
+        println!("{}", kernel_time_is_counted());
+    }
+
+    #[test]
+    fn a_process_without_privileges_gets_the_perf_clock() {
+        // SAFETY: no arguments, cannot fail.
+        #[allow(unsafe_code)]
+        let root = unsafe { libc::geteuid() } == 0;
+        let setpriv = std::path::Path::new("/usr/bin/setpriv");
+        let skip = if !root {
+            Some("not root: cannot drop privileges".to_string())
+        } else if !setpriv.exists() {
+            Some("/usr/bin/setpriv is not installed (util-linux)".to_string())
+        } else if paranoid().is_none_or(|p| p > 2) {
+            Some(format!(
+                "perf_event_paranoid is {:?}: no perf events without privileges",
+                paranoid()
+            ))
+        } else if imp::perf_event_allowed()[0].is_err() {
+            Some("perf events are not allowed here, even to root".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = skip {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+        let out = std::process::Command::new(setpriv)
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "samplers::cpu::tests::unprivileged_child"])
+            .args(["--ignored", "--nocapture", "--test-threads=1"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if matches!(out.status.code(), Some(126 | 127)) {
+            eprintln!("SKIPPED: user nobody cannot run this test binary: {stderr}");
+            return;
+        }
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{}\n{stdout}\n{stderr}",
+            out.status
+        );
+        eprintln!(
+            "{}",
+            stdout
+                .lines()
+                .filter(|l| l.contains("uid ") || l.starts_with("perf "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
 
     #[test]
