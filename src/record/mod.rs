@@ -493,6 +493,7 @@ impl Recorder {
                 start: self.clock.raw(),
                 child_ns: 0,
                 own_ns: 0,
+                own_cpu_ns: 0,
                 v_start: 0,
                 reentries: 0,
                 node,
@@ -511,6 +512,7 @@ impl Recorder {
             start,
             child_ns: 0,
             own_ns: 0,
+            own_cpu_ns: 0,
             v_start: overhead::virtual_ns(&self.clock, start),
             reentries: 0,
             node,
@@ -547,6 +549,7 @@ impl Recorder {
         local.bracketed_ns += spent;
         if let Some(parent) = local.stack.last_mut() {
             parent.own_ns += spent;
+            parent.own_cpu_ns += own;
         }
         (now, marked)
     }
@@ -626,11 +629,14 @@ impl Recorder {
         };
         // Entered with readings on: timed in the thread's virtual time (`overhead`).
         let v_now = (frame.v_start != 0).then(|| overhead::virtual_ns(&self.clock, now));
-        let (figures, spent) = if frame.marked {
+        let (figures, spent, own) = if frame.marked {
             self.exit_marks(local, top, &frame, now)
         } else {
-            (None, 0)
+            (None, 0, 0)
         };
+        if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
+            parent.own_cpu_ns += frame.own_cpu_ns + own;
+        }
         // The time of spanprof's readings inside the frame (its children's) is not the
         // span's; the waits in them are shared out over every span: see `overhead`.
         let busy = match v_now {
@@ -656,15 +662,16 @@ impl Recorder {
         );
     }
 
-    /// Takes the resource readings of a marked frame's exit: returns its figures and the time
-    /// they took (measured from `now`, the exit's clock reading).
+    /// Takes the resource readings of a marked frame's exit: returns its figures, the time
+    /// they took (measured from `now`, the exit's clock reading) and spanprof's own part of it
+    /// (`Costs::split`).
     fn exit_marks(
         &self,
         local: &mut Local,
         top: usize,
         frame: &Frame,
         now: u64,
-    ) -> (Option<EntryFigures>, u64) {
+    ) -> (Option<EntryFigures>, u64, u64) {
         // This frame's mark: one per marked frame below it, in stack order.
         let index = local.stack[..top].iter().filter(|f| f.marked).count();
         let mut figures = None;
@@ -675,8 +682,8 @@ impl Recorder {
             let mut f = entry_figures(&at_enter, &at_exit);
             cpu = f.cpu.is_some();
             // The CPU clock ran through the children's readings and half of each of this
-            // entry's own two reads: not the span's.
-            let own_cpu = frame.own_ns + self.costs.cpu_read_ns as u64;
+            // entry's own two reads: not the span's. (Not through the waits in them.)
+            let own_cpu = frame.own_cpu_ns + self.costs.cpu_read_ns as u64;
             f.cpu = f.cpu.map(|c| c.saturating_sub(own_cpu));
             if let (Some(parent), Some(heap)) = (
                 index.checked_sub(1).and_then(|p| local.marks.get_mut(p)),
@@ -688,7 +695,7 @@ impl Recorder {
         }
         if !cpu {
             // The heap counters alone: no bracket (see `enter_marks`).
-            return (figures, 0);
+            return (figures, 0, 0);
         }
         self.readings_taken();
         let end = self.clock.raw();
@@ -697,7 +704,7 @@ impl Recorder {
         overhead::bracket(&self.clock, now, end, wait);
         local.stats(frame.name).cost.spent(own);
         local.bracketed_ns += spent;
-        (figures, spent)
+        (figures, spent, own)
     }
 
     /// Adds a completed entry to its span. The owner's (creating thread's) first entry is only
@@ -1183,6 +1190,41 @@ mod tests {
         assert_eq!(span("parent").self_time.total_ns, 20_000 + 2 * wait);
         // Only spanprof's own time is its overhead.
         assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
+    }
+
+    #[test]
+    fn a_wait_in_a_childs_readings_is_not_taken_out_of_its_parents_cpu_time() {
+        // Every bracket of readings burns 100 µs of this thread's CPU time and then waits 1 ms
+        // (the mock clock: a preemption, which uses no CPU time).
+        let (clock, mock) = Clock::mock();
+        let rec = Arc::new(Recorder::standalone(
+            clock,
+            Resources::CPU,
+            Costs::from_reads(50.0, 1000.0),
+        ));
+        let hook_clock = mock.clone();
+        let _ = rec.reading_hook.set(Box::new(move || {
+            let start = crate::samplers::cpu::thread_cpu_ns();
+            while crate::samplers::cpu::thread_cpu_ns() < start + 100_000 {}
+            hook_clock.advance(std::time::Duration::from_millis(1));
+        }));
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        tracing::dispatcher::with_default(&dispatch, || {
+            tracing::info_span!("parent").in_scope(|| {
+                tracing::info_span!("child").in_scope(|| {});
+            });
+        });
+        let snap = rec.snapshot();
+        let cpu = |name| {
+            let span = snap.span(name).unwrap();
+            span.resources.as_ref().unwrap().cpu.clone().unwrap().cpu_ns
+        };
+        // The parent's entry ran its own enter's burn and both of the child's: 300 µs of CPU
+        // time, less the readings' calibrated cost (2 × 2.25 µs and 1 µs), not less the 2 ms
+        // the child's readings lasted.
+        assert!(cpu("parent") >= 200_000, "{} ns", cpu("parent"));
+        assert!(cpu("child") >= 50_000, "{} ns", cpu("child"));
     }
 
     /// Two threads whose span ids fall in the same region (a subscriber whose ids are not the

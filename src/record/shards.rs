@@ -192,6 +192,9 @@ pub(crate) struct Frame {
     /// spanprof's own time inside this entry (its children's resource readings), ns: not the
     /// span's (see `overhead`).
     pub(crate) own_ns: u64,
+    /// Of `own_ns`, spanprof's own work (the readings' calibrated cost, waits in them left
+    /// out: a thread switched out uses no CPU time), ns: what its CPU time leaves out.
+    pub(crate) own_cpu_ns: u64,
     /// Its start in the thread's virtual time when entered with readings on (`overhead`); 0
     /// when timed by the raw clock.
     pub(crate) v_start: u64,
