@@ -483,7 +483,9 @@ impl Fast {
 }
 
 thread_local! {
-    /// Owns this thread's states (dropped at thread exit).
+    /// Owns this thread's states (dropped at thread exit). Boxed: `FAST` points to one, which
+    /// must not move when the list is reordered or grows.
+    #[allow(clippy::vec_box)]
     static LOCALS: RefCell<Vec<Box<Local>>> = const { RefCell::new(Vec::new()) };
     /// No destructor: reachable with one thread-pointer-relative access, also while the
     /// thread's other thread-locals are torn down (it is cleared as its state is dropped).
@@ -574,6 +576,7 @@ fn next_token() -> u32 {
 
 #[cold]
 #[inline(never)]
+#[allow(clippy::vec_box)] // See `LOCALS`.
 fn slow_local<'a>(
     locals: &'a mut Vec<Box<Local>>,
     instance: u64,
