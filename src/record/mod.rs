@@ -343,13 +343,7 @@ impl Recorder {
         if resources.instances() {
             return self.open_marked(local, id, decision, attrs, now, resources);
         }
-        let top = local
-            .as_deref()
-            .map(|l| l.stack.last().map_or(tree::ROOT, |f| f.node));
-        let node = self.tree_node(name, attrs, top);
-        // The creating thread owns the span's sums (plain stores): no locked instruction at
-        // its first exit.
-        let owner = local.as_deref().map_or(0, |l| l.token);
+        let (node, owner) = self.node_and_owner(local.as_deref(), name, attrs);
         let init = |s: SlotIn<'_, MarkCell>| self.init_slot(s, decision, node, owner, now);
         // This thread's region first (no locked instruction); any span the region cannot
         // take in the table.
@@ -376,11 +370,7 @@ impl Recorder {
         now: u64,
         resources: Resources,
     ) -> bool {
-        let top = local
-            .as_deref()
-            .map(|l| l.stack.last().map_or(tree::ROOT, |f| f.node));
-        let node = self.tree_node(decision.name(), attrs, top);
-        let owner = local.as_deref().map_or(0, |l| l.token);
+        let (node, owner) = self.node_and_owner(local.as_deref(), decision.name(), attrs);
         let init = |s: SlotIn<'_, MarkCell>| {
             self.init_slot(s, decision, node, owner, now);
             s.flags.store(FLAG_MARKED | decision.step_flag(), Relaxed);
@@ -391,6 +381,21 @@ impl Recorder {
         }
         self.opened(local, decision, attrs);
         true
+    }
+
+    /// A new span's call-tree node (under the span this thread is in, for a contextual
+    /// parent) and its owner: the creating thread owns the span's sums (plain stores, no
+    /// locked instruction at its first exit).
+    #[inline(always)]
+    fn node_and_owner(
+        &self,
+        local: Option<&Local>,
+        name: u32,
+        attrs: &Attributes<'_>,
+    ) -> (u16, u32) {
+        let top = local.map(|l| l.stack.last().map_or(tree::ROOT, |f| f.node));
+        let node = self.tree_node(name, attrs, top);
+        (node, local.map_or(0, |l| l.token))
     }
 
     /// A new slot's fields.
