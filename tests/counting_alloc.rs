@@ -165,11 +165,11 @@ fn snapshot_bytes(names: usize, threads: usize) -> u64 {
     bytes
 }
 
-/// The README's bound on a snapshot: 1 MiB, plus 1 MiB per span name (its seven histograms and
+/// The README's bound on a snapshot: 1 MiB, plus 1 MiB per span name (its eight histograms and
 /// the five of its figures, up to 72 KiB each over the whole range, and its call-tree node),
 /// plus 2 KiB per name and thread (threads' records are merged per name, not kept).
-/// Measured with every histogram over its whole range: 739 KB per name (5.9 MB for 8 names,
-/// 47.3 MB for 64), and 4 KB more for 32 names on 8 threads than on 1.
+/// Measured with every histogram its spans use over its whole range: 608 KB per name (4.9 MB
+/// for 8 names, 38.9 MB for 64), and 4 KB more for 32 names on 8 threads than on 1.
 const SNAPSHOT_FIXED: u64 = 1 << 20;
 const SNAPSHOT_PER_NAME: u64 = 1 << 20;
 const SNAPSHOT_PER_NAME_THREAD: u64 = 2 << 10;
