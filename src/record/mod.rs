@@ -550,6 +550,9 @@ impl Recorder {
         let spent = self.clock.delta_ns(before, now);
         let (own, wait) = self.costs.split(spent, cpu);
         overhead::bracket(&self.clock, before, now, wait);
+        if let Some(mark) = local.marks.last_mut() {
+            mark.bracket_ns = own;
+        }
         local.stats(name).cost.spent(own);
         local.bracketed_ns += spent;
         if let Some(parent) = local.stack.last_mut() {
@@ -652,7 +655,11 @@ impl Recorder {
                 .saturating_sub(frame.own_ns),
         };
         let self_ns = busy.saturating_sub(frame.child_ns);
-        if let Some(figures) = figures {
+        if let Some(mut figures) = figures {
+            // One thread runs an entry: its CPU time is at most its busy time. Over it is what
+            // the readings' subtraction left (a read slower than its bracket's cap, a
+            // migration between the two reads).
+            figures.cpu = figures.cpu.map(|cpu| cpu.min(busy));
             local.stats(frame.name).res().add_entry(&figures, busy);
         }
         self.exited(
@@ -680,16 +687,14 @@ impl Recorder {
         // This frame's mark: one per marked frame below it, in stack order.
         let index = local.stack[..top].iter().filter(|f| f.marked).count();
         let mut figures = None;
-        let mut cpu = false;
+        let mut enter_bracket = None;
         if index < local.marks.len() {
             let at_enter = local.marks.remove(index);
             let at_exit = at_enter.read_again();
-            let mut f = entry_figures(&at_enter, &at_exit);
-            cpu = f.cpu.is_some();
-            // The CPU clock ran through the children's readings and half of each of this
-            // entry's own two reads: not the span's. (Not through the waits in them.)
-            let own_cpu = frame.own_cpu_ns + self.costs.cpu_read_ns as u64;
-            f.cpu = f.cpu.map(|c| c.saturating_sub(own_cpu));
+            let f = entry_figures(&at_enter, &at_exit);
+            if f.cpu.is_some() {
+                enter_bracket = Some(at_enter.bracket_ns);
+            }
             if let (Some(parent), Some(heap)) = (
                 index.checked_sub(1).and_then(|p| local.marks.get_mut(p)),
                 f.heap,
@@ -698,17 +703,26 @@ impl Recorder {
             }
             figures = Some(f);
         }
-        if !cpu {
+        let Some(enter_bracket) = enter_bracket else {
             // The heap counters alone: no bracket (see `enter_marks`).
             return (figures, 0, 0);
-        }
+        };
         self.readings_taken();
         let end = self.clock.raw();
         let spent = self.clock.delta_ns(now, end);
-        let (own, wait) = self.costs.split(spent, cpu);
+        let (own, wait) = self.costs.split(spent, true);
         overhead::bracket(&self.clock, now, end, wait);
         local.stats(frame.name).cost.spent(own);
         local.bracketed_ns += spent;
+        if let Some(f) = figures.as_mut() {
+            // The CPU clock ran through the children's readings, and through the part of each
+            // of this entry's two brackets on the far side of its read: about half of both, as
+            // measured (a read's cost varies with the caches; a calibrated one, taken hot,
+            // reads under it, and short entries came out over 100% CPU). Not the span's; nor
+            // are the waits in them, which the CPU clock did not count.
+            let own_cpu = frame.own_cpu_ns + (enter_bracket + own) / 2;
+            f.cpu = f.cpu.map(|c| c.saturating_sub(own_cpu));
+        }
         (figures, spent, own)
     }
 
@@ -1215,9 +1229,13 @@ mod tests {
         }));
         let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        // The spans last long enough to hold the CPU time burnt in them (an entry's CPU time
+        // is capped at its busy time), and the parent the waits put back over two ticks.
+        let us = |n| mock.advance(std::time::Duration::from_micros(n));
         tracing::dispatcher::with_default(&dispatch, || {
             tracing::info_span!("parent").in_scope(|| {
-                tracing::info_span!("child").in_scope(|| {});
+                tracing::info_span!("child").in_scope(|| us(200));
+                us(10_000);
             });
         });
         let snap = rec.snapshot();
@@ -1230,6 +1248,94 @@ mod tests {
         // the child's readings lasted.
         assert!(cpu("parent") >= 200_000, "{} ns", cpu("parent"));
         assert!(cpu("child") >= 50_000, "{} ns", cpu("child"));
+    }
+
+    #[test]
+    fn an_entrys_cpu_time_leaves_out_its_readings_as_they_cost_not_as_calibrated() {
+        // Reads calibrated at 32 µs, but each bracket of readings burns 60 µs of CPU time after
+        // its read (cold reads in a busy program cost more than the calibration's hot ones).
+        // Every entry burns 20 µs and lasts 100 µs (the mock clock: it waits 80 µs).
+        fn burn(ns: u64) {
+            let start = crate::samplers::cpu::thread_cpu_ns();
+            while crate::samplers::cpu::thread_cpu_ns() < start + ns {}
+        }
+        let (clock, mock) = Clock::mock();
+        let rec = Arc::new(Recorder::standalone(
+            clock,
+            Resources::CPU,
+            Costs::from_reads(50.0, 32_000.0),
+        ));
+        let hook_clock = mock.clone();
+        let _ = rec.reading_hook.set(Box::new(move || {
+            burn(60_000);
+            hook_clock.advance(std::time::Duration::from_micros(60));
+        }));
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        tracing::dispatcher::with_default(&dispatch, || {
+            for _ in 0..20 * overhead::CPU_SAMPLE_EVERY {
+                tracing::info_span!("work").in_scope(|| {
+                    burn(20_000);
+                    mock.advance(std::time::Duration::from_micros(100));
+                });
+            }
+        });
+        let snap = rec.snapshot();
+        let span = snap.span("work").unwrap();
+        let cpu = span.resources.as_ref().unwrap().cpu.clone().unwrap();
+        assert_eq!((cpu.entries, cpu.busy_ns), (20, 20 * 100_000), "{cpu:?}");
+        // Each read entry ran the rest of its enter's bracket (the 60 µs burn) and the start of
+        // its exit's: about one bracket, as measured, not the calibrated 32 µs. Counted as
+        // calibrated, it showed over 50 µs of CPU time for 20 µs burnt. Now 24–27 µs: the
+        // mock clock leaves the reads themselves out of the brackets. (The first entries,
+        // cold, and a tick's interrupt charged to an entry add to it, each entry's CPU time
+        // capped at its 100 µs.)
+        let per_entry = cpu.cpu_ns / cpu.entries;
+        assert!(
+            (15_000..=40_000).contains(&per_entry),
+            "{per_entry} ns of CPU time per entry burning 20 µs: {cpu:?}"
+        );
+    }
+
+    #[test]
+    fn an_entrys_cpu_time_is_at_most_its_busy_time() {
+        // Reads calibrated at 10 µs, but each bracket burns 15 µs after its read, and the
+        // entries burn 20 µs and wait for nothing: left out as calibrated, the readings'
+        // remainder showed 125–140% of CPU time.
+        fn burn(ns: u64) {
+            let start = crate::samplers::cpu::thread_cpu_ns();
+            while crate::samplers::cpu::thread_cpu_ns() < start + ns {}
+        }
+        let rec = Arc::new(Recorder::standalone(
+            Clock::new(),
+            Resources::CPU,
+            Costs::from_reads(50.0, 10_000.0),
+        ));
+        let _ = rec.reading_hook.set(Box::new(|| burn(15_000)));
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        tracing::dispatcher::with_default(&dispatch, || {
+            for _ in 0..10 * overhead::CPU_SAMPLE_EVERY {
+                tracing::info_span!("work").in_scope(|| burn(20_000));
+            }
+        });
+        let snap = rec.snapshot();
+        let cpu = snap
+            .span("work")
+            .unwrap()
+            .resources
+            .clone()
+            .unwrap()
+            .cpu
+            .unwrap();
+        assert_eq!(cpu.entries, 10, "{cpu:?}");
+        assert!(cpu.cpu_ns <= cpu.busy_ns, "{cpu:?}");
+        // Nor far under: every entry burnt 20 µs.
+        let per_entry = cpu.cpu_ns / cpu.entries;
+        assert!(
+            per_entry >= 15_000,
+            "{per_entry} ns of CPU time per 20 µs entry: {cpu:?}"
+        );
     }
 
     /// Two threads whose span ids fall in the same region (a subscriber whose ids are not the

@@ -466,6 +466,9 @@ pub(crate) struct EntryMark {
     pub(crate) heap: Option<HeapCounters>,
     /// Net heap retained by child spans entered meanwhile (for self retention).
     pub(crate) child_net: i64,
+    /// spanprof's own time in the bracket around the CPU clock's read (`Costs::split`), ns:
+    /// the part of it after the read is on the CPU clock, not in the span's busy time.
+    pub(crate) bracket_ns: u64,
 }
 
 impl EntryMark {
@@ -482,6 +485,7 @@ impl EntryMark {
             cpu: cpu.then(crate::samplers::cpu::thread_cpu_ns),
             heap: if heap { HeapCounters::thread() } else { None },
             child_net: 0,
+            bracket_ns: 0,
         }
     }
 }
@@ -923,6 +927,7 @@ mod tests {
                 allocs: 3,
             }),
             child_net: 300,
+            bracket_ns: 0,
         };
         let exit = EntryMark {
             cpu: Some(4_700),
@@ -932,6 +937,7 @@ mod tests {
                 allocs: 8,
             }),
             child_net: 0,
+            bracket_ns: 0,
         };
         let f = entry_figures(&enter, &exit);
         assert_eq!(f.cpu, Some(3_200));
