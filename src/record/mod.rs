@@ -358,12 +358,12 @@ impl Recorder {
         true
     }
 
-    /// [`Recorder::open_in`] with readings at the open (`resources`): the span goes to the
-    /// table, its readings beside its slot.
+    /// [`Recorder::open_in`] with readings at the open (`resources`), kept beside the span's
+    /// slot (in this thread's region, or the table).
     #[inline(never)]
     fn open_marked(
         &self,
-        local: Option<&mut Local>,
+        mut local: Option<&mut Local>,
         id: u64,
         decision: Decision,
         attrs: &Attributes<'_>,
@@ -376,7 +376,11 @@ impl Recorder {
             s.flags.store(FLAG_MARKED | decision.step_flag(), Relaxed);
             s.with_mark(|m| m.update(&self.readings, self.t_ns(now), resources));
         };
-        if !self.table.insert(id, init) {
+        let owned = local
+            .as_deref_mut()
+            .and_then(|l| self.region(l, id))
+            .is_some_and(|claim| self.table.insert_owned(claim, id, init));
+        if !owned && !self.table.insert(id, init) {
             return self.table_full();
         }
         self.opened(local, decision, attrs);
@@ -1379,6 +1383,46 @@ mod tests {
         assert_eq!((stats.calls, stats.instances), (4, 4));
         assert_eq!(stats.busy.total_ns, 310);
         assert_eq!((stats.busy.min_ns, stats.busy.max_ns), (10, 100));
+    }
+
+    /// Spans with readings at their open (memory) go to their thread's region like the others,
+    /// their readings beside the region's slot: no locked instruction and no probe for them
+    /// either, and their figures are whole.
+    #[test]
+    fn spans_with_readings_at_their_open_go_to_the_threads_region() {
+        let rec = Arc::new(Recorder::standalone(
+            Clock::new(),
+            Resources::MEMORY,
+            Costs::default(),
+        ));
+        let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
+        let decision = rec.decide(meta, false);
+        let values = meta.fields().value_set(&[]);
+        let attrs = Attributes::new_root(meta, &values);
+        let readings = &rec.readings;
+        readings.rss_bytes.store(1000, Relaxed);
+        // Shard 3, address 1, then the same address's next generation.
+        for (generation, grow) in [(0u64, 24u64), (1, 100)] {
+            let id = generation << 51 | 3 << 38 | 1;
+            assert!(rec.open(id, decision, &attrs));
+            assert!(rec.table.in_region(id), "in the region, not the table");
+            assert!(rec.enter(id) && rec.exit(id));
+            readings.rss_bytes.fetch_add(grow, Relaxed);
+            assert!(rec.close(id));
+        }
+        let snap = rec.snapshot();
+        let span = snap.spans.iter().find(|s| s.instances > 0).unwrap();
+        let memory = span.resources.clone().unwrap().memory.unwrap();
+        assert_eq!(span.instances, 2);
+        assert_eq!(
+            (
+                memory.instances,
+                memory.rss_delta_bytes,
+                memory.growing_instances
+            ),
+            (2, 124, 2)
+        );
+        assert_eq!(memory.peak_rss_bytes, 1124);
     }
 
     #[test]

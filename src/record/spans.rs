@@ -137,14 +137,21 @@ const OUT_OF_REGIONS: u64 =
 const _: () = assert!(REGIONS.is_power_of_two() && REGION_LEN.is_power_of_two());
 
 /// Slots reached from a span id by arithmetic, one region per shard index (see the module
-/// docs). A region's slots are made by its first owner (16 KiB), kept for the table's life.
-struct Regions {
+/// docs). A region's slots are made by its first owner (16 KiB), kept for the table's life, and
+/// what is kept beside them when a span first asks for it.
+struct Regions<M> {
     /// The token (`shards::thread_token`) of the thread that owns each region, 0 if none.
     owners: Arc<[AtomicU32; REGIONS]>,
-    slots: [OnceLock<Box<[Slot; REGION_LEN]>>; REGIONS],
+    slots: [OnceLock<Box<Region<M>>>; REGIONS],
 }
 
-impl Regions {
+/// One region's slots, and what is kept beside them.
+struct Region<M> {
+    slots: [Slot; REGION_LEN],
+    marks: Marks<M>,
+}
+
+impl<M> Regions<M> {
     fn new() -> Self {
         Self {
             owners: Arc::new([const { AtomicU32::new(0) }; REGIONS]),
@@ -154,13 +161,16 @@ impl Regions {
 
     /// The slot of `id` in its region, if it has one made.
     #[inline(always)]
-    fn slot(&self, id: u64) -> Option<&Slot> {
+    fn slot(&self, id: u64) -> Option<SlotIn<'_, M>> {
         if id & OUT_OF_REGIONS != 0 {
             return None;
         }
         let region = (id >> ADDRESS_BITS) as usize & (REGIONS - 1);
-        let slots = self.slots[region].get()?;
-        Some(&slots[id as usize & (REGION_LEN - 1)])
+        let region = self.slots[region].get()?;
+        Some(SlotIn {
+            slot: &region.slots[id as usize & (REGION_LEN - 1)],
+            marks: &region.marks,
+        })
     }
 }
 
@@ -188,7 +198,7 @@ impl Drop for RegionClaim {
 /// asked for it (resource readings at its creation), in the memory of the slot's segment.
 pub(crate) struct SpanTable<M> {
     /// Slots found by arithmetic from the ids of the spans that their region's owner creates.
-    regions: Regions,
+    regions: Regions<M>,
     /// Whether a span was ever inserted in the table (rather than a region): until then, a
     /// lookup that misses the regions ends there.
     used: AtomicBool,
@@ -208,34 +218,60 @@ pub(crate) struct SpanTable<M> {
 /// One segment: its slots, and what is kept beside them (made when first needed).
 pub(crate) struct Segment<M> {
     slots: Box<[Slot]>,
-    /// What is kept beside each slot (made on first use): shared, its type's own interior
-    /// mutability (the recorder's is atomics) orders its writes and reads.
-    marks: OnceLock<Box<[M]>>,
+    marks: Marks<M>,
 }
 
-impl<M: Default> Segment<M> {
+impl<M> Segment<M> {
     fn new(k: usize) -> Self {
         crate::alloc::untracked(|| Self {
             slots: (0..segment_len(k))
                 .map(|i| Slot::new(k as u8, i as u32))
                 .collect(),
-            marks: OnceLock::new(),
+            marks: Marks::new(segment_len(k)),
         })
     }
 
-    fn mark(&self, index: usize) -> Option<&M> {
-        let len = self.slots.len();
-        self.marks
+    #[inline(always)]
+    fn slot_in(&self, index: usize) -> SlotIn<'_, M> {
+        SlotIn {
+            slot: &self.slots[index],
+            marks: &self.marks,
+        }
+    }
+}
+
+/// What is kept beside each of `len` slots of a segment or a region (made on first use):
+/// shared, its type's own interior mutability (the recorder's is atomics) orders its writes
+/// and reads.
+struct Marks<M> {
+    cells: OnceLock<Box<[M]>>,
+    len: usize,
+}
+
+impl<M> Marks<M> {
+    const fn new(len: usize) -> Self {
+        Self {
+            cells: OnceLock::new(),
+            len,
+        }
+    }
+}
+
+impl<M: Default> Marks<M> {
+    /// The mark of slot `index`.
+    fn get(&self, index: usize) -> Option<&M> {
+        let len = self.len;
+        self.cells
             .get_or_init(|| crate::alloc::untracked(|| (0..len).map(|_| M::default()).collect()))
             .get(index)
     }
 }
 
-/// A slot found in the table, with its segment, for the duration of one operation.
+/// A slot found in the table or a region, with what is kept beside its slots, for the
+/// duration of one operation.
 pub(crate) struct SlotIn<'a, M> {
     slot: &'a Slot,
-    /// `None` for a slot of a region (spans with marks are never there).
-    segment: Option<&'a Segment<M>>,
+    marks: &'a Marks<M>,
 }
 
 impl<M> Clone for SlotIn<'_, M> {
@@ -255,11 +291,11 @@ impl<M> std::ops::Deref for SlotIn<'_, M> {
 }
 
 impl<M: Default> SlotIn<'_, M> {
-    /// Runs `f` on what is kept beside the slot, in place (no copy of it); `None` for a slot
-    /// of a region, which keeps nothing.
+    /// Runs `f` on what is kept beside the slot, in place (no copy of it); `None` only if it
+    /// could not be made.
     #[inline]
     pub(crate) fn with_mark<R>(&self, f: impl FnOnce(&M) -> R) -> Option<R> {
-        Some(f(self.segment?.mark(self.slot.index as usize)?))
+        Some(f(self.marks.get(self.slot.index as usize)?))
     }
 }
 
@@ -338,11 +374,8 @@ impl<M: Default> SpanTable<M> {
             self.used.store(true, Ordering::Relaxed);
         }
         if let Some(index) = claim(&self.first.slots, id, 0) {
-            let slot = &self.first.slots[index];
-            init(SlotIn {
-                slot,
-                segment: Some(&self.first),
-            });
+            let slot = self.first.slot_in(index);
+            init(slot);
             slot.key.store(id, Ordering::Release);
             return true;
         }
@@ -362,7 +395,6 @@ impl<M: Default> SpanTable<M> {
         self.regions.owners[region]
             .compare_exchange(0, token, Ordering::Acquire, Ordering::Relaxed)
             .ok()?;
-        // Released if the slots cannot be made below.
         let claim = RegionClaim {
             owners: self.regions.owners.clone(),
             region,
@@ -371,13 +403,11 @@ impl<M: Default> SpanTable<M> {
             // Made by the region's first owner (the only thread that sets them), on the heap
             // (16 KiB), outside the hot path.
             crate::alloc::untracked(|| {
-                let slots: Box<[Slot]> = (0..REGION_LEN)
-                    .map(|i| Slot::new(IN_REGION, i as u32))
-                    .collect();
-                let slots: Box<[Slot; REGION_LEN]> = slots.try_into().ok()?;
-                let _ = self.regions.slots[region].set(slots);
-                Some(())
-            })?;
+                let _ = self.regions.slots[region].set(Box::new(Region {
+                    slots: std::array::from_fn(|i| Slot::new(IN_REGION, i as u32)),
+                    marks: Marks::new(REGION_LEN),
+                }));
+            });
         }
         Some(claim)
     }
@@ -404,10 +434,7 @@ impl<M: Default> SpanTable<M> {
         if key != EMPTY && key != TOMBSTONE {
             return false;
         }
-        init(SlotIn {
-            slot,
-            segment: None,
-        });
+        init(slot);
         slot.key.store(id, Ordering::Release);
         true
     }
@@ -426,11 +453,8 @@ impl<M: Default> SpanTable<M> {
                 continue;
             };
             self.live[k - 1].fetch_add(1, Ordering::AcqRel);
-            let slot = &segment.slots[index];
-            init(SlotIn {
-                slot,
-                segment: Some(segment),
-            });
+            let slot = segment.slot_in(index);
+            init(slot);
             slot.key.store(id, Ordering::Release);
             return true;
         }
@@ -458,22 +482,16 @@ impl<M: Default> SpanTable<M> {
     pub(crate) fn with<R>(&self, id: u64, f: impl FnOnce(SlotIn<'_, M>) -> R) -> Option<R> {
         if let Some(slot) = self.regions.slot(id) {
             if slot.key.load(Ordering::Acquire) == id {
-                return Some(f(SlotIn {
-                    slot,
-                    segment: None,
-                }));
+                return Some(f(slot));
             }
         }
         if !self.used.load(Ordering::Relaxed) {
             return None;
         }
         let index = home(id, 0) & (FIRST_SEGMENT - 1);
-        let slot = &self.first.slots[index];
+        let slot = self.first.slot_in(index);
         match slot.key.load(Ordering::Acquire) {
-            key if key == id => Some(f(SlotIn {
-                slot,
-                segment: Some(&self.first),
-            })),
+            key if key == id => Some(f(slot)),
             EMPTY => None,
             _ => self.with_probing(id, f),
         }
@@ -483,12 +501,7 @@ impl<M: Default> SpanTable<M> {
     #[inline(never)]
     fn with_probing<R>(&self, id: u64, f: impl FnOnce(SlotIn<'_, M>) -> R) -> Option<R> {
         match probe(&self.first.slots, id, 0) {
-            Probe::Found(index) => {
-                return Some(f(SlotIn {
-                    slot: &self.first.slots[index],
-                    segment: Some(&self.first),
-                }))
-            }
+            Probe::Found(index) => return Some(f(self.first.slot_in(index))),
             // The first segment is never freed, and a key goes to a later segment only when its
             // window there was full: an empty slot in it means the key is nowhere.
             Probe::Empty => return None,
@@ -506,10 +519,7 @@ impl<M: Default> SpanTable<M> {
             // An empty slot here does not end the search: this segment may have been freed
             // and made again since a key went past it to a later one.
             if let Probe::Found(index) = probe(&segment.slots, id, k) {
-                return Some(f(SlotIn {
-                    slot: &segment.slots[index],
-                    segment: Some(&segment),
-                }));
+                return Some(f(segment.slot_in(index)));
             }
         }
         None
@@ -549,8 +559,8 @@ impl<M: Default> SpanTable<M> {
                 f(slot);
             }
         };
-        for slots in self.regions.slots.iter().filter_map(OnceLock::get) {
-            visit(&slots[..]);
+        for region in self.regions.slots.iter().filter_map(OnceLock::get) {
+            visit(&region.slots);
         }
         visit(&self.first.slots);
         for k in 1..SEGMENTS {
@@ -666,6 +676,16 @@ mod tests {
         }
         assert!(t.in_region(id(0, 5, 1)));
         assert_eq!(t.with(id(0, 5, 1), |s| s.id()).flatten(), Some(id(0, 5, 1)));
+        // What is kept beside a region's slot is the slot's own (spans with readings at their
+        // open go to regions too: no locked instruction, no probe).
+        let mark = |id, v| t.with(id, |s| s.with_mark(|m| m.store(v, Ordering::Relaxed)));
+        assert_eq!(mark(id(0, 5, 1), 41).flatten(), Some(()));
+        assert_eq!(mark(id(1, 5, 1), 42).flatten(), Some(()));
+        let kept = |id| {
+            t.with(id, |s| s.with_mark(|m| m.load(Ordering::Relaxed)))
+                .flatten()
+        };
+        assert_eq!((kept(id(0, 5, 1)), kept(id(1, 5, 1))), (Some(41), Some(42)));
         let mut open = 0;
         t.for_each_open(|_| open += 1);
         assert_eq!(open, 4, "region and table");
