@@ -1407,7 +1407,9 @@ mod tests {
             assert!(rec.open(id, decision, &attrs));
             assert!(rec.table.in_region(id), "in the region, not the table");
             assert!(rec.enter(id) && rec.exit(id));
+            // A sample published while the span is open.
             readings.rss_bytes.fetch_add(grow, Relaxed);
+            readings.seq.fetch_add(1, Relaxed);
             assert!(rec.close(id));
         }
         let snap = rec.snapshot();

@@ -382,6 +382,20 @@ pub(crate) fn instance_figures_into(
     out: &mut InstanceFigures,
 ) {
     let (opened, present) = open.opened();
+    if !opened.resources.contains(Resources::GPU)
+        && !opened.resources.contains(Resources::ENERGY)
+        && readings.seq.load(std::sync::atomic::Ordering::Acquire) == opened.seq
+    {
+        // No sample published since the open (most short spans): the close's readings are
+        // the open's, and nothing is extrapolated over the time between.
+        out.wall_ns = t_ns.saturating_sub(opened.t_ns);
+        out.rss_delta = opened.rss.map(|_| 0);
+        out.rss_peak = opened.rss;
+        out.heap_peak = opened.heap;
+        out.cpu_energy_uj = None;
+        out.n_gpus = 0;
+        return;
+    }
     let base = BaseMark::read(readings, t_ns, opened.resources);
     let n_gpus = if opened.resources.contains(Resources::GPU) {
         gpus_of(readings)
@@ -856,6 +870,47 @@ mod tests {
         all.update(&readings, 3_000, Resources::ALL);
         assert_eq!((all.n_gpus, all.heap, all.gpus[1].mem), (3, Some(-5), None));
         assert_eq!(all.gpus[1].util, Some(5));
+    }
+
+    #[test]
+    fn a_close_with_no_sample_since_its_open_has_the_figures_of_the_whole_computation() {
+        let timeline = Timeline::new(64, 16);
+        let readings = Readings::new();
+        readings.seq.store(7, Relaxed);
+        readings.t_ns.store(1_000, Relaxed);
+        readings.rss_bytes.store(1 << 30, Relaxed);
+        readings.cpu_energy_uj.store(9_000, Relaxed);
+        readings.cpu_power_mw.store(20_000, Relaxed);
+        // i64::MIN: no counting allocator.
+        for heap in [i64::MIN, -5, 1 << 20] {
+            readings.heap_bytes.store(heap, Relaxed);
+            for resources in [
+                Resources::MEMORY,
+                Resources::DETAILED,
+                Resources::MEMORY | Resources::ENERGY,
+                Resources::ALL,
+                Resources::ENERGY,
+            ] {
+                let cell = MarkCell::default();
+                cell.update(&readings, 3_000, resources);
+                let mut open = InstanceMark::default();
+                open.update(&readings, 3_000, resources);
+                let mut close = InstanceMark::default();
+                close.update(&readings, 8_000, resources);
+                let mut fast = InstanceFigures::default();
+                instance_figures_into(&cell, &readings, 8_000, &timeline, &mut fast);
+                let whole = instance_figures(&open, &close, &timeline);
+                assert_eq!(fast, whole, "{resources:?}, heap {heap}");
+                assert_eq!(fast.wall_ns, 5_000);
+                if resources.contains(Resources::MEMORY) {
+                    assert_eq!((fast.rss_delta, fast.rss_peak), (Some(0), Some(1 << 30)));
+                }
+                if resources.contains(Resources::ENERGY) {
+                    // 20 W over the 5 µs between: extrapolated, not the open's reading again.
+                    assert_eq!(fast.cpu_energy_uj, Some(100.0), "{resources:?}");
+                }
+            }
+        }
     }
 
     #[test]
