@@ -145,10 +145,12 @@ struct Regions<M> {
     slots: [OnceLock<Box<Region<M>>>; REGIONS],
 }
 
-/// One region's slots, and what is kept beside them.
+/// One region's slots, and what is kept beside them (first: a lookup's reference to it is the
+/// region's address itself, and the slots' offset folds into their address computation).
+#[repr(C)]
 struct Region<M> {
-    slots: [Slot; REGION_LEN],
     marks: Marks<M>,
+    slots: [Slot; REGION_LEN],
 }
 
 impl<M> Regions<M> {
@@ -404,8 +406,8 @@ impl<M: Default> SpanTable<M> {
             // (16 KiB), outside the hot path.
             crate::alloc::untracked(|| {
                 let _ = self.regions.slots[region].set(Box::new(Region {
-                    slots: std::array::from_fn(|i| Slot::new(IN_REGION, i as u32)),
                     marks: Marks::new(REGION_LEN),
+                    slots: std::array::from_fn(|i| Slot::new(IN_REGION, i as u32)),
                 }));
             });
         }
