@@ -1334,10 +1334,11 @@ mod tests {
             .unwrap();
         assert_eq!(cpu.entries, 10, "{cpu:?}");
         assert!(cpu.cpu_ns <= cpu.busy_ns, "{cpu:?}");
-        // Nor far under: every entry burnt 20 µs.
+        // Nor far under: every entry burnt 20 µs (less at most the cap of the readings' own
+        // time, 20.25 µs, against the 15 µs burnt after the enter's read: 14.75 µs).
         let per_entry = cpu.cpu_ns / cpu.entries;
         assert!(
-            per_entry >= 15_000,
+            per_entry >= 12_000,
             "{per_entry} ns of CPU time per 20 µs entry: {cpu:?}"
         );
     }
