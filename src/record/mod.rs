@@ -1141,23 +1141,34 @@ mod tests {
         assert_eq!(rec.snapshot().dropped.spans_too_many_names, 15);
     }
 
-    /// A parent span (10 µs, a child of 5 µs, 10 µs) recorded with CPU time, each bracket of
-    /// readings taking `reading_ns`; readings calibrated at 1 µs a CPU clock read.
-    fn parent_and_child(reading_ns: u64) -> crate::profile::Snapshot {
-        let (clock, mock) = Clock::mock();
+    /// A recorder of CPU time per entry (50 ns a span, CPU clock reads calibrated at
+    /// `cpu_read_ns`), whose readings run `hook` inside their bracket.
+    fn cpu_recorder(
+        clock: Clock,
+        cpu_read_ns: f64,
+        hook: impl Fn() + Send + Sync + 'static,
+    ) -> Arc<Recorder> {
         let rec = Arc::new(Recorder::standalone(
             clock,
             Resources::CPU,
-            Costs::from_reads(50.0, 1000.0),
+            Costs::from_reads(50.0, cpu_read_ns),
         ));
         assert!(
             rec.resources().contains(Resources::CPU),
             "CPU clock on Linux"
         );
+        let _ = rec.reading_hook.set(Box::new(hook));
+        rec
+    }
+
+    /// A parent span (10 µs, a child of 5 µs, 10 µs) recorded with CPU time, each bracket of
+    /// readings taking `reading_ns`; readings calibrated at 1 µs a CPU clock read.
+    fn parent_and_child(reading_ns: u64) -> crate::profile::Snapshot {
+        let (clock, mock) = Clock::mock();
         let hook_clock = mock.clone();
-        let _ = rec.reading_hook.set(Box::new(move || {
+        let rec = cpu_recorder(clock, 1000.0, move || {
             hook_clock.advance(std::time::Duration::from_nanos(reading_ns))
-        }));
+        });
         let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
         let us = |n| mock.advance(std::time::Duration::from_micros(n));
@@ -1215,22 +1226,22 @@ mod tests {
         assert_eq!(snap.overhead.as_ref().unwrap().readings_ns, 4 * 2_250);
     }
 
+    /// Spins until this thread used `ns` of CPU time.
+    fn burn_cpu(ns: u64) {
+        let start = crate::samplers::cpu::thread_cpu_ns();
+        while crate::samplers::cpu::thread_cpu_ns() < start + ns {}
+    }
+
     #[test]
     fn a_wait_in_a_childs_readings_is_not_taken_out_of_its_parents_cpu_time() {
         // Every bracket of readings burns 100 µs of this thread's CPU time and then waits 1 ms
         // (the mock clock: a preemption, which uses no CPU time).
         let (clock, mock) = Clock::mock();
-        let rec = Arc::new(Recorder::standalone(
-            clock,
-            Resources::CPU,
-            Costs::from_reads(50.0, 1000.0),
-        ));
         let hook_clock = mock.clone();
-        let _ = rec.reading_hook.set(Box::new(move || {
-            let start = crate::samplers::cpu::thread_cpu_ns();
-            while crate::samplers::cpu::thread_cpu_ns() < start + 100_000 {}
+        let rec = cpu_recorder(clock, 1000.0, move || {
+            burn_cpu(100_000);
             hook_clock.advance(std::time::Duration::from_millis(1));
-        }));
+        });
         let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
         // The spans last long enough to hold the CPU time burnt in them (an entry's CPU time
@@ -1259,27 +1270,18 @@ mod tests {
         // Reads calibrated at 32 µs, but each bracket of readings burns 60 µs of CPU time after
         // its read (cold reads in a busy program cost more than the calibration's hot ones).
         // Every entry burns 20 µs and lasts 100 µs (the mock clock: it waits 80 µs).
-        fn burn(ns: u64) {
-            let start = crate::samplers::cpu::thread_cpu_ns();
-            while crate::samplers::cpu::thread_cpu_ns() < start + ns {}
-        }
         let (clock, mock) = Clock::mock();
-        let rec = Arc::new(Recorder::standalone(
-            clock,
-            Resources::CPU,
-            Costs::from_reads(50.0, 32_000.0),
-        ));
         let hook_clock = mock.clone();
-        let _ = rec.reading_hook.set(Box::new(move || {
-            burn(60_000);
+        let rec = cpu_recorder(clock, 32_000.0, move || {
+            burn_cpu(60_000);
             hook_clock.advance(std::time::Duration::from_micros(60));
-        }));
+        });
         let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
         tracing::dispatcher::with_default(&dispatch, || {
             for _ in 0..20 * overhead::CPU_SAMPLE_EVERY {
                 tracing::info_span!("work").in_scope(|| {
-                    burn(20_000);
+                    burn_cpu(20_000);
                     mock.advance(std::time::Duration::from_micros(100));
                 });
             }
@@ -1306,21 +1308,12 @@ mod tests {
         // Reads calibrated at 10 µs, but each bracket burns 15 µs after its read, and the
         // entries burn 20 µs and wait for nothing: left out as calibrated, the readings'
         // remainder showed 125–140% of CPU time.
-        fn burn(ns: u64) {
-            let start = crate::samplers::cpu::thread_cpu_ns();
-            while crate::samplers::cpu::thread_cpu_ns() < start + ns {}
-        }
-        let rec = Arc::new(Recorder::standalone(
-            Clock::new(),
-            Resources::CPU,
-            Costs::from_reads(50.0, 10_000.0),
-        ));
-        let _ = rec.reading_hook.set(Box::new(|| burn(15_000)));
+        let rec = cpu_recorder(Clock::new(), 10_000.0, || burn_cpu(15_000));
         let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
         tracing::dispatcher::with_default(&dispatch, || {
             for _ in 0..10 * overhead::CPU_SAMPLE_EVERY {
-                tracing::info_span!("work").in_scope(|| burn(20_000));
+                tracing::info_span!("work").in_scope(|| burn_cpu(20_000));
             }
         });
         let snap = rec.snapshot();
@@ -1465,15 +1458,10 @@ mod tests {
     fn timed_callbacks_leave_out_the_readings_brackets() {
         // The CPU clock read at every entry (calibrated at 0 ns: every name is long), each
         // bracket of readings taking 200 µs: far past what a timed callback may take.
-        let rec = Arc::new(Recorder::standalone(
-            Clock::new(),
-            Resources::CPU,
-            Costs::from_reads(50.0, 0.0),
-        ));
-        let _ = rec.reading_hook.set(Box::new(|| {
+        let rec = cpu_recorder(Clock::new(), 0.0, || {
             let start = std::time::Instant::now();
             while start.elapsed() < std::time::Duration::from_micros(200) {}
-        }));
+        });
         let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
         let decision = rec.decide(meta, false);
         let values = meta.fields().value_set(&[]);
