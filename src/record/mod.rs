@@ -376,6 +376,8 @@ impl Recorder {
             s.flags.store(FLAG_MARKED | decision.step_flag(), Relaxed);
             s.with_mark(|m| m.update(&self.readings, self.t_ns(now), resources));
         };
+        // Region first, then the table, as in `open_in` (written out in both: one inlined
+        // helper for the two cost `basic` 9 instructions per span, `scripts/instructions.sh`).
         let owned = local
             .as_deref_mut()
             .and_then(|l| self.region(l, id))

@@ -77,8 +77,8 @@ pub(crate) struct Slot {
     index: u32,
 }
 
-/// Resource readings were taken when the span opened (kept beside the table, see
-/// `resources::MarkTable`).
+/// Resource readings were taken when the span opened (kept beside its slot, see
+/// [`SlotIn::with_mark`]).
 pub(crate) const FLAG_MARKED: u8 = 1;
 /// An error-level event happened inside the span.
 pub(crate) const FLAG_ERRORED: u8 = 2;
@@ -197,7 +197,8 @@ impl Drop for RegionClaim {
 }
 
 /// The table. See the module docs. `M` is what is kept beside the slot of an open span that
-/// asked for it (resource readings at its creation), in the memory of the slot's segment.
+/// asked for it (resource readings at its creation), in the memory of the slot's segment or
+/// region.
 pub(crate) struct SpanTable<M> {
     /// Slots found by arithmetic from the ids of the spans that their region's owner creates.
     regions: Regions<M>,
