@@ -464,6 +464,7 @@ mod tests {
             cpu_read_ns: 0.0,
             cpu_every_entry_from_ns: 0,
             cpu_sample_every: 1,
+            cpu_sample_gap_ns: 0,
             readings_ns: 0,
             estimated_ns: 40_000,
             process_cpu_ns: None,

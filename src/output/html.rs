@@ -27,8 +27,8 @@ use super::tree::widest_first;
 use super::units::{format_bytes, format_count, format_duration, format_metric, format_si};
 use super::Format;
 use crate::profile::{
-    CallTree, Metric, MetricKind, MetricValue, ResourceInfo, Sample, Snapshot, SpanResources,
-    SpanStats, Stat,
+    CallTree, Metric, MetricKind, MetricValue, Overhead, ResourceInfo, Sample, Snapshot,
+    SpanResources, SpanStats, Stat,
 };
 
 /// Name of the HTML report in an output directory.
@@ -204,7 +204,7 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats]) -> Vec<Section> {
     sections.push(Section {
         id: "spans",
         title: "All span names",
-        body: table(spans, snap.overhead.as_ref().map(|o| o.cpu_sample_every)),
+        body: table(spans, snap.overhead.as_ref()),
     });
     sections
 }
@@ -332,10 +332,19 @@ fn overhead_section(snap: &Snapshot, spans: &[&SpanStats]) -> String {
                 "CPU clock",
                 format!(
                     "{:.0} ns per read: read at every entry of span names whose mean entry is \
-                     {} or more, at 1 entry in {} of the others (their CPU figures are marked ~)",
+                     {} or more, at 1 entry in {} of the others{} (their CPU figures are marked \
+                     ~)",
                     o.cpu_read_ns,
                     format_duration(o.cpu_every_entry_from_ns),
-                    o.cpu_sample_every
+                    o.cpu_sample_every,
+                    match o.cpu_sample_gap_ns {
+                        0 => String::new(),
+                        gap => format!(
+                            " at most, {} of a thread's time apart at least (this clock's reads \
+                             switch threads out)",
+                            format_duration(gap)
+                        ),
+                    }
                 ),
             ));
         }
@@ -843,7 +852,7 @@ fn missing() -> Cell {
 
 /// The full table, rendered server-side (it reads without JavaScript): every figure of the
 /// console report per span name, throughput and resource columns where any span has them.
-fn table(spans: &[&SpanStats], sample_every: Option<u64>) -> String {
+fn table(spans: &[&SpanStats], overhead: Option<&Overhead>) -> String {
     let all_self: u128 = spans
         .iter()
         .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
@@ -1021,7 +1030,7 @@ fn table(spans: &[&SpanStats], sample_every: Option<u64>) -> String {
         let _ = writeln!(
             html,
             "<p class=\"hint\" id=\"cpu-sampled\">{}</p>",
-            escape(&sampled_note(sample_every))
+            escape(&sampled_note(overhead))
         );
     }
     if let Some(note) = sampled_names_note(spans.iter().copied()) {

@@ -587,8 +587,7 @@ impl<'a> View<'a> {
             (rows, hidden)
         };
         let (rows, hidden) = with(|r| r.cpu.is_some() || r.heap.is_some() || r.memory.is_some());
-        let sample_every = self.snap.overhead.as_ref().map(|o| o.cpu_sample_every);
-        memory_and_cpu(f, &rows, hidden, sample_every)?;
+        memory_and_cpu(f, &rows, hidden, self.snap.overhead.as_ref())?;
         let (rows, hidden) = with(|r| !r.gpus.is_empty() || r.energy_j.is_some());
         gpu_and_energy(f, &rows, hidden, info.grid_g_per_kwh.is_some())?;
         // Suspicions of every span name, shown or not.
@@ -806,7 +805,7 @@ fn memory_and_cpu(
     f: &mut String,
     rows: &[(&Row<'_>, &SpanResources)],
     hidden: usize,
-    sample_every: Option<u64>,
+    overhead: Option<&Overhead>,
 ) -> fmt::Result {
     if rows.is_empty() {
         return hidden_rows(f, hidden, "with memory and CPU figures");
@@ -869,7 +868,7 @@ fn memory_and_cpu(
         .iter()
         .any(|(_, r)| r.cpu.as_ref().is_some_and(|c| c.sampled()))
     {
-        writeln!(f, "{}", sampled_note(sample_every))?;
+        writeln!(f, "{}", sampled_note(overhead))?;
     }
     hidden_rows(f, hidden, "with memory and CPU figures")
 }
@@ -926,11 +925,20 @@ pub(crate) fn cpu_pct(c: &CpuUse) -> String {
     )
 }
 
-/// What the `~` of sampled CPU figures means (`sample_every`: the profile's
-/// [`Overhead::cpu_sample_every`], where known).
-pub(crate) fn sampled_note(sample_every: Option<u64>) -> String {
-    let which =
-        sample_every.map_or_else(|| "some entries".to_string(), |n| format!("1 entry in {n}"));
+/// What the `~` of sampled CPU figures means (from the profile's [`Overhead::cpu_sample_every`]
+/// and [`Overhead::cpu_sample_gap_ns`], where known).
+pub(crate) fn sampled_note(overhead: Option<&Overhead>) -> String {
+    let which = overhead.map_or_else(
+        || "some entries".to_string(),
+        |o| match o.cpu_sample_gap_ns {
+            0 => format!("1 entry in {}", o.cpu_sample_every),
+            gap => format!(
+                "1 entry in {} at most, {} of a thread's time apart at least",
+                o.cpu_sample_every,
+                format_duration(gap)
+            ),
+        },
+    );
     format!("~ sampled: CPU time read for {which} of names with short entries (cpu% of the sample)")
 }
 

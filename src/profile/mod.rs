@@ -222,6 +222,13 @@ pub struct Overhead {
     pub cpu_every_entry_from_ns: u64,
     /// See [`Overhead::cpu_every_entry_from_ns`].
     pub cpu_sample_every: u64,
+    /// Where the CPU clock's reads switch threads out (`CLOCK_THREAD_CPUTIME_ID`): a thread's
+    /// sampled entries are read at least this much of its time apart, and
+    /// [`Overhead::cpu_every_entry_from_ns`] is at least this, ns (absent: no gap). Most of the
+    /// scheduler's switches then happen at ticks, where they would without spanprof; see the
+    /// README's "No distortion".
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cpu_sample_gap_ns: u64,
     /// spanprof's measured time reading resources at enters and exits (CPU clock, heap
     /// counters), preemption inside included, ns: kept out of every span's busy and self time.
     pub readings_ns: u64,

@@ -226,6 +226,7 @@ impl Recorder {
             cpu_read_ns: costs.cpu_read_ns,
             cpu_every_entry_from_ns: costs.long_ns,
             cpu_sample_every: CPU_SAMPLE_EVERY,
+            cpu_sample_gap_ns: costs.read_gap_ns,
             readings_ns: readings.iter().sum(),
             estimated_ns: estimated,
             process_cpu_ns,

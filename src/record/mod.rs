@@ -538,8 +538,7 @@ impl Recorder {
     /// entry's start and whether it is marked.
     #[inline(always)]
     fn enter_marks(&self, local: &mut Local, name: u32, resources: Resources) -> (u64, bool) {
-        let cpu = resources.contains(Resources::CPU)
-            && local.stats(name).cost.read_cpu(self.costs.long_ns);
+        let cpu = resources.contains(Resources::CPU) && self.cpu_due(local, name);
         let heap = resources.contains(Resources::HEAP);
         if !cpu {
             if heap {
@@ -566,6 +565,24 @@ impl Recorder {
             parent.own_cpu_ns += own;
         }
         (now, marked)
+    }
+
+    /// Whether this enter of `name` reads the CPU clock (`overhead`): long names always; short
+    /// ones 1 entry in `CPU_SAMPLE_EVERY`, and where reads switch threads out, only once the
+    /// thread's gap since its last read (at an enter or an exit) is over.
+    #[inline(always)]
+    fn cpu_due(&self, local: &mut Local, name: u32) -> bool {
+        let gap = self.costs.read_gap_ns;
+        if gap == 0 {
+            return local.stats(name).cost.read_cpu(self.costs.long_ns, true);
+        }
+        let now = self.clock.raw();
+        let over = local.last_cpu_read == 0 || self.clock.delta_ns(local.last_cpu_read, now) >= gap;
+        let read = local.stats(name).cost.read_cpu(self.costs.long_ns, over);
+        if read {
+            local.last_cpu_read = now;
+        }
+        read
     }
 
     /// Span `id` was exited on this thread. Returns whether the span is recorded.
@@ -714,6 +731,8 @@ impl Recorder {
             return (figures, 0, 0);
         };
         self.readings_taken();
+        // An exit's read restarts the thread's gap too (`cpu_due`).
+        local.last_cpu_read = now;
         let end = self.clock.raw();
         let spent = self.clock.delta_ns(now, end);
         let (own, wait) = self.costs.split(spent, true);
@@ -1303,6 +1322,53 @@ mod tests {
             (15_000..=40_000).contains(&per_entry),
             "{per_entry} ns of CPU time per entry burning 20 µs: {cpu:?}"
         );
+    }
+
+    #[test]
+    fn where_reads_switch_threads_out_a_threads_entries_are_read_a_gap_apart() {
+        // `CLOCK_THREAD_CPUTIME_ID`: 4000 entries of 100 µs of a short name, 400 ms in all, and
+        // 10 of a name whose entries last 40 ms. Read 1 in 32 alone, the short name's entries
+        // were read 125 times, every 3.2 ms.
+        let (clock, mock) = Clock::mock();
+        let costs = Costs::from_reads(50.0, 1000.0).switching_reads();
+        assert_eq!(costs.long_ns, overhead::SWITCHING_READ_GAP_NS);
+        let rec = Arc::new(Recorder::standalone(clock, Resources::CPU, costs));
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        let entry = |name: &str, us: u64| match name {
+            "short" => tracing::info_span!("short").in_scope(|| {
+                mock.advance(std::time::Duration::from_micros(us));
+            }),
+            _ => tracing::info_span!("long").in_scope(|| {
+                mock.advance(std::time::Duration::from_micros(us));
+            }),
+        };
+        tracing::dispatcher::with_default(&dispatch, || {
+            for i in 0..4000 {
+                entry("short", 100);
+                if i % 400 == 0 {
+                    entry("long", 40_000);
+                }
+            }
+        });
+        let snap = rec.snapshot();
+        let cpu = |name: &str| {
+            let span = snap.span(name).unwrap();
+            span.resources.as_ref().unwrap().cpu.clone().unwrap()
+        };
+        // The short name: its first entry, then one more each time 32 ms of the thread's time
+        // have passed since a read and the name's countdown of 32 entries ran out after it
+        // (35.2 ms); a long entry's reads, at its enter and exit, restart the gap: one read in
+        // each 40 ms between two long entries, 11 in all.
+        let short = cpu("short");
+        assert!((8..=13).contains(&short.entries), "{short:?}");
+        assert_eq!(short.entries + short.skipped_entries, 4000, "{short:?}");
+        let overhead = snap.overhead.as_ref().unwrap();
+        assert_eq!(overhead.cpu_sample_gap_ns, overhead::SWITCHING_READ_GAP_NS);
+        // The long name: every entry once its mean is 40 ms; its first (no mean yet) came
+        // 0.1 ms after the short name's first read, within the gap.
+        let long = cpu("long");
+        assert_eq!((long.entries, long.skipped_entries), (9, 1), "{long:?}");
     }
 
     #[test]

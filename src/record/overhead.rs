@@ -16,6 +16,13 @@
 //!   says whether the CPU clock costs less than 0.1% of an entry ([`Costs::long_ns`]); shorter
 //!   names get their CPU time read for 1 entry in [`CPU_SAMPLE_EVERY`] (the figure is then marked
 //!   as sampled).
+//! - **Read seldom where reads switch threads out.** A wait put back anywhere still leaves a
+//!   trace: the thread resumes at the read, at the same point of the program's loop each time,
+//!   and its next switch, at a tick, lands a fixed run of its time later, in the same spans
+//!   again. With `CLOCK_THREAD_CPUTIME_ID` a thread's entries are therefore read at least
+//!   [`SWITCHING_READ_GAP_NS`] of its time apart (short names' sampled ones), or when their name's
+//!   mean entry is that long: most switches then happen at ticks, where they would without
+//!   spanprof ([`Costs::switching_reads`]).
 //! - **Known.** The cost of one span at `basic` and of one CPU clock read are calibrated once
 //!   per process (a few milliseconds at most, [`Costs::calibrate`]); with the time measured in
 //!   the brackets they give the estimated overhead of a snapshot.
@@ -45,6 +52,16 @@ pub(crate) const CPU_SAMPLE_EVERY: u64 = 32;
 /// against 2.4% at 1000×, `EXAMPLE=async` in `scripts/example-overhead.sh`.)
 const LONG_FACTOR: f64 = 1000.0;
 
+/// With a CPU clock whose reads switch threads out (`CLOCK_THREAD_CPUTIME_ID`): the least time
+/// of a thread between two entries whose CPU time is read, unless their name's mean entry
+/// lasts this long (then every entry is read), ns. Eight ticks at 250 Hz: a thread is switched
+/// out every tick or two on a shared CPU, so about one switch in eight or more happens at a
+/// read. With the 1-in-32 sampling alone (reads every 0.2 ms in `scripts/distortion.sh`),
+/// two switches in three did, and the training example's short names lost 8–12% of their self
+/// time on a shared CPU, wherever the waits were put back (a triangle over two ticks, a spread
+/// over 64 ms, the kernel's next tick); with this gap they are within noise.
+pub(crate) const SWITCHING_READ_GAP_NS: u64 = 8 * TICK_NS;
+
 /// What a bracket of readings may take beyond its calibrated cost and still be spanprof's own
 /// time (two clock reads, the heap counters, a cache miss or two), ns.
 pub(crate) const READING_SLACK_NS: u64 = 250;
@@ -65,6 +82,9 @@ pub(crate) struct Costs {
     pub(crate) skip_ns: f64,
     /// One read of the cheap clock: what timing a callback adds to it (`Recorder::timed`).
     pub(crate) clock_ns: f64,
+    /// The least time of a thread between two reads of the CPU clock for sampled entries, ns
+    /// (0: none; [`SWITCHING_READ_GAP_NS`] where reads switch threads out).
+    pub(crate) read_gap_ns: u64,
 }
 
 impl Costs {
@@ -107,10 +127,26 @@ impl Costs {
         let clock_ns = best_of(3, &clock, 256, || {
             std::hint::black_box(clock.raw());
         });
-        Costs {
+        let costs = Costs {
             skip_ns,
             clock_ns,
             ..Costs::from_reads(span_ns, cpu_read_ns)
+        };
+        if crate::samplers::cpu::reads_switch_threads_out() {
+            costs.switching_reads()
+        } else {
+            costs
+        }
+    }
+
+    /// These costs for a CPU clock whose reads switch threads out: sampled entries read
+    /// [`SWITCHING_READ_GAP_NS`] of a thread's time apart at least, and every entry only of
+    /// names whose mean entry lasts that long.
+    pub(crate) fn switching_reads(self) -> Costs {
+        Costs {
+            long_ns: self.long_ns.max(SWITCHING_READ_GAP_NS),
+            read_gap_ns: SWITCHING_READ_GAP_NS,
+            ..self
         }
     }
 
@@ -135,6 +171,7 @@ impl Costs {
             long_ns: (2.0 * cpu_read_ns * LONG_FACTOR) as u64,
             skip_ns: 0.0,
             clock_ns: 0.0,
+            read_gap_ns: 0,
         }
     }
 }
@@ -377,11 +414,17 @@ impl EntryCost {
     }
 
     /// Whether this entry's CPU time is read: always for long names, 1 in
-    /// [`CPU_SAMPLE_EVERY`] for short ones (the first entry of a name included).
+    /// [`CPU_SAMPLE_EVERY`] for short ones (the first entry of a name included) while the
+    /// thread's gap since its last read is over (`gap_over`: see [`SWITCHING_READ_GAP_NS`]);
+    /// no short entry while it is not.
     #[inline(always)]
-    pub(crate) fn read_cpu(&self, long_ns: u64) -> bool {
+    pub(crate) fn read_cpu(&self, long_ns: u64, gap_over: bool) -> bool {
         if self.mean_ns.load(Relaxed) >= long_ns {
             return true;
+        }
+        if !gap_over {
+            bump(&self.skipped, 1);
+            return false;
         }
         let left = self.countdown.load(Relaxed);
         if left == 0 {
@@ -549,7 +592,7 @@ mod tests {
         let long = 10_000;
         let reads = (0..10 * CPU_SAMPLE_EVERY)
             .filter(|_| {
-                let read = cost.read_cpu(long);
+                let read = cost.read_cpu(long, true);
                 cost.completed(100);
                 read
             })
@@ -560,13 +603,13 @@ mod tests {
         for _ in 0..64 {
             cost.completed(50_000);
         }
-        assert!((0..100).all(|_| cost.read_cpu(long)));
+        assert!((0..100).all(|_| cost.read_cpu(long, true)));
         // And back.
         for _ in 0..64 {
             cost.completed(100);
         }
         let reads = (0..CPU_SAMPLE_EVERY)
-            .filter(|_| cost.read_cpu(long))
+            .filter(|_| cost.read_cpu(long, true))
             .count();
         assert_eq!(reads, 1);
     }
@@ -714,6 +757,37 @@ mod tests {
     }
 
     #[test]
+    fn while_a_threads_gap_since_its_last_read_lasts_no_short_entry_is_read() {
+        let cost = EntryCost::new();
+        let long = 10_000;
+        // The first entry is read; 100 entries within the gap are not, and leave the name's
+        // countdown as it was: 31 entries more after the gap, then a read.
+        assert!(cost.read_cpu(long, true));
+        cost.completed(100);
+        assert!((0..100).all(|_| !cost.read_cpu(long, false)));
+        let after_gap = (0..CPU_SAMPLE_EVERY)
+            .map(|_| cost.read_cpu(long, true))
+            .collect::<Vec<_>>();
+        assert_eq!(after_gap.iter().filter(|&&r| r).count(), 1);
+        assert!(after_gap[CPU_SAMPLE_EVERY as usize - 1]);
+        assert_eq!(cost.totals().0, 100 + CPU_SAMPLE_EVERY - 1);
+        // Long names are read whatever the gap.
+        cost.completed(1_000_000);
+        for _ in 0..64 {
+            cost.completed(1_000_000);
+        }
+        assert!(cost.read_cpu(long, false));
+        // Where reads switch threads out, long means a gap's length at least.
+        let costs = Costs::from_reads(50.0, 1_000.0);
+        assert_eq!(costs.read_gap_ns, 0);
+        let switching = costs.switching_reads();
+        assert_eq!(switching.read_gap_ns, SWITCHING_READ_GAP_NS);
+        assert_eq!(switching.long_ns, SWITCHING_READ_GAP_NS);
+        let slow_reads = Costs::from_reads(50.0, 20_000.0).switching_reads();
+        assert_eq!(slow_reads.long_ns, 40_000_000);
+    }
+
+    #[test]
     fn the_cpu_clock_is_read_every_entry_only_where_it_costs_under_a_thousandth() {
         // Two reads of 1 µs: every entry of names whose entries last 2 ms or more.
         let costs = Costs::from_reads(50.0, 1_000.0);
@@ -721,7 +795,9 @@ mod tests {
         let reads = |mean_ns: u64| {
             let cost = EntryCost::new();
             cost.completed(mean_ns);
-            (0..64).filter(|_| cost.read_cpu(costs.long_ns)).count()
+            (0..64)
+                .filter(|_| cost.read_cpu(costs.long_ns, true))
+                .count()
         };
         assert_eq!(reads(2_000_000), 64);
         // 200 µs entries: two reads are 1% of them, 10% for a thread ten such names deep.

@@ -305,6 +305,9 @@ pub(crate) struct Local {
     /// Time this thread spent in brackets of readings (`overhead`), ns: a timed callback
     /// (`Recorder::timed`) leaves it out, since the estimate counts it apart.
     pub(crate) bracketed_ns: u64,
+    /// Raw clock reading at this thread's last enter whose CPU time was read (0: none), where
+    /// reads keep a gap (`overhead::SWITCHING_READ_GAP_NS`).
+    pub(crate) last_cpu_read: u64,
     /// The span table's region this thread inserts its spans in (`spans::Regions`), once
     /// claimed; released with this state.
     pub(crate) region: Option<RegionClaim>,
@@ -601,6 +604,7 @@ fn slow_local<'a>(
             marks: Vec::new(),
             token: thread_token(),
             bracketed_ns: 0,
+            last_cpu_read: 0,
             region: None,
             region_tried: false,
             scratch: None,

@@ -44,6 +44,13 @@ pub fn thread_cpu_clock() -> Option<&'static str> {
     imp::thread_cpu_clock()
 }
 
+/// Whether [`thread_cpu_ns`] reads `CLOCK_THREAD_CPUTIME_ID`: a read updates the scheduler's
+/// accounting, so a thread whose time slice is used up is switched out at the read (the perf
+/// event's read leaves the scheduler alone).
+pub(crate) fn reads_switch_threads_out() -> bool {
+    thread_cpu_clock() == Some("CLOCK_THREAD_CPUTIME_ID")
+}
+
 /// User and system CPU time of the calling thread, in nanoseconds (`getrusage(RUSAGE_THREAD)`,
 /// microsecond resolution). `None` where unsupported.
 ///
