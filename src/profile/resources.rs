@@ -38,16 +38,22 @@ pub struct CpuUse {
     /// Thread CPU time (user + system, `CLOCK_THREAD_CPUTIME_ID`), ns. Linux splits user and
     /// system time from scheduler ticks, too coarse per span: the split is not kept.
     pub cpu_ns: u64,
-    /// Busy (wall) time of the same entries, ns.
+    /// Busy (wall) time of the same entries, ns; for a sample (`skipped_entries` > 0), the
+    /// name's mean busy time over all its entries × `entries` (see `skipped_entries`).
     pub busy_ns: u64,
     /// CPU time ÷ busy time, %: low for spans that sleep or wait.
     pub utilization_pct: f64,
     /// Entries whose CPU time was not read (schema 4; 0 when every entry was measured):
     /// names with short entries get it read for 1 entry in
-    /// [`Overhead::cpu_sample_every`](crate::profile::Overhead::cpu_sample_every).
-    /// `cpu_ns` and `busy_ns` are then those of the sampled entries, and the utilisation is the
-    /// estimate for all of them (a ratio estimate from a systematic sample: its error is the
-    /// spread of the sampled entries' utilisation over √`entries`).
+    /// [`Overhead::cpu_sample_every`](crate::profile::Overhead::cpu_sample_every) (or
+    /// [`Overhead::cpu_sample_gap_ns`](crate::profile::Overhead::cpu_sample_gap_ns) apart).
+    /// `cpu_ns` is then the sampled entries' CPU time and `busy_ns` their number times the
+    /// mean busy time of all the name's entries, so the utilisation is the estimate for all of
+    /// them (mean CPU time per sampled entry over mean busy time per entry; its error is the
+    /// spread of the sampled entries' CPU time over √`entries`). Not the sampled entries' own
+    /// busy time: where the CPU clock's reads switch threads out, an entry read is one whose
+    /// enter's read took the switch, then ran on a fresh time slice, and read 100% on a shared
+    /// CPU where its name ran at 50%.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub skipped_entries: u64,
 }
@@ -60,6 +66,22 @@ impl CpuUse {
     /// Whether some entries' CPU time was not read: the figures are a sample.
     pub fn sampled(&self) -> bool {
         self.skipped_entries > 0
+    }
+
+    /// For a sample: `busy_ns` from the mean busy time of all the name's entries (`entry_busy`),
+    /// and the utilisation from it (at most 100%: a sample's CPU time over its share of busy
+    /// time).
+    pub(crate) fn estimate_busy(&mut self, entry_busy: &crate::profile::Stat) {
+        if entry_busy.count == 0 {
+            return;
+        }
+        let mean = entry_busy.total_ns as f64 / entry_busy.count as f64;
+        self.busy_ns = ((mean * self.entries as f64) as u64).max(self.cpu_ns);
+        self.utilization_pct = if self.busy_ns == 0 {
+            0.0
+        } else {
+            100.0 * self.cpu_ns as f64 / self.busy_ns as f64
+        };
     }
 }
 

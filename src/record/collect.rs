@@ -100,8 +100,12 @@ impl Recorder {
             indices.push(index);
             readings.push(own_ns);
             let mut resources = res.finish(recorded, n_gpus, self.settings.grid_g_per_kwh);
+            let entry_busy = entry_busy.stat();
             if let Some(cpu) = resources.as_mut().and_then(|r| r.cpu.as_mut()) {
                 cpu.skipped_entries = skipped;
+                if skipped > 0 {
+                    cpu.estimate_busy(&entry_busy);
+                }
             }
             spans.push(SpanStats {
                 name: info.name.to_string(),
@@ -111,7 +115,7 @@ impl Recorder {
                 instances: closed,
                 open: 0,
                 in_progress_ns: in_progress[index],
-                entry_busy: entry_busy.stat(),
+                entry_busy,
                 entry_self: entry_self.stat(),
                 busy: busy.stat(),
                 self_time: self_time.stat(),

@@ -568,19 +568,44 @@ impl Recorder {
     }
 
     /// Whether this enter of `name` reads the CPU clock (`overhead`): long names always; short
-    /// ones 1 entry in `CPU_SAMPLE_EVERY`, and where reads switch threads out, only once the
-    /// thread's gap since its last read (at an enter or an exit) is over.
+    /// ones 1 entry in `CPU_SAMPLE_EVERY`, or where reads switch threads out,
+    /// [`Recorder::cpu_due_after_gap`].
     #[inline(always)]
     fn cpu_due(&self, local: &mut Local, name: u32) -> bool {
         let gap = self.costs.read_gap_ns;
         if gap == 0 {
-            return local.stats(name).cost.read_cpu(self.costs.long_ns, true);
+            return local.stats(name).cost.read_cpu(self.costs.long_ns);
         }
+        self.cpu_due_after_gap(local, name, gap)
+    }
+
+    /// [`Recorder::cpu_due`] where reads switch threads out: long names always; of the other
+    /// names' entries, once `gap_ns` of the thread's time passed since its last read (at an
+    /// enter or an exit), the one a draw of 0 to 31 entries later, whatever its name (the
+    /// first one after the gap would be, most often, the one after the longest span without
+    /// reads: the same names every time).
+    #[inline(never)]
+    fn cpu_due_after_gap(&self, local: &mut Local, name: u32, gap_ns: u64) -> bool {
         let now = self.clock.raw();
-        let over = local.last_cpu_read == 0 || self.clock.delta_ns(local.last_cpu_read, now) >= gap;
-        let read = local.stats(name).cost.read_cpu(self.costs.long_ns, over);
+        let long = local.stats(name).cost.mean_ns() >= self.costs.long_ns;
+        let read = long
+            || ((local.last_cpu_read == 0
+                || self.clock.delta_ns(local.last_cpu_read, now) >= gap_ns)
+                && match local.gap_skip {
+                    0 => true,
+                    left => {
+                        local.gap_skip = left - 1;
+                        false
+                    }
+                });
         if read {
             local.last_cpu_read = now;
+            if !long {
+                // The next gap's draw (the raw clock's bits, hashed).
+                local.gap_skip = (now.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as u32;
+            }
+        } else {
+            local.stats(name).cost.skip_cpu();
         }
         read
     }
@@ -1326,28 +1351,26 @@ mod tests {
 
     #[test]
     fn where_reads_switch_threads_out_a_threads_entries_are_read_a_gap_apart() {
-        // `CLOCK_THREAD_CPUTIME_ID`: 4000 entries of 100 µs of a short name, 400 ms in all, and
-        // 10 of a name whose entries last 40 ms. Read 1 in 32 alone, the short name's entries
-        // were read 125 times, every 3.2 ms.
+        // `CLOCK_THREAD_CPUTIME_ID`: 8000 entries of 100 µs of two short names in turn, 800 ms
+        // in all, and 4 of a name whose entries last 200 ms. Read 1 in 32 alone, each short
+        // name's entries were read 125 times, every 3.2 ms.
         let (clock, mock) = Clock::mock();
         let costs = Costs::from_reads(50.0, 1000.0).switching_reads();
-        assert_eq!(costs.long_ns, overhead::SWITCHING_READ_GAP_NS);
+        let gap = overhead::SWITCHING_READ_GAP_NS;
+        assert_eq!(costs.long_ns, gap);
         let rec = Arc::new(Recorder::standalone(clock, Resources::CPU, costs));
         let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
-        let entry = |name: &str, us: u64| match name {
-            "short" => tracing::info_span!("short").in_scope(|| {
-                mock.advance(std::time::Duration::from_micros(us));
-            }),
-            _ => tracing::info_span!("long").in_scope(|| {
-                mock.advance(std::time::Duration::from_micros(us));
-            }),
-        };
+        let advance = |us| mock.advance(std::time::Duration::from_micros(us));
         tracing::dispatcher::with_default(&dispatch, || {
-            for i in 0..4000 {
-                entry("short", 100);
-                if i % 400 == 0 {
-                    entry("long", 40_000);
+            for i in 0..8000 {
+                if i % 2 == 0 {
+                    tracing::info_span!("a").in_scope(|| advance(100));
+                } else {
+                    tracing::info_span!("b").in_scope(|| advance(100));
+                }
+                if i % 2000 == 0 {
+                    tracing::info_span!("long").in_scope(|| advance(200_000));
                 }
             }
         });
@@ -1356,19 +1379,76 @@ mod tests {
             let span = snap.span(name).unwrap();
             span.resources.as_ref().unwrap().cpu.clone().unwrap()
         };
-        // The short name: its first entry, then one more each time 32 ms of the thread's time
-        // have passed since a read and the name's countdown of 32 entries ran out after it
-        // (35.2 ms); a long entry's reads, at its enter and exit, restart the gap: one read in
-        // each 40 ms between two long entries, 11 in all.
-        let short = cpu("short");
-        assert!((8..=13).contains(&short.entries), "{short:?}");
-        assert_eq!(short.entries + short.skipped_entries, 4000, "{short:?}");
+        // The short names: the first entry, then one 0–31 entries after each gap of 128 ms
+        // since the thread's last read, whichever name it is. A long entry's reads, at its
+        // enter and exit, restart the gap: about one read in each 200 ms between two long
+        // entries (6 in all, 4 of `a` and 2 of `b`, with this mock clock's draws), never more
+        // than one per 128 ms of the 1.6 s (13).
+        let (a, b) = (cpu("a"), cpu("b"));
+        let short_reads = a.entries + b.entries;
+        assert!(
+            (4..=(1 + 1_600_000_000 / gap)).contains(&short_reads),
+            "{a:?} {b:?}"
+        );
+        assert!(a.entries > 0 && b.entries > 0, "{a:?} {b:?}");
+        assert_eq!(a.entries + a.skipped_entries, 4000, "{a:?}");
+        assert_eq!(b.entries + b.skipped_entries, 4000, "{b:?}");
         let overhead = snap.overhead.as_ref().unwrap();
-        assert_eq!(overhead.cpu_sample_gap_ns, overhead::SWITCHING_READ_GAP_NS);
-        // The long name: every entry once its mean is 40 ms; its first (no mean yet) came
-        // 0.1 ms after the short name's first read, within the gap.
+        assert_eq!(overhead.cpu_sample_gap_ns, gap);
+        // The long name: every entry once its mean is 200 ms; its first (no mean yet) came
+        // 0.1 ms after the first short entry's read, within the gap.
         let long = cpu("long");
-        assert_eq!((long.entries, long.skipped_entries), (9, 1), "{long:?}");
+        assert_eq!((long.entries, long.skipped_entries), (3, 1), "{long:?}");
+    }
+
+    #[test]
+    fn a_sampled_names_cpu_share_is_over_the_busy_time_of_all_its_entries() {
+        // The entries read (1 in 32: the first of every 32) last 100 µs, the others 300 µs,
+        // and each burns 20 µs. Over the sampled entries' own busy time the name read 20%;
+        // where reads switch threads out, the entries read are the ones that just got a fresh
+        // time slice, and read 100% on a shared CPU.
+        let (clock, mock) = Clock::mock();
+        let rec = cpu_recorder(clock, 1000.0, || {});
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        let rounds = 20u64;
+        tracing::dispatcher::with_default(&dispatch, || {
+            for i in 0..rounds * overhead::CPU_SAMPLE_EVERY {
+                tracing::info_span!("work").in_scope(|| {
+                    burn_cpu(20_000);
+                    let us = if i % overhead::CPU_SAMPLE_EVERY == 0 {
+                        100
+                    } else {
+                        300
+                    };
+                    mock.advance(std::time::Duration::from_micros(us));
+                });
+            }
+        });
+        let snap = rec.snapshot();
+        let cpu = snap
+            .span("work")
+            .unwrap()
+            .resources
+            .clone()
+            .unwrap()
+            .cpu
+            .unwrap();
+        assert_eq!(
+            (cpu.entries, cpu.skipped_entries),
+            (rounds, rounds * 31),
+            "{cpu:?}"
+        );
+        // Mean busy time per entry: (100 + 31 × 300) / 32 = 293.75 µs.
+        assert_eq!(cpu.busy_ns, rounds * 293_750, "{cpu:?}");
+        // 20 µs burnt of 293.75 µs: 6.8%, and more with spanprof's own work between the reads
+        // (in a debug build, 30 µs of CPU time per entry: 11%). Over the sampled entries' own
+        // busy time, 20% at least.
+        assert!(
+            (5.0..15.0).contains(&cpu.utilization_pct),
+            "{:.1}% CPU: {cpu:?}",
+            cpu.utilization_pct
+        );
     }
 
     #[test]

@@ -54,13 +54,15 @@ const LONG_FACTOR: f64 = 1000.0;
 
 /// With a CPU clock whose reads switch threads out (`CLOCK_THREAD_CPUTIME_ID`): the least time
 /// of a thread between two entries whose CPU time is read, unless their name's mean entry
-/// lasts this long (then every entry is read), ns. Eight ticks at 250 Hz: a thread is switched
-/// out every tick or two on a shared CPU, so about one switch in eight or more happens at a
-/// read. With the 1-in-32 sampling alone (reads every 0.2 ms in `scripts/distortion.sh`),
-/// two switches in three did, and the training example's short names lost 8–12% of their self
-/// time on a shared CPU, wherever the waits were put back (a triangle over two ticks, a spread
-/// over 64 ms, the kernel's next tick); with this gap they are within noise.
-pub(crate) const SWITCHING_READ_GAP_NS: u64 = 8 * TICK_NS;
+/// lasts this long (then every entry is read), ns. 32 ticks at 250 Hz: a thread sharing its
+/// CPU is switched out every tick or two, and a read 128 ms after the last one catches about
+/// one switch in forty. With the 1-in-32 sampling alone (reads every 0.2 ms in
+/// `scripts/distortion.sh`) two switches in three happened in reads, and the training
+/// example's short names lost 8–12% of their self time on a shared CPU wherever the waits were
+/// put back (a triangle over two ticks, a spread over 64 ms, the kernel's next tick). With a
+/// 32 ms gap (one switch in twelve in reads) `linear` still read 2.4–4.9% low; with this one
+/// 1.2–2.1%, as with the perf clock.
+pub(crate) const SWITCHING_READ_GAP_NS: u64 = 32 * TICK_NS;
 
 /// What a bracket of readings may take beyond its calibrated cost and still be spanprof's own
 /// time (two clock reads, the heap counters, a cache miss or two), ns.
@@ -414,17 +416,11 @@ impl EntryCost {
     }
 
     /// Whether this entry's CPU time is read: always for long names, 1 in
-    /// [`CPU_SAMPLE_EVERY`] for short ones (the first entry of a name included) while the
-    /// thread's gap since its last read is over (`gap_over`: see [`SWITCHING_READ_GAP_NS`]);
-    /// no short entry while it is not.
+    /// [`CPU_SAMPLE_EVERY`] for short ones (the first entry of a name included).
     #[inline(always)]
-    pub(crate) fn read_cpu(&self, long_ns: u64, gap_over: bool) -> bool {
+    pub(crate) fn read_cpu(&self, long_ns: u64) -> bool {
         if self.mean_ns.load(Relaxed) >= long_ns {
             return true;
-        }
-        if !gap_over {
-            bump(&self.skipped, 1);
-            return false;
         }
         let left = self.countdown.load(Relaxed);
         if left == 0 {
@@ -435,6 +431,13 @@ impl EntryCost {
             bump(&self.skipped, 1);
             false
         }
+    }
+
+    /// An entry whose CPU time is not read, chosen elsewhere (a thread's gap between reads:
+    /// [`SWITCHING_READ_GAP_NS`]).
+    #[inline(always)]
+    pub(crate) fn skip_cpu(&self) {
+        bump(&self.skipped, 1);
     }
 
     /// An entry of this name completed after `busy_ns`.
@@ -592,7 +595,7 @@ mod tests {
         let long = 10_000;
         let reads = (0..10 * CPU_SAMPLE_EVERY)
             .filter(|_| {
-                let read = cost.read_cpu(long, true);
+                let read = cost.read_cpu(long);
                 cost.completed(100);
                 read
             })
@@ -603,13 +606,13 @@ mod tests {
         for _ in 0..64 {
             cost.completed(50_000);
         }
-        assert!((0..100).all(|_| cost.read_cpu(long, true)));
+        assert!((0..100).all(|_| cost.read_cpu(long)));
         // And back.
         for _ in 0..64 {
             cost.completed(100);
         }
         let reads = (0..CPU_SAMPLE_EVERY)
-            .filter(|_| cost.read_cpu(long, true))
+            .filter(|_| cost.read_cpu(long))
             .count();
         assert_eq!(reads, 1);
     }
@@ -757,34 +760,14 @@ mod tests {
     }
 
     #[test]
-    fn while_a_threads_gap_since_its_last_read_lasts_no_short_entry_is_read() {
-        let cost = EntryCost::new();
-        let long = 10_000;
-        // The first entry is read; 100 entries within the gap are not, and leave the name's
-        // countdown as it was: 31 entries more after the gap, then a read.
-        assert!(cost.read_cpu(long, true));
-        cost.completed(100);
-        assert!((0..100).all(|_| !cost.read_cpu(long, false)));
-        let after_gap = (0..CPU_SAMPLE_EVERY)
-            .map(|_| cost.read_cpu(long, true))
-            .collect::<Vec<_>>();
-        assert_eq!(after_gap.iter().filter(|&&r| r).count(), 1);
-        assert!(after_gap[CPU_SAMPLE_EVERY as usize - 1]);
-        assert_eq!(cost.totals().0, 100 + CPU_SAMPLE_EVERY - 1);
-        // Long names are read whatever the gap.
-        cost.completed(1_000_000);
-        for _ in 0..64 {
-            cost.completed(1_000_000);
-        }
-        assert!(cost.read_cpu(long, false));
-        // Where reads switch threads out, long means a gap's length at least.
+    fn where_reads_switch_threads_out_long_means_a_gap_at_least() {
         let costs = Costs::from_reads(50.0, 1_000.0);
         assert_eq!(costs.read_gap_ns, 0);
         let switching = costs.switching_reads();
         assert_eq!(switching.read_gap_ns, SWITCHING_READ_GAP_NS);
         assert_eq!(switching.long_ns, SWITCHING_READ_GAP_NS);
-        let slow_reads = Costs::from_reads(50.0, 20_000.0).switching_reads();
-        assert_eq!(slow_reads.long_ns, 40_000_000);
+        let slow_reads = Costs::from_reads(50.0, 100_000.0).switching_reads();
+        assert_eq!(slow_reads.long_ns, 200_000_000);
     }
 
     #[test]
@@ -795,9 +778,7 @@ mod tests {
         let reads = |mean_ns: u64| {
             let cost = EntryCost::new();
             cost.completed(mean_ns);
-            (0..64)
-                .filter(|_| cost.read_cpu(costs.long_ns, true))
-                .count()
+            (0..64).filter(|_| cost.read_cpu(costs.long_ns)).count()
         };
         assert_eq!(reads(2_000_000), 64);
         // 200 µs entries: two reads are 1% of them, 10% for a thread ten such names deep.

@@ -308,6 +308,9 @@ pub(crate) struct Local {
     /// Raw clock reading at this thread's last enter whose CPU time was read (0: none), where
     /// reads keep a gap (`overhead::SWITCHING_READ_GAP_NS`).
     pub(crate) last_cpu_read: u64,
+    /// Short entries still to pass over once the gap is over before one is read
+    /// (`Recorder::cpu_due_after_gap`).
+    pub(crate) gap_skip: u32,
     /// The span table's region this thread inserts its spans in (`spans::Regions`), once
     /// claimed; released with this state.
     pub(crate) region: Option<RegionClaim>,
@@ -605,6 +608,7 @@ fn slow_local<'a>(
             token: thread_token(),
             bracketed_ns: 0,
             last_cpu_read: 0,
+            gap_skip: 0,
             region: None,
             region_tried: false,
             scratch: None,
