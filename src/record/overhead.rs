@@ -54,14 +54,12 @@ const LONG_FACTOR: f64 = 1000.0;
 
 /// With a CPU clock whose reads switch threads out (`CLOCK_THREAD_CPUTIME_ID`): the least time
 /// of a thread between two entries whose CPU time is read, unless their name's mean entry
-/// lasts this long (then every entry is read), ns. 32 ticks at 250 Hz: a thread sharing its
-/// CPU is switched out every tick or two, and a read 128 ms after the last one catches about
-/// one switch in forty. With the 1-in-32 sampling alone (reads every 0.2 ms in
-/// `scripts/distortion.sh`) two switches in three happened in reads, and the training
-/// example's short names lost 8–12% of their self time on a shared CPU wherever the waits were
-/// put back (a triangle over two ticks, a spread over 64 ms, the kernel's next tick). With a
-/// 32 ms gap (one switch in twelve in reads) `linear` still read 2.4–4.9% low; with this one
-/// 1.2–2.1%, as with the perf clock.
+/// lasts this long (then every entry is read), ns. 32 ticks at 250 Hz. With the 1-in-32
+/// sampling alone (reads every 0.2 ms in `scripts/distortion.sh`), half of the reads took a
+/// switch, and the training example's short names lost 8–12% of their self time on a shared
+/// CPU wherever the waits were put back (a triangle over two ticks, a spread over 64 ms, the
+/// kernel's next tick). With a 32 ms gap 8% of the time waited was in reads, and `linear` still
+/// read 2.4–4.9% low; with this one about 1%, and 1.1–2.1% low, as the perf clock.
 pub(crate) const SWITCHING_READ_GAP_NS: u64 = 32 * TICK_NS;
 
 /// What a bracket of readings may take beyond its calibrated cost and still be spanprof's own
