@@ -1207,6 +1207,12 @@ mod tests {
         rec
     }
 
+    /// The CPU figures of span name `name` in `snap`.
+    fn cpu_use(snap: &crate::profile::Snapshot, name: &str) -> crate::profile::CpuUse {
+        let span = snap.span(name).unwrap();
+        span.resources.as_ref().unwrap().cpu.clone().unwrap()
+    }
+
     /// A parent span (10 µs, a child of 5 µs, 10 µs) recorded with CPU time, each bracket of
     /// readings taking `reading_ns`; readings calibrated at 1 µs a CPU clock read.
     fn parent_and_child(reading_ns: u64) -> crate::profile::Snapshot {
@@ -1300,10 +1306,7 @@ mod tests {
             });
         });
         let snap = rec.snapshot();
-        let cpu = |name| {
-            let span = snap.span(name).unwrap();
-            span.resources.as_ref().unwrap().cpu.clone().unwrap().cpu_ns
-        };
+        let cpu = |name| cpu_use(&snap, name).cpu_ns;
         // The parent's entry ran its own enter's burn and both of the child's: 300 µs of CPU
         // time, less the readings' calibrated cost (2 × 2.25 µs and 1 µs), not less the 2 ms
         // the child's readings lasted.
@@ -1333,8 +1336,7 @@ mod tests {
             }
         });
         let snap = rec.snapshot();
-        let span = snap.span("work").unwrap();
-        let cpu = span.resources.as_ref().unwrap().cpu.clone().unwrap();
+        let cpu = cpu_use(&snap, "work");
         assert_eq!((cpu.entries, cpu.busy_ns), (20, 20 * 100_000), "{cpu:?}");
         // Each read entry ran the rest of its enter's bracket (the 60 µs burn) and the start of
         // its exit's: about one bracket, as measured, not the calibrated 32 µs. Counted as
@@ -1375,10 +1377,7 @@ mod tests {
             }
         });
         let snap = rec.snapshot();
-        let cpu = |name: &str| {
-            let span = snap.span(name).unwrap();
-            span.resources.as_ref().unwrap().cpu.clone().unwrap()
-        };
+        let cpu = |name: &str| cpu_use(&snap, name);
         // The short names: the first entry, then one 0–31 entries after each gap of 128 ms
         // since the thread's last read, whichever name it is. A long entry's reads, at its
         // enter and exit, restart the gap: about one read in each 200 ms between two long
@@ -1426,14 +1425,7 @@ mod tests {
             }
         });
         let snap = rec.snapshot();
-        let cpu = snap
-            .span("work")
-            .unwrap()
-            .resources
-            .clone()
-            .unwrap()
-            .cpu
-            .unwrap();
+        let cpu = cpu_use(&snap, "work");
         assert_eq!(
             (cpu.entries, cpu.skipped_entries),
             (rounds, rounds * 31),
@@ -1465,14 +1457,7 @@ mod tests {
             }
         });
         let snap = rec.snapshot();
-        let cpu = snap
-            .span("work")
-            .unwrap()
-            .resources
-            .clone()
-            .unwrap()
-            .cpu
-            .unwrap();
+        let cpu = cpu_use(&snap, "work");
         assert_eq!(cpu.entries, 10, "{cpu:?}");
         assert!(cpu.cpu_ns <= cpu.busy_ns, "{cpu:?}");
         // Nor far under: every entry burnt 20 µs (less at most the cap of the readings' own
