@@ -883,12 +883,18 @@ fn own_cost(f: &mut String, o: &Overhead) -> fmt::Result {
 }
 
 /// A note when the thread CPU clock was `CLOCK_THREAD_CPUTIME_ID` (no perf events): its reads
-/// draw the scheduler's switches on a shared CPU.
-pub(crate) fn cpu_clock_note(o: &Overhead) -> Option<&'static str> {
-    (o.cpu_clock.as_deref() == Some("CLOCK_THREAD_CPUTIME_ID")).then_some(
-        "note: CPU clock CLOCK_THREAD_CPUTIME_ID (no perf events): on a shared CPU, short spans \
-         move",
-    )
+/// draw the scheduler's switches on a shared CPU, so short names' entries are read a gap apart.
+pub(crate) fn cpu_clock_note(o: &Overhead) -> Option<String> {
+    (o.cpu_clock.as_deref() == Some("CLOCK_THREAD_CPUTIME_ID")).then(|| {
+        let gap = match o.cpu_sample_gap_ns {
+            0 => String::new(),
+            gap => format!(", read {} of a thread's time apart", format_duration(gap)),
+        };
+        format!(
+            "note: CPU clock CLOCK_THREAD_CPUTIME_ID (no perf events): its reads can switch a \
+             thread\n  out on a shared CPU: short names' CPU time is sampled{gap}"
+        )
+    })
 }
 
 /// spanprof's own cost in words: its share of the process's CPU time (of the run where that is
