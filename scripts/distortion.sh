@@ -14,10 +14,13 @@
 # that one instead).
 # RUST_LOG defaults to `debug`: the per-layer `linear` spans too.
 # PRESET=basic checks the check (basic against itself); SPANPROF_CPU_CLOCK=thread the fallback
-# CPU clock; KEEP=1 keeps the profiles.
+# CPU clock; KEEP=1 keeps the profiles. EXAMPLE=async runs the async server instead (four
+# workers, its client and its spans' polls on the shared CPU; REQUESTS and RATE as in
+# `scripts/example-overhead.sh`).
 #
 #   scripts/distortion.sh                  # 6 rounds, basic vs detailed, 6 epochs
 #   ROUNDS=8 EPOCHS=10 PRESET=full scripts/distortion.sh
+#   EXAMPLE=async ROUNDS=8 scripts/distortion.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v taskset >/dev/null || { echo "SKIPPED: taskset is not installed (util-linux)" >&2; exit 0; }
@@ -26,13 +29,18 @@ rounds=${ROUNDS:-6}
 preset=${PRESET:-detailed}
 epochs=${EPOCHS:-6}
 export RUST_LOG=${RUST_LOG:-debug}
-cargo build -q --release --example training_loop
-bin=target/release/examples/training_loop
+case ${EXAMPLE:-training} in
+  training) name=training_loop; args=(--epochs "$epochs") ;;
+  async) name=async_server; args=(--requests "${REQUESTS:-24000}" --rate "${RATE:-12}") ;;
+  *) echo "EXAMPLE is training or async" >&2; exit 2 ;;
+esac
+cargo build -q --release --example "$name"
+bin=target/release/examples/$name
 tmp=$(mktemp -d)
 [ -n "${KEEP:-}" ] && echo "runs kept in $tmp" >&2 || trap 'rm -rf "$tmp"' EXIT
 run() { # round preset side(base|other): one run on CPU 0, in the background
   mkdir -p "$tmp/$3/$1"
-  SPANPROF=$2 SPANPROF_REPORT=off SPANPROF_MAX_OVERHEAD=off taskset -c 0 "$bin" --epochs "$epochs" --out "$tmp/$3/$1" >/dev/null 2>&1 &
+  SPANPROF=$2 SPANPROF_REPORT=off SPANPROF_MAX_OVERHEAD=off taskset -c 0 "$bin" "${args[@]}" --out "$tmp/$3/$1" >/dev/null 2>&1 &
 }
 for r in $(seq "$rounds"); do
   # Side by side on CPU 0: each preempts the other, also inside spanprof's system calls, and
