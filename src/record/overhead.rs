@@ -141,7 +141,10 @@ impl Costs {
 
     /// These costs for a CPU clock whose reads switch threads out: sampled entries read
     /// [`SWITCHING_READ_GAP_NS`] of a thread's time apart at least, and every entry only of
-    /// names whose mean entry lasts that long.
+    /// names whose mean entry lasts that long. Chosen once per process, by the clock the
+    /// calibration read: where perf events are allowed, a thread past their limit
+    /// (`samplers::cpu::MAX_PERF_THREADS`) reads `CLOCK_THREAD_CPUTIME_ID` as often as the
+    /// others read the perf event.
     pub(crate) fn switching_reads(self) -> Costs {
         Costs {
             long_ns: self.long_ns.max(SWITCHING_READ_GAP_NS),
