@@ -137,6 +137,14 @@ fn the_estimate_is_in_the_profile_and_the_report() {
             note.is_empty() || note[1].contains("128 ms of a thread's time apart"),
             "{note:?}"
         );
+        // The note on sampled figures says the gap too, and no line is wider than 100.
+        if noted && spanprof::__private::cpu::SUPPORTED {
+            assert!(
+                report.contains("1 entry in 32 at most, 128 ms apart on a thread"),
+                "{report}"
+            );
+        }
+        assert!(report.lines().all(|l| l.chars().count() <= 100), "{report}");
     }
     // Empty spans are mostly spanprof: named, the 100 ms of naps not.
     let note = report
@@ -149,7 +157,7 @@ fn the_estimate_is_in_the_profile_and_the_report() {
     assert!(!note.contains("nap "), "{report}");
     if spanprof::__private::cpu::SUPPORTED {
         assert!(
-            report.contains("~ sampled: CPU time read for 1 entry in 32"),
+            report.contains("~ sampled: short names' CPU time read for 1 entry in 32\n"),
             "{report}"
         );
         let row = report.lines().rfind(|l| l.starts_with("tiny ")).unwrap();

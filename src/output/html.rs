@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::table::{
     backoff_cost, clamped_spans, costly_share, cpu_pct, multi_entry, own_cost_text, report_order,
-    sampled_names_note, sampled_note, sampling_step, scaled_total, share, COSTLY_PCT,
+    sample_rule, sampled_names_note, sampled_note, sampling_step, scaled_total, share, COSTLY_PCT,
 };
 use super::tree::widest_first;
 use super::units::{format_bytes, format_count, format_duration, format_metric, format_si};
@@ -332,18 +332,14 @@ fn overhead_section(snap: &Snapshot, spans: &[&SpanStats]) -> String {
                 "CPU clock",
                 format!(
                     "{:.0} ns per read: read at every entry of span names whose mean entry is \
-                     {} or more, at 1 entry in {} of the others{} (their CPU figures are marked \
-                     ~)",
+                     {} or more, at {} of the others{} (their CPU figures are marked ~)",
                     o.cpu_read_ns,
                     format_duration(o.cpu_every_entry_from_ns),
-                    o.cpu_sample_every,
-                    match o.cpu_sample_gap_ns {
-                        0 => String::new(),
-                        gap => format!(
-                            " at most, {} of a thread's time apart at least (this clock's reads \
-                             switch threads out)",
-                            format_duration(gap)
-                        ),
+                    sample_rule(o),
+                    if o.cpu_sample_gap_ns == 0 {
+                        ""
+                    } else {
+                        " (this clock's reads switch threads out)"
                     }
                 ),
             ));

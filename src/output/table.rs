@@ -931,21 +931,27 @@ pub(crate) fn cpu_pct(c: &CpuUse) -> String {
     )
 }
 
+/// Which entries of a short span name get their CPU time read: "1 entry in 32", and where reads
+/// keep a gap, "at most, 128 ms apart on a thread".
+pub(crate) fn sample_rule(o: &Overhead) -> String {
+    match o.cpu_sample_gap_ns {
+        0 => format!("1 entry in {}", o.cpu_sample_every),
+        gap => format!(
+            "1 entry in {} at most, {} apart on a thread",
+            o.cpu_sample_every,
+            format_duration(gap)
+        ),
+    }
+}
+
 /// What the `~` of sampled CPU figures means (from the profile's [`Overhead::cpu_sample_every`]
 /// and [`Overhead::cpu_sample_gap_ns`], where known).
 pub(crate) fn sampled_note(overhead: Option<&Overhead>) -> String {
-    let which = overhead.map_or_else(
-        || "some entries".to_string(),
-        |o| match o.cpu_sample_gap_ns {
-            0 => format!("1 entry in {}", o.cpu_sample_every),
-            gap => format!(
-                "1 entry in {} at most, {} of a thread's time apart at least",
-                o.cpu_sample_every,
-                format_duration(gap)
-            ),
-        },
-    );
-    format!("~ sampled: CPU time read for {which} of names with short entries (cpu% of the sample)")
+    let which = overhead.map_or_else(|| "some entries".to_string(), sample_rule);
+    format!(
+        "~ sampled: short names' CPU time read for {which}\n  (cpu%: CPU time per entry read, over \
+         the busy time of the mean entry)"
+    )
 }
 
 /// A total of a span name's figure, `≈` before it where the name was sampled by the back-off
