@@ -15,9 +15,12 @@ pub struct Clock {
     /// A [`Clock::mock`]: spanprof does not calibrate its own costs against it.
     mocked: bool,
     /// Where quanta reads the TSC (x86_64), the raw reading is taken inline with `rdtsc` (the
-    /// same units) and converted with one multiply and shift: `Some(ns per 2^32 ticks)`.
-    /// `None`: every reading and conversion goes through quanta.
-    tsc: Option<u64>,
+    /// same units); elsewhere, through quanta.
+    tsc: bool,
+    /// Nanoseconds per 2^32 raw units, as quanta converts them: readings are converted with one
+    /// multiply and shift, whatever the source (quanta's monotonic and mock clocks count
+    /// nanoseconds: 2^32, an exact conversion).
+    scale: u64,
 }
 
 /// The control side of a [`Clock::mock`] clock.
@@ -40,7 +43,8 @@ impl Clock {
         Self {
             inner,
             mocked: false,
-            tsc,
+            tsc: tsc.is_some(),
+            scale: tsc.unwrap_or(1 << 32),
         }
     }
 
@@ -53,7 +57,8 @@ impl Clock {
             Self {
                 inner,
                 mocked: true,
-                tsc: None,
+                tsc: false,
+                scale: 1 << 32,
             },
             MockClock { mock },
         )
@@ -68,7 +73,7 @@ impl Clock {
     #[inline(always)]
     pub(crate) fn raw(&self) -> u64 {
         #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-        if self.tsc.is_some() {
+        if self.tsc {
             #[allow(unsafe_code)]
             // SAFETY: `rdtsc` has no preconditions; `tsc` is only set where quanta itself
             // reads this counter (`tsc_scale`), so the CPU has it.
@@ -80,19 +85,15 @@ impl Clock {
     /// Nanoseconds between two raw readings (0 if `end` is not after `start`).
     #[inline(always)]
     pub(crate) fn delta_ns(&self, start: u64, end: u64) -> u64 {
-        match self.tsc {
-            Some(scale) if end > start => {
-                ((u128::from(end - start) * u128::from(scale)) >> 32) as u64
-            }
-            Some(_) => 0,
-            None => self.inner.delta_as_nanos(start, end),
-        }
+        // No branch on the source: a saturating subtraction, a multiply and a shift.
+        ((u128::from(end.saturating_sub(start)) * u128::from(self.scale)) >> 32) as u64
     }
 }
 
 /// The TSC's nanoseconds per 2^32 ticks, when `clock` reads the TSC (x86_64): quanta scales its
-/// deltas only then (its monotonic and mock clocks count nanoseconds), so a delta it converts
-/// to something else than itself comes from the TSC.
+/// deltas only then (its monotonic and mock clocks count nanoseconds, which [`Clock::delta_ns`]
+/// converts with a scale of exactly 2^32), so a delta it converts to something else than itself
+/// comes from the TSC.
 fn tsc_scale(clock: &quanta::Clock) -> Option<u64> {
     if !cfg!(all(target_arch = "x86_64", target_feature = "sse2")) {
         return None;
@@ -130,7 +131,7 @@ mod tests {
     #[test]
     fn the_inline_tsc_reads_and_converts_as_quanta_does() {
         let clock = Clock::new();
-        if clock.tsc.is_none() {
+        if !clock.tsc {
             eprintln!("SKIPPED: quanta does not read the TSC on this machine");
             return;
         }

@@ -202,6 +202,21 @@ impl ProfileLayer {
         }
     }
 
+    /// [`ProfileLayer::new_span`] out of line: a callsite not decided yet, or one the filter
+    /// decides per span.
+    #[inline(never)]
+    fn new_span_slow<S>(
+        &self,
+        attrs: &Attributes<'_>,
+        id: &Id,
+        ctx: Context<'_, S>,
+        decision: Option<Decision>,
+    ) where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        self.new_span(attrs, id, ctx, decision);
+    }
+
     /// A span of a skipped callsite, with a filter that has span or field directives. Such a
     /// filter skips a callsite only for spans it never enables, or the recorder has no name
     /// left for it: then the filter is asked, and sees the span if it enables it.
@@ -269,16 +284,26 @@ where
         if self.mode == Mode::On {
             // Callsites spanprof does not profile leave here: one inlined cache probe.
             match self.recorder.cached(attrs.metadata()) {
+                // Recorded, the filter not asked per span: the callsite's decision is all
+                // there is to know (one test).
+                Some(d) if d.is_static_record() => {
+                    if probe_due(id.into_u64()) {
+                        self.recorder.timed(|r| {
+                            if r.recording() {
+                                r.open(id.into_u64(), d, attrs);
+                            }
+                            true
+                        });
+                    } else if self.recorder.recording() {
+                        self.recorder.open(id.into_u64(), d, attrs);
+                    }
+                }
                 Some(d) if d.is_skip() => {
                     if d.is_drop() {
                         self.recorder.dropped();
                     }
                 }
-                decision if probe_due(id.into_u64()) => self.recorder.timed(|_| {
-                    self.new_span(attrs, id, ctx, decision);
-                    true
-                }),
-                decision => self.new_span(attrs, id, ctx, decision),
+                decision => self.new_span_slow(attrs, id, ctx, decision),
             }
         } else if self.mode == Mode::Scoped {
             self.scoped_new_span(attrs, id, ctx);

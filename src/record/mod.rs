@@ -343,7 +343,7 @@ impl Recorder {
         if resources.instances() {
             return self.open_marked(local, id, decision, attrs, now, resources);
         }
-        let (node, owner) = self.node_and_owner(local.as_deref(), name, attrs);
+        let (node, owner) = self.node_and_owner(local.as_deref_mut(), name, attrs);
         let init = |s: SlotIn<'_, MarkCell>| self.init_slot(s, decision, node, owner, now);
         // This thread's region first (no locked instruction); any span the region cannot
         // take in the table.
@@ -370,7 +370,7 @@ impl Recorder {
         now: u64,
         resources: Resources,
     ) -> bool {
-        let (node, owner) = self.node_and_owner(local.as_deref(), decision.name(), attrs);
+        let (node, owner) = self.node_and_owner(local.as_deref_mut(), decision.name(), attrs);
         let init = |s: SlotIn<'_, MarkCell>| {
             self.init_slot(s, decision, node, owner, now);
             s.flags.store(FLAG_MARKED | decision.step_flag(), Relaxed);
@@ -395,13 +395,12 @@ impl Recorder {
     #[inline(always)]
     fn node_and_owner(
         &self,
-        local: Option<&Local>,
+        mut local: Option<&mut Local>,
         name: u32,
         attrs: &Attributes<'_>,
     ) -> (u16, u32) {
-        let top = local.map(|l| l.stack.last().map_or(tree::ROOT, |f| f.node));
-        let node = self.tree_node(name, attrs, top);
-        (node, local.map_or(0, |l| l.token))
+        let owner = local.as_deref().map_or(0, |l| l.token);
+        (self.tree_node(name, attrs, local.as_deref_mut()), owner)
     }
 
     /// A new slot's fields.

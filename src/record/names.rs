@@ -91,6 +91,11 @@ impl Decision {
     pub(crate) fn is_drop(self) -> bool {
         self.0 & 3 == 3
     }
+    /// Recorded, and the span filter is not asked per span: the common case, one test.
+    #[inline(always)]
+    pub(crate) fn is_static_record(self) -> bool {
+        self.0 & 3 == Self::RECORD
+    }
     #[inline(always)]
     pub(crate) fn is_dynamic(self) -> bool {
         self.0 & 3 == Self::DYNAMIC

@@ -43,6 +43,10 @@ pub(crate) struct NameStats {
     pub(crate) res: ResourceSlot,
     /// What spanprof spends in this name's entries, and whether their CPU time is read.
     pub(crate) cost: EntryCost,
+    /// The call-tree node this thread last found for a span of this name, and its parent's:
+    /// `parent << 16 | node` (`u32::MAX`: none; no node is a parent's `0xFFFF`). A pair's node
+    /// never changes, so a loop's spans skip the tree's table (`tree::Tree::child`).
+    pub(crate) tree_memo: AtomicU32,
 }
 
 /// Never recorded into in practice (see [`Local::stats`]).
@@ -62,6 +66,7 @@ impl NameStats {
             errored_instances: AtomicU64::new(0),
             res: ResourceSlot::new(),
             cost: EntryCost::new(),
+            tree_memo: AtomicU32::new(u32::MAX),
         }
     }
 
@@ -534,16 +539,21 @@ pub(crate) fn with_local<R>(
         return None;
     }
     let fast = FAST.with(Cell::get);
-    if fast.instance != instance || fast.local.is_null() {
-        return with_new_local(instance, shards, f);
-    }
+    let local = if fast.instance == instance && !fast.local.is_null() {
+        fast.local
+    } else {
+        // Out of line and not generic over `f`: `f` is called in one place, inlined, so its
+        // captures stay in registers (a second call site in the cold path made the compiler
+        // build the closure in memory on every callback).
+        new_local(instance, shards)?
+    };
     IN_USE.with(|u| u.set(true));
-    // SAFETY: `fast.local` points to a live `Local` in this thread's `LOCALS` (a `Box`: it does
+    // SAFETY: `local` points to a live `Local` in this thread's `LOCALS` (a `Box`: it does
     // not move; it is cleared from `FAST` when that `Local` is dropped). Nothing else refers to
     // it while `IN_USE` is set: every access to this thread's states goes through this
     // function, which returns above while it is set.
     #[allow(unsafe_code)]
-    let local = unsafe { &mut *fast.local };
+    let local = unsafe { &mut *local };
     let r = f(local);
     // Not cleared if `f` panicked (the recorder does not): this thread then records nothing
     // more, rather than reach a state left half-written.
@@ -551,14 +561,11 @@ pub(crate) fn with_local<R>(
     Some(r)
 }
 
-/// [`with_local`] for an instance this thread did not use last: finds or makes its state.
+/// This thread's state for an instance it did not use last: found or made, and remembered in
+/// `FAST`. `None` while the thread is being torn down.
 #[cold]
 #[inline(never)]
-fn with_new_local<R>(
-    instance: u64,
-    shards: &Arc<Shards>,
-    f: impl FnOnce(&mut Local) -> R,
-) -> Option<R> {
+fn new_local(instance: u64, shards: &Arc<Shards>) -> Option<*mut Local> {
     let local: *mut Local = LOCALS
         .try_with(|cell| {
             let mut locals = cell.try_borrow_mut().ok()?;
@@ -568,7 +575,7 @@ fn with_new_local<R>(
         .ok()
         .flatten()?;
     FAST.with(|f| f.set(Fast { instance, local }));
-    with_local(instance, shards, f)
+    Some(local)
 }
 
 fn next_token() -> u32 {

@@ -418,10 +418,22 @@ impl Recorder {
     /// or (contextual) under `top`, the node of the span this thread is in (`None`: this
     /// thread's state is gone).
     #[inline(always)]
-    pub(super) fn tree_node(&self, name: u32, attrs: &Attributes<'_>, top: Option<u16>) -> u16 {
+    ///
+    /// `local`: this thread's state, whose stats of `name` remember the last (parent, node) pair
+    /// found (`NameStats::tree_memo`): a span under the same parent as the last one of its name
+    /// on this thread takes its node from there.
+    pub(super) fn tree_node(
+        &self,
+        name: u32,
+        attrs: &Attributes<'_>,
+        local: Option<&mut Local>,
+    ) -> u16 {
         let Some(tree) = &self.tree else {
             return ROOT;
         };
+        let top = local
+            .as_deref()
+            .map(|l| l.stack.last().map_or(ROOT, |f| f.node));
         let parent = match attrs.parent() {
             Some(id) => self
                 .table
@@ -430,7 +442,17 @@ impl Recorder {
             None if attrs.is_contextual() => top.unwrap_or(ROOT),
             None => ROOT,
         };
-        tree.child(parent, name)
+        let Some(local) = local else {
+            return tree.child(parent, name);
+        };
+        let memo = &local.stats(name).tree_memo;
+        let last = memo.load(Relaxed);
+        if last >> 16 == u32::from(parent) {
+            return last as u16;
+        }
+        let node = tree.child(parent, name);
+        memo.store(u32::from(parent) << 16 | u32::from(node), Relaxed);
+        node
     }
 
     /// An entry of a span in `node` completed on this thread.
