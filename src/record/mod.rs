@@ -51,7 +51,7 @@ use resources::{
 };
 use shards::{bump, with_local, Frame, Local, NameStats, Shards};
 use spans::{
-    RegionClaim, SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, FLAG_ERRORED, FLAG_MARKED,
+    SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, FLAG_ERRORED, FLAG_MARKED,
     FLAG_SHARED, FLAG_STEP,
 };
 use spans::{Slot, SlotIn};
@@ -315,7 +315,7 @@ impl Recorder {
         }
         let now = self.clock.raw();
         // One thread-local lookup: the frame stack, the region, the stats.
-        match self.local(|local| self.open_in(Some(local), id, decision, attrs, now)) {
+        match self.local(|local| self.open_in(local, id, decision, attrs, now)) {
             Some(recorded) => recorded,
             None => self.open_orphan(id, decision, attrs, now),
         }
@@ -326,35 +326,48 @@ impl Recorder {
     #[cold]
     #[inline(never)]
     fn open_orphan(&self, id: u64, decision: Decision, attrs: &Attributes<'_>, now: u64) -> bool {
-        self.open_in(None, id, decision, attrs, now)
+        let resources = self.switches.get().resources();
+        let node = self.tree_node(decision.name(), attrs, None);
+        let inserted = self.table.insert(id, |s| {
+            self.init_slot(s, decision, node, 0, now);
+            if resources.instances() {
+                s.flags.store(FLAG_MARKED | decision.step_flag(), Relaxed);
+                s.with_mark(|m| m.update(&self.readings, self.t_ns(now), resources));
+            }
+        });
+        if !inserted {
+            return self.table_full();
+        }
+        self.shards
+            .with_orphan(decision.name(), |stats| self.opened(stats, decision, attrs));
+        true
     }
 
     #[inline(always)]
     fn open_in(
         &self,
-        mut local: Option<&mut Local>,
+        local: &mut Local,
         id: u64,
         decision: Decision,
         attrs: &Attributes<'_>,
         now: u64,
     ) -> bool {
-        let name = decision.name();
         let resources = self.switches.get().resources();
         if resources.instances() {
             return self.open_marked(local, id, decision, attrs, now, resources);
         }
-        let (node, owner) = self.node_and_owner(local.as_deref_mut(), name, attrs);
+        let mut view = local.open_view(decision.name());
+        let (node, owner) = (self.tree_node(decision.name(), attrs, Some(&view)), view.token);
         let init = |s: SlotIn<'_, MarkCell>| self.init_slot(s, decision, node, owner, now);
         // This thread's region first (no locked instruction); any span the region cannot
         // take in the table.
-        let owned = local
-            .as_deref_mut()
-            .and_then(|l| self.region(l, id))
+        let owned = view
+            .region(|token| self.table.claim_region(id, token))
             .is_some_and(|claim| self.table.insert_owned(claim, id, init));
         if !owned && !self.table.insert(id, init) {
             return self.table_full();
         }
-        self.opened(local, decision, attrs);
+        self.opened(view.stats, decision, attrs);
         true
     }
 
@@ -363,14 +376,15 @@ impl Recorder {
     #[inline(never)]
     fn open_marked(
         &self,
-        mut local: Option<&mut Local>,
+        local: &mut Local,
         id: u64,
         decision: Decision,
         attrs: &Attributes<'_>,
         now: u64,
         resources: Resources,
     ) -> bool {
-        let (node, owner) = self.node_and_owner(local.as_deref_mut(), decision.name(), attrs);
+        let mut view = local.open_view(decision.name());
+        let (node, owner) = (self.tree_node(decision.name(), attrs, Some(&view)), view.token);
         let init = |s: SlotIn<'_, MarkCell>| {
             self.init_slot(s, decision, node, owner, now);
             s.flags.store(FLAG_MARKED | decision.step_flag(), Relaxed);
@@ -378,29 +392,14 @@ impl Recorder {
         };
         // Region first, then the table, as in `open_in` (written out in both: one inlined
         // helper for the two cost `basic` 9 instructions per span, `scripts/instructions.sh`).
-        let owned = local
-            .as_deref_mut()
-            .and_then(|l| self.region(l, id))
+        let owned = view
+            .region(|token| self.table.claim_region(id, token))
             .is_some_and(|claim| self.table.insert_owned(claim, id, init));
         if !owned && !self.table.insert(id, init) {
             return self.table_full();
         }
-        self.opened(local, decision, attrs);
+        self.opened(view.stats, decision, attrs);
         true
-    }
-
-    /// A new span's call-tree node (under the span this thread is in, for a contextual
-    /// parent) and its owner: the creating thread owns the span's sums (plain stores, no
-    /// locked instruction at its first exit).
-    #[inline(always)]
-    fn node_and_owner(
-        &self,
-        mut local: Option<&mut Local>,
-        name: u32,
-        attrs: &Attributes<'_>,
-    ) -> (u16, u32) {
-        let owner = local.as_deref().map_or(0, |l| l.token);
-        (self.tree_node(name, attrs, local.as_deref_mut()), owner)
     }
 
     /// A new slot's fields.
@@ -434,26 +433,15 @@ impl Recorder {
         false
     }
 
-    /// A span was opened (its slot made): the name's count and throughput fields.
+    /// A span was opened (its slot made): the name's count and throughput fields, in this
+    /// thread's stats of the name (or the orphan shard's).
     #[inline(always)]
-    fn opened(&self, local: Option<&mut Local>, decision: Decision, attrs: &Attributes<'_>) {
+    fn opened(&self, stats: &NameStats, decision: Decision, attrs: &Attributes<'_>) {
+        bump(&stats.opened, 1);
         let fields = decision.fields();
-        self.in_stats(local, decision.name(), |stats| {
-            bump(&stats.opened, 1);
-            if fields != 0 {
-                attrs.record(&mut Throughput { stats, fields });
-            }
-        });
-    }
-
-    /// This thread's region of the span table, claimed for the first span it opens (`id`).
-    #[inline(always)]
-    fn region<'a>(&self, local: &'a mut Local, id: u64) -> Option<&'a RegionClaim> {
-        if !local.region_tried {
-            local.region_tried = true;
-            local.region = self.table.claim_region(id, local.token);
+        if fields != 0 {
+            attrs.record(&mut Throughput { stats, fields });
         }
-        local.region.as_ref()
     }
 
     /// Adds the throughput fields of values recorded on span `id`. Returns whether the span is
@@ -621,15 +609,16 @@ impl Recorder {
     fn exit_slot(&self, id: u64, slot: &Slot) {
         self.local(|local| {
             // Fast path: the span on top of this thread's stack (no search).
-            let top = match local.stack.last() {
-                Some(top) if top.id == id && top.reentries == 0 => local.stack.len() - 1,
+            let (top, frame) = match local.stack.split_last() {
+                Some((frame, below)) if frame.id == id && frame.reentries == 0 => {
+                    (below.len(), frame)
+                }
                 _ => match find_frame(local, id) {
-                    Some(pos) => pos,
+                    Some(pos) => (pos, &local.stack[pos]),
                     None => return,
                 },
             };
             let now = self.clock.raw();
-            let frame = &local.stack[top];
             if frame.v_start != 0 || frame.marked {
                 return self.exit_marked(local, slot, top, now);
             }

@@ -445,13 +445,13 @@ impl EntryCost {
     #[inline(always)]
     pub(crate) fn completed(&self, busy_ns: u64) {
         let mean = self.mean_ns.load(Relaxed);
-        // The first entry starts the mean (no warm-up from 0).
+        // A step of 1/2^MEAN_SHIFT of the difference, signed (no branch); the first entry
+        // starts the mean (no warm-up from 0).
+        let step = (busy_ns as i64).wrapping_sub(mean as i64) >> MEAN_SHIFT;
         let next = if mean == 0 {
             busy_ns
-        } else if busy_ns >= mean {
-            mean + ((busy_ns - mean) >> MEAN_SHIFT)
         } else {
-            mean - ((mean - busy_ns) >> MEAN_SHIFT)
+            mean.wrapping_add(step as u64)
         };
         self.mean_ns.store(next, Relaxed);
     }

@@ -318,17 +318,68 @@ pub(crate) struct Local {
     pub(crate) gap_skip: u32,
     /// The span table's region this thread inserts its spans in (`spans::Regions`), once
     /// claimed; released with this state.
-    pub(crate) region: Option<RegionClaim>,
+    region: Option<RegionClaim>,
     /// Whether this thread tried to claim a region (once: a region another thread holds is not
     /// asked for again).
-    pub(crate) region_tried: bool,
+    region_tried: bool,
     /// Where a close computes an instance's resource figures (made on first use, once per
     /// thread; `None` while in use).
     pub(crate) scratch: Option<Box<InstanceFigures>>,
     _owner: Weak<Shards>,
 }
 
+/// What opening a span needs of its thread's state, borrowed at once: one lookup of the name's
+/// stats serves the call tree's memo and the name's count.
+pub(crate) struct OpenView<'a> {
+    /// This thread's stats of the span's name.
+    pub(crate) stats: &'a NameStats,
+    /// The call-tree node of the span this thread is in (the root if none).
+    pub(crate) top: u16,
+    /// This thread's token: the owner of the spans it opens.
+    pub(crate) token: u32,
+    region: &'a mut Option<RegionClaim>,
+    region_tried: &'a mut bool,
+}
+
+impl OpenView<'_> {
+    /// This thread's region of the span table, claimed (`claim`, given this thread's token) for
+    /// the first span it opens; a region another thread holds is not asked for again.
+    #[inline(always)]
+    pub(crate) fn region(
+        &mut self,
+        claim: impl FnOnce(u32) -> Option<RegionClaim>,
+    ) -> Option<&RegionClaim> {
+        if !*self.region_tried {
+            *self.region_tried = true;
+            *self.region = claim(self.token);
+        }
+        self.region.as_ref()
+    }
+}
+
 impl Local {
+    /// The parts of this thread's state that opening a span of `name` uses (its stats made on
+    /// first use).
+    #[inline(always)]
+    pub(crate) fn open_view(&mut self, name: u32) -> OpenView<'_> {
+        let index = name as usize;
+        if !matches!(self.stats.get(index), Some(Some(_))) {
+            self.new_stats(index);
+        }
+        OpenView {
+            // `new_stats` filled the slot; the fallback is never used.
+            stats: self
+                .stats
+                .get(index)
+                .and_then(Option::as_deref)
+                .unwrap_or(&UNUSED),
+            top: self.stack.last().map_or(super::tree::ROOT, |f| f.node),
+            token: self.token,
+            region: &mut self.region,
+            region_tried: &mut self.region_tried,
+        }
+    }
+
     /// This thread's scratch figures, made on its first use.
     #[inline(always)]
     pub(crate) fn take_scratch(&mut self) -> Box<InstanceFigures> {

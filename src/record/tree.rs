@@ -31,7 +31,7 @@ use hdrhistogram::Histogram;
 
 use super::hist::{new_histogram, AtomicHist, Exact};
 use super::names::NameInfo;
-use super::shards::{bump, Local, Shard};
+use super::shards::{bump, Local, OpenView, Shard};
 use super::Recorder;
 use crate::profile::{CallTree, Stat, TreeNode};
 
@@ -415,37 +415,34 @@ impl LocalNodes {
 /// The recorder's hooks: each does nothing when the tree is off.
 impl Recorder {
     /// The node of a span named `name` opening with `attrs`: under its explicit parent's node,
-    /// or (contextual) under `top`, the node of the span this thread is in (`None`: this
-    /// thread's state is gone).
-    #[inline(always)]
+    /// or (contextual) under the node of the span this thread is in.
     ///
-    /// `local`: this thread's state, whose stats of `name` remember the last (parent, node) pair
-    /// found (`NameStats::tree_memo`): a span under the same parent as the last one of its name
-    /// on this thread takes its node from there.
+    /// `view`: this thread's state (`None` while it is torn down: the root, for a contextual
+    /// span), whose stats of `name` remember the last (parent, node) pair found
+    /// (`NameStats::tree_memo`): a span under the same parent as the last one of its name on
+    /// this thread takes its node from there.
+    #[inline(always)]
     pub(super) fn tree_node(
         &self,
         name: u32,
         attrs: &Attributes<'_>,
-        local: Option<&mut Local>,
+        view: Option<&OpenView<'_>>,
     ) -> u16 {
         let Some(tree) = &self.tree else {
             return ROOT;
         };
-        let top = local
-            .as_deref()
-            .map(|l| l.stack.last().map_or(ROOT, |f| f.node));
         let parent = match attrs.parent() {
             Some(id) => self
                 .table
                 .with(id.into_u64(), |slot| slot.node.load(Relaxed))
                 .unwrap_or(ROOT),
-            None if attrs.is_contextual() => top.unwrap_or(ROOT),
+            None if attrs.is_contextual() => view.map_or(ROOT, |v| v.top),
             None => ROOT,
         };
-        let Some(local) = local else {
+        let Some(view) = view else {
             return tree.child(parent, name);
         };
-        let memo = &local.stats(name).tree_memo;
+        let memo = &view.stats.tree_memo;
         let last = memo.load(Relaxed);
         if last >> 16 == u32::from(parent) {
             return last as u16;
