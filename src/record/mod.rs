@@ -50,11 +50,11 @@ use resources::{
     entry_figures, instance_figures_into, EntryFigures, EntryMark, InstanceFigures, MarkCell,
 };
 use shards::{bump, with_local, Frame, Local, NameStats, Shards};
-use spans::{
-    SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, FLAG_ERRORED, FLAG_MARKED,
-    FLAG_SHARED, FLAG_STEP,
-};
 use spans::{Slot, SlotIn};
+use spans::{
+    SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, FLAG_ERRORED, FLAG_MARKED, FLAG_SHARED,
+    FLAG_STEP,
+};
 
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 
@@ -357,7 +357,10 @@ impl Recorder {
             return self.open_marked(local, id, decision, attrs, now, resources);
         }
         let mut view = local.open_view(decision.name());
-        let (node, owner) = (self.tree_node(decision.name(), attrs, Some(&view)), view.token);
+        let (node, owner) = (
+            self.tree_node(decision.name(), attrs, Some(&view)),
+            view.token,
+        );
         let init = |s: SlotIn<'_, MarkCell>| self.init_slot(s, decision, node, owner, now);
         // This thread's region first (no locked instruction); any span the region cannot
         // take in the table.
@@ -384,7 +387,10 @@ impl Recorder {
         resources: Resources,
     ) -> bool {
         let mut view = local.open_view(decision.name());
-        let (node, owner) = (self.tree_node(decision.name(), attrs, Some(&view)), view.token);
+        let (node, owner) = (
+            self.tree_node(decision.name(), attrs, Some(&view)),
+            view.token,
+        );
         let init = |s: SlotIn<'_, MarkCell>| {
             self.init_slot(s, decision, node, owner, now);
             s.flags.store(FLAG_MARKED | decision.step_flag(), Relaxed);
