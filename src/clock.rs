@@ -161,6 +161,11 @@ mod tests {
         let a = clock.raw();
         assert_eq!(clock.raw(), a);
         mock.advance(Duration::from_nanos(250));
-        assert_eq!(clock.delta_ns(a, clock.raw()), 250);
+        let b = clock.raw();
+        assert_eq!(clock.delta_ns(a, b), 250);
+        assert_eq!(clock.delta_ns(b, a), 0, "backwards is 0");
+        // Nanoseconds convert to themselves (a scale of 2^32), up to hours.
+        mock.advance(Duration::from_secs(7_200));
+        assert_eq!(clock.delta_ns(a, clock.raw()), 7_200_000_000_250);
     }
 }

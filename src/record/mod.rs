@@ -824,23 +824,9 @@ impl Recorder {
     #[inline(always)]
     fn close_slot(&self, slot: SlotIn<'_, MarkCell>) {
         let now = self.clock.raw();
-        let flags = slot.flags.load(Acquire);
-        let owner_entries = slot.entries.load(Acquire);
-        let (owner_busy, owner_self) = (slot.busy.load(Relaxed), slot.self_ns.load(Relaxed));
-        let single = owner_entries == ENTRIES_ONE && flags & FLAG_SHARED == 0;
-        let closed = Closed {
-            name: u32::from(slot.name.load(Relaxed)),
-            node: slot.node.load(Relaxed),
-            wall: self.clock.delta_ns(slot.created.load(Relaxed), now),
-            busy: owner_busy + slot.shared_busy.load(Relaxed),
-            self_ns: owner_self + slot.shared_self.load(Relaxed),
-            single,
-            // The owner's one entry, beside other threads' (recorded at their exits).
-            first: (owner_entries == ENTRIES_ONE && !single).then_some((owner_busy, owner_self)),
-            flags,
-        };
-        if flags & FLAG_MARKED != 0 {
-            return self.close_marked(slot, &closed, now);
+        let closed = Closed::read(&slot, &self.clock, now);
+        if closed.flags & FLAG_MARKED != 0 {
+            return self.close_marked(slot, now);
         }
         self.table.remove(slot);
         self.closed(&closed, None);
@@ -850,7 +836,8 @@ impl Recorder {
     /// figures, from its open mark (kept beside the slot until the slot is freed) and the
     /// readings now, computed into this thread's scratch figures (they are large: no copy).
     #[inline(never)]
-    fn close_marked(&self, slot: SlotIn<'_, MarkCell>, closed: &Closed, now: u64) {
+    fn close_marked(&self, slot: SlotIn<'_, MarkCell>, now: u64) {
+        let closed = &Closed::read(&slot, &self.clock, now);
         let t_ns = self.t_ns(now);
         let done = self.local(|local| {
             let mut figures = local.take_scratch();
@@ -900,7 +887,7 @@ impl Recorder {
             .local(|local| self.close_in(Some(local), closed, figures))
             .is_none()
         {
-            self.close_orphan(closed, figures);
+            self.close_orphan(*closed, figures);
         }
         if closed.flags & FLAG_STEP != 0 {
             self.step_closed();
@@ -910,8 +897,8 @@ impl Recorder {
     /// [`Recorder::close_in`] on a thread being torn down: the shared orphan shard.
     #[cold]
     #[inline(never)]
-    fn close_orphan(&self, c: &Closed, figures: Option<&InstanceFigures>) {
-        self.close_in(None, c, figures);
+    fn close_orphan(&self, c: Closed, figures: Option<&InstanceFigures>) {
+        self.close_in(None, &c, figures);
     }
 
     /// Records a closed span in this thread's stats (`local`), or the orphan shard's.
@@ -1063,6 +1050,7 @@ fn find_frame(local: &mut Local, id: u64) -> Option<usize> {
 }
 
 /// A closed span, as `close_slot` read it from its slot.
+#[derive(Clone, Copy)]
 struct Closed {
     name: u32,
     node: u16,
@@ -1074,6 +1062,28 @@ struct Closed {
     /// The owner's one entry (busy, self), when other threads had entries too.
     first: Option<(u64, u64)>,
     flags: u8,
+}
+
+impl Closed {
+    /// The figures of the span in `slot`, closing at `now` (a raw clock reading).
+    #[inline(always)]
+    fn read(slot: &Slot, clock: &Clock, now: u64) -> Self {
+        let flags = slot.flags.load(Acquire);
+        let owner_entries = slot.entries.load(Acquire);
+        let (owner_busy, owner_self) = (slot.busy.load(Relaxed), slot.self_ns.load(Relaxed));
+        let single = owner_entries == ENTRIES_ONE && flags & FLAG_SHARED == 0;
+        Closed {
+            name: u32::from(slot.name.load(Relaxed)),
+            node: slot.node.load(Relaxed),
+            wall: clock.delta_ns(slot.created.load(Relaxed), now),
+            busy: owner_busy + slot.shared_busy.load(Relaxed),
+            self_ns: owner_self + slot.shared_self.load(Relaxed),
+            single,
+            // The owner's one entry, beside other threads' (recorded at their exits).
+            first: (owner_entries == ENTRIES_ONE && !single).then_some((owner_busy, owner_self)),
+            flags,
+        }
+    }
 }
 
 /// Adds the throughput fields of a span's values to its name's sums.

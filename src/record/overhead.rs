@@ -591,6 +591,27 @@ mod tests {
     const PLACED_WITHIN_NS: u64 = 2 * TICK_NS;
 
     #[test]
+    fn the_running_mean_starts_at_the_first_entry_and_moves_an_eighth_of_the_way() {
+        let cost = EntryCost::new();
+        cost.completed(800);
+        assert_eq!(cost.mean_ns(), 800, "the first entry starts the mean");
+        cost.completed(1_600);
+        assert_eq!(cost.mean_ns(), 900, "up by 1/8 of 800");
+        cost.completed(100);
+        assert_eq!(cost.mean_ns(), 800, "down by 1/8 of 800");
+        // Converges on a steady value from either side, and never wraps below zero.
+        for _ in 0..200 {
+            cost.completed(0);
+        }
+        assert!(cost.mean_ns() < 8, "{}", cost.mean_ns());
+        for _ in 0..200 {
+            cost.completed(5_000_000_000);
+        }
+        let mean = cost.mean_ns();
+        assert!((4_999_999_000..=5_000_000_000).contains(&mean), "{mean}");
+    }
+
+    #[test]
     fn short_names_are_read_one_entry_in_n_and_long_ones_always() {
         let cost = EntryCost::new();
         let long = 10_000;
