@@ -81,7 +81,8 @@ impl Exact {
 /// A histogram one thread records into and any thread may read. Its counters are allocated on
 /// the first record, so kinds a span name never uses cost no memory.
 pub(crate) struct AtomicHist {
-    counts: OnceLock<Box<[AtomicU16]>>,
+    /// Of a fixed length: the bound of an index is a constant (no length loaded per record).
+    counts: OnceLock<Box<[AtomicU16; COUNTS_LEN]>>,
     sum: AtomicU64,
     min: AtomicU64,
     max: AtomicU64,
@@ -119,7 +120,12 @@ impl AtomicHist {
             value_ns
         };
         let counts = self.counts.get_or_init(|| {
-            crate::alloc::untracked(|| (0..COUNTS_LEN).map(|_| AtomicU16::new(0)).collect())
+            crate::alloc::untracked(|| {
+                // Made on the heap (no 9 KiB array on the recording thread's stack); a boxed
+                // slice of COUNTS_LEN is the boxed array.
+                let counts: Box<[AtomicU16]> = (0..COUNTS_LEN).map(|_| AtomicU16::new(0)).collect();
+                counts.try_into().unwrap_or_else(|_| unreachable!("COUNTS_LEN counters"))
+            })
         });
         let bucket = &counts[index_of(value)];
         let n = bucket.load(Relaxed).wrapping_add(1);
