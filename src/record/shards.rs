@@ -349,7 +349,7 @@ impl OpenView<'_> {
         &mut self,
         claim: impl FnOnce(u32) -> Option<RegionClaim>,
     ) -> Option<&RegionClaim> {
-        if !*self.region_tried {
+        if self.region.is_none() && !*self.region_tried {
             *self.region_tried = true;
             *self.region = claim(self.token);
         }

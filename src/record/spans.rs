@@ -425,12 +425,13 @@ impl<M: Default> SpanTable<M> {
         id: u64,
         init: impl FnOnce(SlotIn<'_, M>),
     ) -> bool {
-        if region_of(id) != Some(claim.region) {
-            return false;
-        }
+        // A slot in a region (shard and address in range), and the region this thread's.
         let Some(slot) = self.regions.slot(id) else {
             return false;
         };
+        if (id >> ADDRESS_BITS) as usize & (REGIONS - 1) != claim.region {
+            return false;
+        }
         // Only the region's owner makes a slot of it hold a span, so the slot cannot be taken
         // between this load and the store below; others only free slots.
         let key = slot.key.load(Ordering::Acquire);
