@@ -124,7 +124,9 @@ impl AtomicHist {
                 // Made on the heap (no 9 KiB array on the recording thread's stack); a boxed
                 // slice of COUNTS_LEN is the boxed array.
                 let counts: Box<[AtomicU16]> = (0..COUNTS_LEN).map(|_| AtomicU16::new(0)).collect();
-                counts.try_into().unwrap_or_else(|_| unreachable!("COUNTS_LEN counters"))
+                counts
+                    .try_into()
+                    .unwrap_or_else(|_| unreachable!("COUNTS_LEN counters"))
             })
         });
         let bucket = &counts[index_of(value)];
