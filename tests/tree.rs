@@ -158,6 +158,71 @@ fn past_the_depth_bound_spans_are_counted_in_an_other_node_never_lost() {
     );
 }
 
+/// With the tree on, an instance in a node of its name is recorded in the node only, and the
+/// name's instance figures are the sum of its nodes'; in an other node, or with the tree off,
+/// per name. Both give the same per-name statistics, to the nanosecond: leaves and parents,
+/// re-entered spans, recursion, a span entered on two threads, and spans past the depth bound.
+#[test]
+fn the_per_name_statistics_are_the_same_with_the_tree_on_or_off() {
+    let run = |tree: bool| {
+        let (dispatch, guard, clock) = support::mock_with(ProfileLayer::builder().with_tree(tree));
+        let tick = |us: u64| clock.advance(std::time::Duration::from_micros(us));
+        tracing::dispatcher::with_default(&dispatch, || {
+            for i in 0..20u64 {
+                info_span!("outer").in_scope(|| {
+                    tick(1 + i % 3);
+                    info_span!("leaf").in_scope(|| tick(2 + i % 5));
+                    info_span!("mid").in_scope(|| {
+                        info_span!("leaf").in_scope(|| tick(7));
+                        // Recursion: collapses onto the outer node of its name.
+                        info_span!("outer").in_scope(|| tick(1));
+                    });
+                });
+                // Entered three times before it closes.
+                let reentered = info_span!("polled");
+                for _ in 0..3 {
+                    reentered.in_scope(|| tick(4 + i % 2));
+                    tick(1);
+                }
+            }
+            // Entered here and on another thread.
+            let shared = info_span!("shared");
+            shared.in_scope(|| tick(3));
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    tracing::dispatcher::with_default(&dispatch, || shared.in_scope(|| tick(5)))
+                });
+            });
+            drop(shared);
+            // 40 levels: the 8 below the bound are in an other node.
+            nest!(tick(1); d01 d02 d03 d04 d05 d06 d07 d08 d09 d10 d11 d12 d13 d14 d15 d16 d17
+                d18 d19 d20 d21 d22 d23 d24 d25 d26 d27 d28 d29 d30 d31 d32 d33 d34 d35 d36 d37
+                d38 d39 d40);
+        });
+        let snap = guard.snapshot();
+        assert_eq!(snap.tree.is_some(), tree);
+        snap
+    };
+    let (on, off) = (run(true), run(false));
+    assert_eq!(on.spans.len(), off.spans.len());
+    for span in &on.spans {
+        let same = support::span(&off, &span.name);
+        assert_eq!(
+            serde_json::to_value(span).unwrap(),
+            serde_json::to_value(same).unwrap(),
+            "{}",
+            span.name
+        );
+    }
+    // Not vacuous: every kind of instance is there.
+    let outer = support::span(&on, "outer");
+    assert_eq!(outer.instances, 40);
+    assert!(outer.busy.total_ns > outer.self_time.total_ns);
+    assert_eq!(support::span(&on, "polled").calls, 60);
+    assert_eq!(support::span(&on, "shared").busy.total_ns, 8_000);
+    assert_eq!(support::span(&on, "d40").self_time.total_ns, 1_000);
+}
+
 #[test]
 fn merging_trees_is_exact() {
     let run = || {

@@ -15,6 +15,7 @@ use super::overhead::{CPU_SAMPLE_EVERY, MIN_PROBES};
 use super::resources::ResourceTotals;
 use super::shards::{NameStats, Shard};
 use super::spans::ENTRIES_ONE;
+use super::tree;
 use super::Recorder;
 use crate::profile::metrics::{GaugeValue, HistogramValue, SumValue};
 use crate::profile::{
@@ -31,6 +32,15 @@ impl Recorder {
         let all_shards = self.shards.all();
         let shards: Vec<_> = all_shards.iter().map(|s| s.names()).collect();
         let names = self.names.all();
+        // The call tree's nodes, merged: the tree, and the instances recorded in the nodes of
+        // a name (not per name: `Recorder::close_in`).
+        let merged_nodes = self.tree.as_ref().map(|t| t.merged(&all_shards));
+        let mut nodes_of_name: Vec<Vec<&tree::MergedNode>> = vec![Vec::new(); names.len()];
+        for node in merged_nodes.iter().flatten() {
+            if let Some(list) = node.name.and_then(|n| nodes_of_name.get_mut(n as usize)) {
+                list.push(node);
+            }
+        }
         let pending = self.pending_first_entries(names.len());
         let in_progress = self.in_progress(&all_shards, names.len(), now);
         // Everything that was on at some point: a resource stepped down keeps its figures.
@@ -82,6 +92,13 @@ impl Recorder {
                 left_out += stats.cost.sampled_out();
             }
             drop(spill);
+            for node in &nodes_of_name[index] {
+                for (k, kind) in tree::NODE_KINDS.iter().enumerate() {
+                    // Histograms with identical bounds always add.
+                    let _ = hists[*kind as usize].add(&node.hists[k]);
+                    exact[*kind as usize].merge(&node.exact[k]);
+                }
+            }
             if !any {
                 continue;
             }
@@ -178,7 +195,11 @@ impl Recorder {
                 backoff_steps: 0,
             },
             resources: self.resource_info(),
-            tree: self.tree.as_ref().map(|t| t.snapshot(&all_shards, &names)),
+            tree: self
+                .tree
+                .as_ref()
+                .zip(merged_nodes.as_deref())
+                .map(|(t, merged)| t.snapshot(merged, &names)),
             overhead,
             backoff: Vec::new(),
             metrics: self.metrics(&all_shards, &names),

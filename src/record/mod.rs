@@ -903,25 +903,31 @@ impl Recorder {
 
     /// Records a closed span in this thread's stats (`local`), or the orphan shard's.
     #[inline(always)]
-    fn close_in(
+    fn close_in(&self, local: Option<&mut Local>, c: &Closed, figures: Option<&InstanceFigures>) {
+        // An instance in a node of its name is recorded there only: the name's instance
+        // histograms are the sum of its nodes' (`collect`). Without the tree, or in an other
+        // node (of several names), per name. One path for each, each with its kinds known.
+        if self.tree.as_ref().is_some_and(|t| t.is_named(c.node)) {
+            self.close_instance::<false>(local, c, figures);
+        } else {
+            self.close_instance::<true>(local, c, figures);
+        }
+    }
+
+    /// [`Recorder::close_in`]: the instance's busy and self time per name (`PER_NAME`) or only
+    /// in its node; the rest per name.
+    #[inline(always)]
+    fn close_instance<const PER_NAME: bool>(
         &self,
         mut local: Option<&mut Local>,
         c: &Closed,
         figures: Option<&InstanceFigures>,
     ) {
         let name = c.name;
+        let kinds = InstanceRecords::of(c);
         self.in_stats(local.as_deref_mut(), name, |stats| {
-            if c.single && c.self_ns == c.busy {
-                // A leaf entered once: one record for its busy and self time.
-                self.record(stats, name, Kind::SingleLeaf, c.busy);
-            } else {
-                let (busy_kind, self_kind) = if c.single {
-                    (Kind::SingleBusy, Kind::SingleSelf)
-                } else {
-                    (Kind::Busy, Kind::SelfTime)
-                };
-                self.record(stats, name, busy_kind, c.busy);
-                self.record(stats, name, self_kind, c.self_ns);
+            if PER_NAME {
+                kinds.each(|kind, value| self.record(stats, name, kind, value));
             }
             self.record(stats, name, Kind::Wall, c.wall);
             if let Some((busy, self_ns)) = c.first {
@@ -936,7 +942,7 @@ impl Recorder {
             }
             bump(&stats.closed, 1);
         });
-        self.tree_close(local, c.node, c.busy, c.self_ns, c.wall);
+        self.tree_close(local, c.node, c.wall, kinds);
     }
 
     /// An error-level event: counted for its explicit parent if recorded, else (`contextual`)
@@ -1047,6 +1053,41 @@ fn find_frame(local: &mut Local, id: u64) -> Option<usize> {
         return None;
     }
     Some(pos)
+}
+
+/// The instance histograms a closed span is recorded in (per name, or in its call-tree node):
+/// one record for a leaf entered once (its self time is its busy time), two otherwise.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InstanceRecords {
+    /// Entered exactly once (entry = instance).
+    single: bool,
+    busy: u64,
+    self_ns: u64,
+}
+
+impl InstanceRecords {
+    #[inline(always)]
+    fn of(c: &Closed) -> Self {
+        Self {
+            single: c.single,
+            busy: c.busy,
+            self_ns: c.self_ns,
+        }
+    }
+
+    /// Calls `record` with each (kind, value) (inlined: the kinds are constants there).
+    #[inline(always)]
+    pub(crate) fn each(self, mut record: impl FnMut(Kind, u64)) {
+        if self.single && self.self_ns == self.busy {
+            record(Kind::SingleLeaf, self.busy);
+        } else if self.single {
+            record(Kind::SingleBusy, self.busy);
+            record(Kind::SingleSelf, self.self_ns);
+        } else {
+            record(Kind::Busy, self.busy);
+            record(Kind::SelfTime, self.self_ns);
+        }
+    }
 }
 
 /// A closed span, as `close_slot` read it from its slot.

@@ -17,12 +17,18 @@
 //!   descendants are counted in it. Nothing is lost.
 //!
 //! Per node and per thread that records it ([`NodeStats`]): calls (entries), instances
-//! (closes), wall total, and single-writer HDR histograms of busy and self time with their
-//! exact sums (the same [`AtomicHist`] as the per-name statistics). About 200 bytes per node
-//! and thread, plus about 9 KiB per histogram once it holds a sample.
+//! (closes), wall total, and single-writer HDR histograms of the closed instances' busy and
+//! self time with their exact sums (the same [`AtomicHist`] as the per-name statistics), of the
+//! per-name statistics' instance kinds ([`NODE_KINDS`]). A node of a span name is where its
+//! instances are recorded: the name's instance histograms are the sum of its nodes' (see
+//! `collect`), so a close records its busy and self time once, not per name and per node. An
+//! other node's instances, of several names, are recorded per name as well. About 300 bytes
+//! per node and thread, plus about 9 KiB per histogram once it holds a sample.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{Arc, Mutex};
 
 use tracing_core::span::Attributes;
@@ -30,8 +36,9 @@ use tracing_core::span::Attributes;
 use hdrhistogram::Histogram;
 
 use super::hist::{new_histogram, AtomicHist, Exact};
-use super::names::NameInfo;
+use super::names::{Kind, NameInfo};
 use super::shards::{bump, Local, OpenView, Shard};
+use super::InstanceRecords;
 use super::Recorder;
 use crate::profile::{CallTree, Stat, TreeNode};
 
@@ -54,12 +61,30 @@ const _: () = assert!(TABLE_LEN.is_power_of_two());
 const _: () = assert!(2 * MAX_TREE_NODES + 1 < u16::MAX as usize);
 const _: () = assert!(super::names::MAX_SPAN_NAMES < u16::MAX as usize);
 
-/// Histograms kept per node.
-const BUSY: usize = 0;
-const SELF: usize = 1;
-/// Instances whose self time is their busy time (no child time): one record for both.
-const LEAF: usize = 2;
-const NODE_HISTS: usize = 3;
+/// The instance kinds of the per-name statistics, kept per node: each closed instance is one
+/// record of `SingleLeaf` (entered once, no child time), two of `SingleBusy` and `SingleSelf`
+/// (entered once), or two of `Busy` and `SelfTime`.
+pub(crate) const NODE_KINDS: [Kind; NODE_HISTS] = [
+    Kind::Busy,
+    Kind::SelfTime,
+    Kind::SingleBusy,
+    Kind::SingleSelf,
+    Kind::SingleLeaf,
+];
+const NODE_HISTS: usize = 5;
+
+/// The index of an instance kind among a node's histograms ([`NODE_KINDS`]).
+#[inline(always)]
+const fn node_hist(kind: Kind) -> usize {
+    match kind {
+        Kind::Busy => 0,
+        Kind::SelfTime => 1,
+        Kind::SingleBusy => 2,
+        Kind::SingleSelf => 3,
+        // Only instance kinds are recorded per node.
+        _ => 4,
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct NodeInfo {
@@ -88,6 +113,9 @@ pub(crate) struct Tree {
     /// (parent, name) → node, packed as `1 << 63 | parent << 32 | name << 16 | node`; 0 is an
     /// empty entry. Entries are only ever added.
     table: Box<[AtomicU64]>,
+    /// Whether each node is a span name's (not the root, not an other node): its instances are
+    /// recorded there only. Set before the node is published (in the table, with `Release`).
+    named: Box<[AtomicBool]>,
     state: Mutex<State>,
     /// Histogram counts drained from the threads' node histograms (rare), per node.
     spill: Mutex<Vec<[Option<Histogram<u64>>; NODE_HISTS]>>,
@@ -113,6 +141,9 @@ impl Tree {
     pub(crate) fn new() -> Self {
         crate::alloc::untracked(|| Self {
             table: (0..TABLE_LEN).map(|_| AtomicU64::new(0)).collect(),
+            named: (0..2 * MAX_TREE_NODES + 2)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             state: Mutex::new(State {
                 nodes: vec![NodeInfo {
                     parent: ROOT,
@@ -158,6 +189,11 @@ impl Tree {
                 return node;
             }
             let node = state.node_of(parent, name);
+            if node != ROOT && state.nodes[usize::from(node)].name != OTHER {
+                if let Some(named) = self.named.get(usize::from(node)) {
+                    named.store(true, Release);
+                }
+            }
             state.pairs.insert((parent, name), node);
             if state.entries < MAX_ENTRIES {
                 let key = key(parent, name);
@@ -193,28 +229,31 @@ impl Tree {
         });
     }
 
-    /// Records a closed span in its node's stats.
+    /// Whether `node` is a span name's: its instances are recorded there only.
     #[inline(always)]
-    pub(crate) fn close(&self, node: u16, stats: &NodeStats, busy: u64, self_ns: u64, wall: u64) {
-        bump(&stats.instances, 1);
-        bump(&stats.wall, wall);
-        if self_ns == busy {
-            if stats.hists[LEAF].record(busy) {
-                self.drain(node, stats, LEAF);
-            }
-            return;
-        }
-        if stats.hists[BUSY].record(busy) {
-            self.drain(node, stats, BUSY);
-        }
-        if stats.hists[SELF].record(self_ns) {
-            self.drain(node, stats, SELF);
-        }
+    pub(crate) fn is_named(&self, node: u16) -> bool {
+        self.named
+            .get(usize::from(node))
+            .is_some_and(|n| n.load(Relaxed))
     }
 
-    /// The tree as the profile model: every node of a span name or an other node, parents
-    /// before children, merged over every shard.
-    pub(crate) fn snapshot(&self, shards: &[Arc<Shard>], names: &[Arc<NameInfo>]) -> CallTree {
+    /// Records a closed instance in its node's stats: `kinds`, the instance kinds and values
+    /// its per-name statistics would record ([`instance_records`]).
+    #[inline(always)]
+    pub(crate) fn close(&self, node: u16, stats: &NodeStats, wall: u64, kinds: InstanceRecords) {
+        bump(&stats.instances, 1);
+        bump(&stats.wall, wall);
+        kinds.each(|kind, value| {
+            if stats.hists[node_hist(kind)].record(value) {
+                self.drain(node, stats, node_hist(kind));
+            }
+        });
+    }
+
+    /// Every node's figures merged over every shard (index 0: the root), for a snapshot: the
+    /// tree's nodes, and the per-name statistics' instance histograms (the sum of each name's
+    /// nodes').
+    pub(crate) fn merged(&self, shards: &[Arc<Shard>]) -> Vec<MergedNode> {
         let infos = self
             .state
             .lock()
@@ -223,8 +262,8 @@ impl Tree {
             .clone();
         let per_shard: Vec<_> = shards.iter().map(|s| s.nodes.all()).collect();
         let spill = self.spill.lock().unwrap_or_else(|e| e.into_inner());
-        let mut nodes = Vec::with_capacity(infos.len().saturating_sub(1));
-        for (index, info) in infos.iter().enumerate().skip(1) {
+        let mut nodes = Vec::with_capacity(infos.len());
+        for (index, info) in infos.iter().enumerate() {
             let mut hists: [Histogram<u64>; NODE_HISTS] = std::array::from_fn(|k| {
                 spill
                     .get(index)
@@ -245,34 +284,78 @@ impl Tree {
                     exact[k].merge(&stats.hists[k].exact());
                 }
             }
-            // Leaves count in both busy and self time.
-            let [mut busy_h, mut self_h, leaf_h] = hists;
-            let _ = busy_h.add(&leaf_h);
-            let _ = self_h.add(&leaf_h);
-            let (leaf, mut busy_e, mut self_e) = (exact[LEAF], exact[BUSY], exact[SELF]);
-            busy_e.merge(&leaf);
-            self_e.merge(&leaf);
+            nodes.push(MergedNode {
+                parent: info.parent,
+                name: (index != usize::from(ROOT) && info.name != OTHER).then_some(info.name),
+                calls,
+                instances,
+                wall,
+                hists,
+                exact,
+            });
+        }
+        nodes
+    }
+
+    /// The tree as the profile model, from [`Tree::merged`]: every node of a span name or an
+    /// other node, parents before children.
+    pub(crate) fn snapshot(&self, merged: &[MergedNode], names: &[Arc<NameInfo>]) -> CallTree {
+        let mut nodes = Vec::with_capacity(merged.len().saturating_sub(1));
+        for node in merged.iter().skip(1) {
+            // Busy time: every kind's busy; self time: every kind's self (a leaf's counts in
+            // both).
+            let (busy_h, busy_e) = node.union(&[Kind::Busy, Kind::SingleBusy, Kind::SingleLeaf]);
+            let (self_h, self_e) =
+                node.union(&[Kind::SelfTime, Kind::SingleSelf, Kind::SingleLeaf]);
             let stat = |h: Histogram<u64>, e: &Exact| {
                 Stat::new(h, e.sum, e.min_or_zero(), e.max, e.clamped)
             };
-            let (name, target) = match names.get(info.name as usize) {
-                Some(n) if info.name != OTHER => (n.name.to_string(), n.target.to_string()),
-                _ => (TreeNode::OTHER.to_string(), String::new()),
+            let (name, target) = match node.name.and_then(|n| names.get(n as usize)) {
+                Some(n) => (n.name.to_string(), n.target.to_string()),
+                None => (TreeNode::OTHER.to_string(), String::new()),
             };
             nodes.push(TreeNode {
                 name,
                 target,
-                other: info.name == OTHER,
+                other: node.name.is_none(),
                 // Node 0 is the root, not reported: indices shift by one.
-                parent: (info.parent != ROOT).then(|| u32::from(info.parent) - 1),
-                calls,
-                instances,
+                parent: (node.parent != ROOT).then(|| u32::from(node.parent) - 1),
+                calls: node.calls,
+                instances: node.instances,
                 busy: stat(busy_h, &busy_e),
                 self_time: stat(self_h, &self_e),
-                wall_ns: wall,
+                wall_ns: node.wall,
             });
         }
         CallTree::new(nodes, MAX_TREE_NODES as u32, MAX_TREE_DEPTH as u32)
+    }
+}
+
+/// One node's figures merged over every shard ([`Tree::merged`]).
+#[derive(Debug)]
+pub(crate) struct MergedNode {
+    parent: u16,
+    /// The span name's index; `None` for the root and other nodes.
+    pub(crate) name: Option<u32>,
+    calls: u64,
+    instances: u64,
+    wall: u64,
+    /// By [`NODE_KINDS`].
+    pub(crate) hists: [Histogram<u64>; NODE_HISTS],
+    pub(crate) exact: [Exact; NODE_HISTS],
+}
+
+impl MergedNode {
+    /// The union of some of its instance kinds.
+    fn union(&self, kinds: &[Kind]) -> (Histogram<u64>, Exact) {
+        let mut h = new_histogram();
+        let mut e = Exact::default();
+        for &kind in kinds {
+            // Histograms with identical bounds always add.
+            let _ = h.add(&self.hists[node_hist(kind)]);
+            e.merge(&self.exact[node_hist(kind)]);
+        }
+        (h, e)
     }
 }
 
@@ -327,8 +410,7 @@ pub(crate) struct NodeStats {
     instances: AtomicU64,
     /// Wall time of closed instances, ns.
     wall: AtomicU64,
-    /// Busy and self time of closed instances with child time, and busy (= self) time of
-    /// those without.
+    /// The closed instances' busy and self time, by instance kind ([`NODE_KINDS`]).
     hists: [AtomicHist; NODE_HISTS],
 }
 
@@ -461,24 +543,23 @@ impl Recorder {
     }
 
     /// A span in `node` closed on this thread (`local`: its state; `None` while it is torn
-    /// down: the orphan shard).
+    /// down: the orphan shard): its instance, recorded in the node's stats.
     #[inline(always)]
     pub(super) fn tree_close(
         &self,
         local: Option<&mut Local>,
         node: u16,
-        busy: u64,
-        self_ns: u64,
         wall: u64,
+        kinds: InstanceRecords,
     ) {
         let Some(tree) = &self.tree else {
             return;
         };
         match local {
-            Some(local) => tree.close(node, local.node_stats(node), busy, self_ns, wall),
+            Some(local) => tree.close(node, local.node_stats(node), wall, kinds),
             None => self
                 .shards
-                .with_orphan_node(node, |stats| tree.close(node, stats, busy, self_ns, wall)),
+                .with_orphan_node(node, |stats| tree.close(node, stats, wall, kinds)),
         }
     }
 }
