@@ -8,7 +8,6 @@ use super::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS};
 const SUB_BUCKET_HALF_MAGNITUDE: u32 = 7;
 const SUB_BUCKET_HALF: usize = 1 << SUB_BUCKET_HALF_MAGNITUDE;
 const SUB_BUCKET_MASK: u64 = (2 * SUB_BUCKET_HALF as u64) - 1;
-const LEADING_ZERO_BASE: u32 = 64 - SUB_BUCKET_HALF_MAGNITUDE - 1;
 
 const fn bucket_count() -> usize {
     let mut smallest_untrackable = 2 * SUB_BUCKET_HALF as u64;
@@ -31,9 +30,11 @@ pub(crate) const TOP_NS: u64 = ((2 * SUB_BUCKET_HALF as u64) << (bucket_count() 
 /// The index of the bucket holding `value` (at most [`HIGHEST_NS`]).
 #[inline(always)]
 pub(crate) fn index_of(value: u64) -> usize {
-    let bucket = LEADING_ZERO_BASE - (value | SUB_BUCKET_MASK).leading_zeros();
+    // hdrhistogram's bucket, `64 - SUB_BUCKET_HALF_MAGNITUDE - 1 - leading_zeros`, written
+    // from the top bit's position (one `bsr`, no count of leading zeros and back).
+    let bucket = (value | SUB_BUCKET_MASK).ilog2() - SUB_BUCKET_HALF_MAGNITUDE;
     let sub_bucket = (value >> bucket) as usize;
-    ((bucket as usize + 1) << SUB_BUCKET_HALF_MAGNITUDE) + sub_bucket - SUB_BUCKET_HALF
+    ((bucket as usize) << SUB_BUCKET_HALF_MAGNITUDE) + sub_bucket
 }
 
 /// The lowest value of bucket `index`.
