@@ -151,7 +151,9 @@ impl ProfileLayer {
         self.recorder.decide(meta, dynamic)
     }
 
-    #[inline(always)]
+    /// A new span of a callsite not decided yet, or one the filter decides per span (the
+    /// common case, decided to be recorded, is `on_new_span`'s own): out of line.
+    #[inline(never)]
     fn new_span<S>(
         &self,
         attrs: &Attributes<'_>,
@@ -200,21 +202,6 @@ impl ProfileLayer {
         {
             self.unheld(id);
         }
-    }
-
-    /// [`ProfileLayer::new_span`] out of line: a callsite not decided yet, or one the filter
-    /// decides per span.
-    #[inline(never)]
-    fn new_span_slow<S>(
-        &self,
-        attrs: &Attributes<'_>,
-        id: &Id,
-        ctx: Context<'_, S>,
-        decision: Option<Decision>,
-    ) where
-        S: Subscriber + for<'a> LookupSpan<'a>,
-    {
-        self.new_span(attrs, id, ctx, decision);
     }
 
     /// A span of a skipped callsite, with a filter that has span or field directives. Such a
@@ -303,7 +290,7 @@ where
                         self.recorder.dropped();
                     }
                 }
-                decision => self.new_span_slow(attrs, id, ctx, decision),
+                decision => self.new_span(attrs, id, ctx, decision),
             }
         } else if self.mode == Mode::Scoped {
             self.scoped_new_span(attrs, id, ctx);
