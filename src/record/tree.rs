@@ -81,7 +81,8 @@ const fn node_hist(kind: Kind) -> usize {
         Kind::SelfTime => 1,
         Kind::SingleBusy => 2,
         Kind::SingleSelf => 3,
-        // Only instance kinds are recorded per node.
+        // `SingleLeaf`: the five instance kinds are the only ones recorded per node
+        // (`InstanceRecords::each`).
         _ => 4,
     }
 }
@@ -238,7 +239,7 @@ impl Tree {
     }
 
     /// Records a closed instance in its node's stats: `kinds`, the instance kinds and values
-    /// its per-name statistics would record ([`instance_records`]).
+    /// its per-name statistics would record ([`InstanceRecords`]).
     #[inline(always)]
     pub(crate) fn close(&self, node: u16, stats: &NodeStats, wall: u64, kinds: InstanceRecords) {
         bump(&stats.instances, 1);
