@@ -93,10 +93,11 @@ impl Recorder {
             }
             drop(spill);
             for node in &nodes_of_name[index] {
-                for (k, kind) in tree::NODE_KINDS.iter().enumerate() {
+                for kind in tree::NODE_KINDS {
+                    let k = kind as usize;
                     // Histograms with identical bounds always add.
-                    let _ = hists[*kind as usize].add(&node.hists[k]);
-                    exact[*kind as usize].merge(&node.exact[k]);
+                    let _ = hists[k].add(&node.kinds.hists[k]);
+                    exact[k].merge(&node.kinds.exact[k]);
                 }
             }
             if !any {
@@ -493,15 +494,16 @@ fn opened(shards: &[Vec<Option<Arc<NameStats>>>], names: usize) -> Vec<u64> {
     opened
 }
 
-/// The merged histograms of one span name, per kind.
-struct Merged {
-    hists: [Histogram<u64>; KINDS],
-    exact: [Exact; KINDS],
+/// The merged histograms of one span name (or call-tree node), per kind.
+#[derive(Debug)]
+pub(super) struct Merged {
+    pub(super) hists: [Histogram<u64>; KINDS],
+    pub(super) exact: [Exact; KINDS],
 }
 
 impl Merged {
     /// The union of some kinds (each kind is used by at most one union per statistic).
-    fn sum(&self, kinds: &[Kind]) -> Partial {
+    pub(super) fn sum(&self, kinds: &[Kind]) -> Partial {
         let mut out = Partial {
             histogram: new_histogram(),
             exact: Exact::default(),
@@ -516,7 +518,7 @@ impl Merged {
 }
 
 /// A histogram and its exact figures, on the way to a [`Stat`].
-struct Partial {
+pub(super) struct Partial {
     histogram: Histogram<u64>,
     exact: Exact,
 }
@@ -533,7 +535,7 @@ impl Partial {
         });
     }
 
-    fn stat(self) -> Stat {
+    pub(super) fn stat(self) -> Stat {
         Stat::new(
             self.histogram,
             self.exact.sum,

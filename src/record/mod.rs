@@ -924,10 +924,9 @@ impl Recorder {
         figures: Option<&InstanceFigures>,
     ) {
         let name = c.name;
-        let kinds = InstanceRecords::of(c);
         self.in_stats(local.as_deref_mut(), name, |stats| {
             if PER_NAME {
-                kinds.each(|kind, value| self.record(stats, name, kind, value));
+                c.each(|kind, value| self.record(stats, name, kind, value));
             }
             self.record(stats, name, Kind::Wall, c.wall);
             if let Some((busy, self_ns)) = c.first {
@@ -942,7 +941,7 @@ impl Recorder {
             }
             bump(&stats.closed, 1);
         });
-        self.tree_close(local, c.node, c.wall, kinds);
+        self.tree_close(local, c);
     }
 
     /// An error-level event: counted for its explicit parent if recorded, else (`contextual`)
@@ -1055,47 +1054,12 @@ fn find_frame(local: &mut Local, id: u64) -> Option<usize> {
     Some(pos)
 }
 
-/// The instance histograms a closed span is recorded in (per name, or in its call-tree node):
-/// one record for a leaf entered once (its self time is its busy time), two otherwise.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct InstanceRecords {
-    /// Entered exactly once (entry = instance).
-    single: bool,
-    busy: u64,
-    self_ns: u64,
-}
-
-impl InstanceRecords {
-    #[inline(always)]
-    fn of(c: &Closed) -> Self {
-        Self {
-            single: c.single,
-            busy: c.busy,
-            self_ns: c.self_ns,
-        }
-    }
-
-    /// Calls `record` with each (kind, value) (inlined: the kinds are constants there).
-    #[inline(always)]
-    pub(crate) fn each(self, mut record: impl FnMut(Kind, u64)) {
-        if self.single && self.self_ns == self.busy {
-            record(Kind::SingleLeaf, self.busy);
-        } else if self.single {
-            record(Kind::SingleBusy, self.busy);
-            record(Kind::SingleSelf, self.self_ns);
-        } else {
-            record(Kind::Busy, self.busy);
-            record(Kind::SelfTime, self.self_ns);
-        }
-    }
-}
-
 /// A closed span, as `close_slot` read it from its slot.
 #[derive(Clone, Copy)]
-struct Closed {
+pub(crate) struct Closed {
     name: u32,
-    node: u16,
-    wall: u64,
+    pub(crate) node: u16,
+    pub(crate) wall: u64,
     busy: u64,
     self_ns: u64,
     /// Entered once, by its owner: recorded as a single entry.
@@ -1106,6 +1070,22 @@ struct Closed {
 }
 
 impl Closed {
+    /// Calls `record` with each instance histogram the span is recorded in (per name, or in its
+    /// call-tree node) and its value: one record for a leaf entered once (its self time is its
+    /// busy time), two otherwise. Inlined: the kinds are constants there.
+    #[inline(always)]
+    pub(crate) fn each(&self, mut record: impl FnMut(Kind, u64)) {
+        if self.single && self.self_ns == self.busy {
+            record(Kind::SingleLeaf, self.busy);
+        } else if self.single {
+            record(Kind::SingleBusy, self.busy);
+            record(Kind::SingleSelf, self.self_ns);
+        } else {
+            record(Kind::Busy, self.busy);
+            record(Kind::SelfTime, self.self_ns);
+        }
+    }
+
     /// The figures of the span in `slot`, closing at `now` (a raw clock reading).
     #[inline(always)]
     fn read(slot: &Slot, clock: &Clock, now: u64) -> Self {

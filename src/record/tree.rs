@@ -35,12 +35,12 @@ use tracing_core::span::Attributes;
 
 use hdrhistogram::Histogram;
 
+use super::collect::Merged;
 use super::hist::{new_histogram, AtomicHist, Exact};
-use super::names::{Kind, NameInfo};
+use super::names::{Kind, NameInfo, KINDS};
 use super::shards::{bump, Local, OpenView, Shard};
-use super::InstanceRecords;
-use super::Recorder;
-use crate::profile::{CallTree, Stat, TreeNode};
+use super::{Closed, Recorder};
+use crate::profile::{CallTree, TreeNode};
 
 /// Most nodes of span names in the call tree; beyond, spans are counted in their parent's
 /// other node.
@@ -82,7 +82,7 @@ const fn node_hist(kind: Kind) -> usize {
         Kind::SingleBusy => 2,
         Kind::SingleSelf => 3,
         // `SingleLeaf`: the five instance kinds are the only ones recorded per node
-        // (`InstanceRecords::each`).
+        // (`Closed::each`).
         _ => 4,
     }
 }
@@ -238,13 +238,13 @@ impl Tree {
             .is_some_and(|n| n.load(Relaxed))
     }
 
-    /// Records a closed instance in its node's stats: `kinds`, the instance kinds and values
-    /// its per-name statistics would record ([`InstanceRecords`]).
+    /// Records a closed instance in its node's stats, in the instance kinds its per-name
+    /// statistics would record ([`Closed::each`]).
     #[inline(always)]
-    pub(crate) fn close(&self, node: u16, stats: &NodeStats, wall: u64, kinds: InstanceRecords) {
+    pub(crate) fn close(&self, node: u16, stats: &NodeStats, c: &Closed) {
         bump(&stats.instances, 1);
-        bump(&stats.wall, wall);
-        kinds.each(|kind, value| {
+        bump(&stats.wall, c.wall);
+        c.each(|kind, value| {
             if stats.hists[node_hist(kind)].record(value) {
                 self.drain(node, stats, node_hist(kind));
             }
@@ -254,7 +254,7 @@ impl Tree {
     /// Every node's figures merged over every shard (index 0: the root), for a snapshot: the
     /// tree's nodes, and the per-name statistics' instance histograms (the sum of each name's
     /// nodes').
-    pub(crate) fn merged(&self, shards: &[Arc<Shard>]) -> Vec<MergedNode> {
+    pub(super) fn merged(&self, shards: &[Arc<Shard>]) -> Vec<MergedNode> {
         let infos = self
             .state
             .lock()
@@ -285,14 +285,22 @@ impl Tree {
                     exact[k].merge(&stats.hists[k].exact());
                 }
             }
+            // Indexed by kind, as a name's: the kinds a node does not keep stay empty.
+            let mut kinds = Merged {
+                hists: std::array::from_fn(|_| new_histogram()),
+                exact: [Exact::default(); KINDS],
+            };
+            for ((kind, h), e) in NODE_KINDS.iter().zip(hists).zip(exact) {
+                kinds.hists[*kind as usize] = h;
+                kinds.exact[*kind as usize] = e;
+            }
             nodes.push(MergedNode {
                 parent: info.parent,
                 name: (index != usize::from(ROOT) && info.name != OTHER).then_some(info.name),
                 calls,
                 instances,
                 wall,
-                hists,
-                exact,
+                kinds,
             });
         }
         nodes
@@ -300,17 +308,17 @@ impl Tree {
 
     /// The tree as the profile model, from [`Tree::merged`]: every node of a span name or an
     /// other node, parents before children.
-    pub(crate) fn snapshot(&self, merged: &[MergedNode], names: &[Arc<NameInfo>]) -> CallTree {
+    pub(super) fn snapshot(&self, merged: &[MergedNode], names: &[Arc<NameInfo>]) -> CallTree {
         let mut nodes = Vec::with_capacity(merged.len().saturating_sub(1));
         for node in merged.iter().skip(1) {
             // Busy time: every kind's busy; self time: every kind's self (a leaf's counts in
-            // both).
-            let (busy_h, busy_e) = node.union(&[Kind::Busy, Kind::SingleBusy, Kind::SingleLeaf]);
-            let (self_h, self_e) =
-                node.union(&[Kind::SelfTime, Kind::SingleSelf, Kind::SingleLeaf]);
-            let stat = |h: Histogram<u64>, e: &Exact| {
-                Stat::new(h, e.sum, e.min_or_zero(), e.max, e.clamped)
-            };
+            // both), as for a name.
+            let busy = node
+                .kinds
+                .sum(&[Kind::Busy, Kind::SingleBusy, Kind::SingleLeaf]);
+            let self_time = node
+                .kinds
+                .sum(&[Kind::SelfTime, Kind::SingleSelf, Kind::SingleLeaf]);
             let (name, target) = match node.name.and_then(|n| names.get(n as usize)) {
                 Some(n) => (n.name.to_string(), n.target.to_string()),
                 None => (TreeNode::OTHER.to_string(), String::new()),
@@ -323,8 +331,8 @@ impl Tree {
                 parent: (node.parent != ROOT).then(|| u32::from(node.parent) - 1),
                 calls: node.calls,
                 instances: node.instances,
-                busy: stat(busy_h, &busy_e),
-                self_time: stat(self_h, &self_e),
+                busy: busy.stat(),
+                self_time: self_time.stat(),
                 wall_ns: node.wall,
             });
         }
@@ -334,30 +342,15 @@ impl Tree {
 
 /// One node's figures merged over every shard ([`Tree::merged`]).
 #[derive(Debug)]
-pub(crate) struct MergedNode {
+pub(super) struct MergedNode {
     parent: u16,
     /// The span name's index; `None` for the root and other nodes.
-    pub(crate) name: Option<u32>,
+    pub(super) name: Option<u32>,
     calls: u64,
     instances: u64,
     wall: u64,
-    /// By [`NODE_KINDS`].
-    pub(crate) hists: [Histogram<u64>; NODE_HISTS],
-    pub(crate) exact: [Exact; NODE_HISTS],
-}
-
-impl MergedNode {
-    /// The union of some of its instance kinds.
-    fn union(&self, kinds: &[Kind]) -> (Histogram<u64>, Exact) {
-        let mut h = new_histogram();
-        let mut e = Exact::default();
-        for &kind in kinds {
-            // Histograms with identical bounds always add.
-            let _ = h.add(&self.hists[node_hist(kind)]);
-            e.merge(&self.exact[node_hist(kind)]);
-        }
-        (h, e)
-    }
+    /// The instance kinds' histograms ([`NODE_KINDS`]), indexed by kind as a name's are.
+    pub(super) kinds: Merged,
 }
 
 impl State {
@@ -543,24 +536,18 @@ impl Recorder {
         }
     }
 
-    /// A span in `node` closed on this thread (`local`: its state; `None` while it is torn
-    /// down: the orphan shard): its instance, recorded in the node's stats.
+    /// A span closed on this thread (`local`: its state; `None` while it is torn down: the
+    /// orphan shard): its instance, recorded in its node's stats.
     #[inline(always)]
-    pub(super) fn tree_close(
-        &self,
-        local: Option<&mut Local>,
-        node: u16,
-        wall: u64,
-        kinds: InstanceRecords,
-    ) {
+    pub(super) fn tree_close(&self, local: Option<&mut Local>, c: &Closed) {
         let Some(tree) = &self.tree else {
             return;
         };
         match local {
-            Some(local) => tree.close(node, local.node_stats(node), wall, kinds),
+            Some(local) => tree.close(c.node, local.node_stats(c.node), c),
             None => self
                 .shards
-                .with_orphan_node(node, |stats| tree.close(node, stats, wall, kinds)),
+                .with_orphan_node(c.node, |stats| tree.close(c.node, stats, c)),
         }
     }
 }
