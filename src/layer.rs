@@ -270,21 +270,23 @@ where
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
             // Callsites spanprof does not profile leave here: one inlined cache probe.
-            match self.recorder.cached(attrs.metadata()) {
-                // Recorded, the filter not asked per span: the callsite's decision is all
-                // there is to know (one test).
-                Some(d) if d.is_static_record() => {
-                    if probe_due(id.into_u64()) {
-                        self.recorder.timed(|r| {
-                            if r.recording() {
-                                r.open(id.into_u64(), d, attrs);
-                            }
-                            true
-                        });
-                    } else if self.recorder.recording() {
-                        self.recorder.open(id.into_u64(), d, attrs);
-                    }
+            let decision = self.recorder.cached(attrs.metadata());
+            // Recorded, the filter not asked per span: the callsite's decision is all there
+            // is to know (one test, not a jump table over every kind of decision).
+            if let Some(d) = decision.filter(|d| d.is_static_record()) {
+                if probe_due(id.into_u64()) {
+                    self.recorder.timed(|r| {
+                        if r.recording() {
+                            r.open_unsampled(id.into_u64(), d, attrs);
+                        }
+                        true
+                    });
+                } else if self.recorder.recording() {
+                    self.recorder.open_unsampled(id.into_u64(), d, attrs);
                 }
+                return;
+            }
+            match decision {
                 Some(d) if d.is_skip() => {
                     if d.is_drop() {
                         self.recorder.dropped();

@@ -28,7 +28,7 @@ pub(crate) mod tree;
 use std::fmt;
 use std::sync::atomic::{
     AtomicU64,
-    Ordering::{Acquire, Relaxed, Release},
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -56,7 +56,9 @@ use spans::{
     FLAG_STEP,
 };
 
-static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
+/// Recorder instances are even, from 2: a thread's state keeps its instance with the low bit
+/// free to mark it in use (`shards::with_local`).
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(2);
 
 /// What a snapshot reports about how the profile was configured.
 #[derive(Debug, Clone)]
@@ -170,7 +172,7 @@ impl Recorder {
         }
         let probing = recording && !clock.is_mock() && costs.span_ns > 0.0;
         Self {
-            id: NEXT_INSTANCE.fetch_add(1, Relaxed),
+            id: NEXT_INSTANCE.fetch_add(2, Relaxed),
             switches: Switches::new(recording, available),
             available,
             start_raw,
@@ -289,6 +291,12 @@ impl Recorder {
             None => Decision::DROP,
         };
         self.names.remember(meta, decision);
+        // A name sampled before, or while, its callsite was remembered (`set_sampling`).
+        std::sync::atomic::fence(SeqCst);
+        if !decision.is_skip() && self.ever_sampled(decision.name()) {
+            self.names.mark_sampled(decision.name());
+            return decision.sampled();
+        }
         decision
     }
 
@@ -313,6 +321,18 @@ impl Recorder {
         if every > 1 && self.sample_out(name, every) {
             return false;
         }
+        self.open_unsampled(id, decision, attrs)
+    }
+
+    /// [`Recorder::open`] for a decision of a name never sampled
+    /// ([`Decision::is_static_record`]): no sampling to ask.
+    #[inline(always)]
+    pub(crate) fn open_unsampled(
+        &self,
+        id: u64,
+        decision: Decision,
+        attrs: &Attributes<'_>,
+    ) -> bool {
         let now = self.clock.raw();
         // One thread-local lookup: the frame stack, the region, the stats.
         match self.local(|local| self.open_in(local, id, decision, attrs, now)) {

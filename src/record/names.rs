@@ -57,7 +57,8 @@ pub(crate) const FIELD_BYTES: u32 = 2;
 pub(crate) const FIELD_FLOPS: u32 = 4;
 
 /// What to do with spans of one callsite, packed in a `u32`:
-/// bits 0–1 mode, bits 2–4 throughput fields, bit 5 the step span, bits 8.. name index.
+/// bits 0–1 mode, bits 2–4 throughput fields, bit 5 the step span, bit 6 the name has been
+/// sampled, bits 8.. name index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Decision(u32);
 
@@ -69,6 +70,9 @@ impl Decision {
     const DYNAMIC: u32 = 2;
 
     const STEP: u32 = 1 << 5;
+    /// The name has been sampled (`Recorder::set_sampling`): its spans ask whether they are
+    /// left out, out of line. Set for good: a name sampled once stays off the common path.
+    const SAMPLED: u32 = 1 << 6;
 
     pub(crate) fn record(name: u32, fields: u32, dynamic: bool, step: bool) -> Self {
         let mode = if dynamic { Self::DYNAMIC } else { Self::RECORD };
@@ -91,10 +95,15 @@ impl Decision {
     pub(crate) fn is_drop(self) -> bool {
         self.0 & 3 == 3
     }
-    /// Recorded, and the span filter is not asked per span: the common case, one test.
+    /// Recorded, the span filter not asked per span, the name never sampled: the common
+    /// case, one test.
     #[inline(always)]
     pub(crate) fn is_static_record(self) -> bool {
-        self.0 & 3 == Self::RECORD
+        self.0 & (3 | Self::SAMPLED) == Self::RECORD
+    }
+    /// This decision, its name marked as sampled.
+    pub(crate) fn sampled(self) -> Self {
+        Decision(self.0 | Self::SAMPLED)
     }
     #[inline(always)]
     pub(crate) fn is_dynamic(self) -> bool {
@@ -210,6 +219,27 @@ impl CallsiteCache {
             .copied()
     }
 
+    /// Replaces every cached value `f` maps to a new one. A callsite being inserted meanwhile
+    /// may keep its old value: see `Recorder::set_sampling` for how its caller covers that.
+    fn update(&self, f: impl Fn(u32) -> Option<u32>) {
+        for (key, value) in self.keys.iter().zip(self.values.iter()) {
+            let k = key.load(Ordering::Acquire);
+            if k != EMPTY && k != RESERVED {
+                if let Some(new) = f(value.load(Ordering::Relaxed)) {
+                    value.store(new, Ordering::Relaxed);
+                }
+            }
+        }
+        if self.overflowed.load(Ordering::Acquire) {
+            let mut overflow = self.overflow.write().unwrap_or_else(|e| e.into_inner());
+            for value in overflow.values_mut() {
+                if let Some(new) = f(*value) {
+                    *value = new;
+                }
+            }
+        }
+    }
+
     /// Caches a value for a callsite (first one wins). Past the cache's probe window, in the
     /// overflow map.
     pub(crate) fn insert(&self, meta: &'static Metadata<'static>, value: u32) {
@@ -260,6 +290,14 @@ impl Names {
     /// Caches a decision for a callsite (first one wins).
     pub(crate) fn remember(&self, meta: &'static Metadata<'static>, decision: Decision) {
         self.callsites.insert(meta, decision.0);
+    }
+
+    /// Marks the cached decisions of every callsite recorded under `name` as sampled.
+    pub(crate) fn mark_sampled(&self, name: u32) {
+        self.callsites.update(|value| {
+            let d = Decision(value);
+            (!d.is_skip() && d.name() == name).then(|| d.sampled().0)
+        });
     }
 
     /// The index of a span name, registering it if new; `None` past [`MAX_SPAN_NAMES`].

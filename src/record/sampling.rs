@@ -24,7 +24,10 @@
 //! counted in its grandparent's child time twice, at most 5% of the name's time. An error or
 //! a metric event inside a span left out counts for the span around it.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 
 use super::names::{Kind, MAX_SPAN_NAMES};
 use super::Recorder;
@@ -125,6 +128,21 @@ impl Recorder {
         }
         self.sampling.most[i].fetch_max(every, Relaxed);
         slot.store(every, Relaxed);
+        if every > 1 {
+            // Its callsites' spans leave the common path (which does not look at N) for good.
+            // A callsite decided meanwhile marks itself (`Recorder::decide`): with a fence on
+            // both sides, one of the two sees the other's write.
+            std::sync::atomic::fence(SeqCst);
+            self.names.mark_sampled(name);
+        }
+    }
+
+    /// Whether `name` was ever sampled (its callsites' decisions are marked so).
+    pub(crate) fn ever_sampled(&self, name: u32) -> bool {
+        self.sampling
+            .most
+            .get(name as usize)
+            .is_some_and(|m| m.load(Relaxed) > 1)
     }
 
     /// (name, target) of a name index.
@@ -249,6 +267,39 @@ mod tests {
         let error = (self_of(&sampled) - self_of(&whole)).abs();
         let bound = 2.0 * 2f64.sqrt() * 1_000.0 * (8.0 * skipped as f64).sqrt();
         assert!(error <= bound, "error {error} ns over the bound {bound} ns");
+    }
+
+    #[test]
+    fn a_callsite_decided_after_its_name_was_sampled_is_sampled_too() {
+        // Two callsites of one name: the first decided, the name sampled 1 in 4, then the
+        // second decided. Each must ask whether its spans are left out: the first through the
+        // mark `set_sampling` puts on its cached decision, the second through the one it
+        // takes when decided.
+        let (clock, _mock) = Clock::mock();
+        let rec = Arc::new(Recorder::standalone(
+            clock,
+            Resources::NONE,
+            Costs::default(),
+        ));
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        tracing::dispatcher::with_default(&dispatch, || {
+            tracing::info_span!("child").in_scope(|| {});
+            let child = rec.names.all().iter().position(|n| n.name == "child");
+            rec.set_sampling(child.unwrap() as u32, 4);
+            for _ in 0..8 {
+                tracing::info_span!("child").in_scope(|| {});
+            }
+            for _ in 0..8 {
+                tracing::info_span!("child").in_scope(|| {});
+            }
+        });
+        let snap = rec.snapshot();
+        let child = snap.span("child").unwrap();
+        assert_eq!(child.calls, 17);
+        // 1 before sampling, then 2 of each callsite's 8.
+        assert_eq!(child.busy.count, 1 + 2 + 2);
+        assert_eq!(child.sampled.as_ref().map(|s| s.skipped), Some(12));
     }
 
     #[test]

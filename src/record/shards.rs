@@ -49,8 +49,61 @@ pub(crate) struct NameStats {
     pub(crate) tree_memo: AtomicU32,
 }
 
-/// Never recorded into in practice (see [`Local::stats`]).
+/// Never recorded into in practice (see [`LocalList::get`]).
 static UNUSED: NameStats = NameStats::new();
+
+impl Unused for NameStats {
+    fn unused() -> &'static Self {
+        &UNUSED
+    }
+}
+
+/// Stats no thread records into: what a [`LocalList`] lookup would return if the entry it has
+/// just made were missing (it never is).
+pub(crate) trait Unused: 'static {
+    fn unused() -> &'static Self;
+}
+
+/// A thread's view of one of its shard's lists of stats (by span name, by call-tree node): no
+/// lock, no atomic. A lookup is a bounds test and a null test; an entry is made on first use,
+/// out of line.
+#[derive(Debug)]
+pub(crate) struct LocalList<T>(pub(crate) Vec<Option<Arc<T>>>);
+
+impl<T> Default for LocalList<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<T: Unused> LocalList<T> {
+    /// The entry at `index`, made on first use by `make` (given `index`; called with the
+    /// allocation counters off).
+    #[inline(always)]
+    pub(crate) fn get(&mut self, index: usize, make: impl FnOnce(usize) -> Arc<T>) -> &T {
+        if !matches!(self.0.get(index), Some(Some(_))) {
+            // Returned from here, so the found entry's pointer is tested once.
+            return self.fill(index, make);
+        }
+        self.0
+            .get(index)
+            .and_then(Option::as_deref)
+            .unwrap_or(T::unused())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fill(&mut self, index: usize, make: impl FnOnce(usize) -> Arc<T>) -> &T {
+        crate::alloc::untracked(|| {
+            let made = make(index);
+            if self.0.len() <= index {
+                self.0.resize(index + 1, None);
+            }
+            self.0[index] = Some(made);
+        });
+        self.0[index].as_deref().unwrap_or(T::unused())
+    }
+}
 
 impl NameStats {
     pub(crate) const fn new() -> Self {
@@ -147,8 +200,7 @@ impl Shard {
         cell
     }
 
-    /// The stats of a name in this shard, made if new. For a writer that holds the shard
-    /// alone (the orphan shard under its lock).
+    /// The stats of a name in this shard, made if new (locks the shard's list).
     fn stats(&self, name: u32) -> Arc<NameStats> {
         let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
         let index = name as usize;
@@ -296,7 +348,7 @@ pub(crate) struct Local {
     instance: u64,
     shard: Arc<Shard>,
     /// This thread's view of `shard`'s stats, indexed by name: no lock, no atomic.
-    stats: Vec<Option<Arc<NameStats>>>,
+    stats: LocalList<NameStats>,
     /// This thread's view of `shard`'s call-tree node stats.
     nodes: LocalNodes,
     /// This thread's metric cells, indexed by metric id: (span name index, cell) of each span
@@ -362,17 +414,9 @@ impl Local {
     /// first use).
     #[inline(always)]
     pub(crate) fn open_view(&mut self, name: u32) -> OpenView<'_> {
-        let index = name as usize;
-        if !matches!(self.stats.get(index), Some(Some(_))) {
-            self.new_stats(index);
-        }
+        let shard = &self.shard;
         OpenView {
-            // `new_stats` filled the slot; the fallback is never used.
-            stats: self
-                .stats
-                .get(index)
-                .and_then(Option::as_deref)
-                .unwrap_or(&UNUSED),
+            stats: self.stats.get(name as usize, |i| shard.stats(i as u32)),
             top: self.stack.last().map_or(super::tree::ROOT, |f| f.node),
             token: self.token,
             region: &mut self.region,
@@ -449,15 +493,8 @@ impl Local {
     /// The stats of a span name, created on first use.
     #[inline(always)]
     pub(crate) fn stats(&mut self, name: u32) -> &NameStats {
-        let index = name as usize;
-        if !matches!(self.stats.get(index), Some(Some(_))) {
-            self.new_stats(index);
-        }
-        // `new_stats` filled the slot; the fallback is never used.
-        self.stats
-            .get(index)
-            .and_then(Option::as_deref)
-            .unwrap_or(&UNUSED)
+        let shard = &self.shard;
+        self.stats.get(name as usize, |i| shard.stats(i as u32))
     }
 
     /// The call-tree stats of a node, created on first use.
@@ -492,35 +529,15 @@ impl Local {
         self.metrics[index].push((span, cell));
         self.metrics[index].len() - 1
     }
-
-    #[cold]
-    #[inline(never)]
-    fn new_stats(&mut self, index: usize) {
-        crate::alloc::untracked(|| self.make_stats(index));
-    }
-
-    fn make_stats(&mut self, index: usize) {
-        let stats = Arc::new(NameStats::new());
-        let mut shared = self.shard.names.lock().unwrap_or_else(|e| e.into_inner());
-        if shared.len() <= index {
-            shared.resize(index + 1, None);
-        }
-        let stats = shared[index].get_or_insert(stats).clone();
-        drop(shared);
-        if self.stats.len() <= index {
-            self.stats.resize(index + 1, None);
-        }
-        self.stats[index] = Some(stats);
-    }
 }
 
 impl Drop for Local {
     fn drop(&mut self) {
         self.shard.retired.store(true, Relaxed);
         // The fast path must never reach a state that is gone.
-        let fast = FAST.with(Cell::get);
-        if std::ptr::eq(fast.local, self) {
-            FAST.with(|f| f.set(Fast::NONE));
+        if std::ptr::eq(FAST_LOCAL.with(Cell::get), self) {
+            FAST_INSTANCE.with(|i| i.set(NO_INSTANCE));
+            FAST_LOCAL.with(|l| l.set(std::ptr::null_mut()));
         }
     }
 }
@@ -529,32 +546,27 @@ impl Drop for Local {
 /// (its shard stays with its instance).
 const CACHED_INSTANCES: usize = 8;
 
-/// The state a thread used last, reached without the `LOCALS` cell: its instance and its
-/// address (a `Box` in `LOCALS`, so it never moves).
-#[derive(Clone, Copy)]
-struct Fast {
-    instance: u64,
-    local: *mut Local,
-}
+/// No recorder has this instance (theirs are even, from 2): in `FAST_INSTANCE`, no state is
+/// remembered.
+const NO_INSTANCE: u64 = 0;
 
-impl Fast {
-    const NONE: Fast = Fast {
-        instance: 0,
-        local: std::ptr::null_mut(),
-    };
-}
+/// Set in `FAST_INSTANCE` while a callback uses the state (recorder instances are even).
+const IN_USE: u64 = 1;
 
 thread_local! {
-    /// Owns this thread's states (dropped at thread exit). Boxed: `FAST` points to one, which
-    /// must not move when the list is reordered or grows.
+    /// Owns this thread's states (dropped at thread exit). Boxed: `FAST_LOCAL` points to one,
+    /// which must not move when the list is reordered or grows.
     #[allow(clippy::vec_box)]
     static LOCALS: RefCell<Vec<Box<Local>>> = const { RefCell::new(Vec::new()) };
-    /// No destructor: reachable with one thread-pointer-relative access, also while the
-    /// thread's other thread-locals are torn down (it is cleared as its state is dropped).
-    static FAST: Cell<Fast> = const { Cell::new(Fast::NONE) };
-    /// Set while a callback uses this thread's state: a callback that re-entered spanprof
-    /// then does nothing.
-    static IN_USE: Cell<bool> = const { Cell::new(false) };
+    /// The state this thread used last (`FAST_LOCAL`) and its instance, reached without the
+    /// `LOCALS` cell. No destructor: one thread-pointer-relative access each, also while the
+    /// thread's other thread-locals are torn down (both are cleared as the state is dropped).
+    ///
+    /// While a callback uses the state, `FAST_INSTANCE` has its [`IN_USE`] bit set (one
+    /// instruction to set, one to clear): a callback that re-entered spanprof then matches no
+    /// instance, and `new_local` tells it the state is in use. One test serves both checks.
+    static FAST_INSTANCE: Cell<u64> = const { Cell::new(NO_INSTANCE) };
+    static FAST_LOCAL: Cell<*mut Local> = const { Cell::new(std::ptr::null_mut()) };
     static TOKEN: Cell<u32> = const { Cell::new(0) };
 }
 
@@ -586,37 +598,38 @@ pub(crate) fn with_local<R>(
     shards: &Arc<Shards>,
     f: impl FnOnce(&mut Local) -> R,
 ) -> Option<R> {
-    if IN_USE.with(Cell::get) {
-        return None;
-    }
-    let fast = FAST.with(Cell::get);
-    let local = if fast.instance == instance && !fast.local.is_null() {
-        fast.local
+    // `FAST_INSTANCE` holds a live instance (even) only beside that instance's state, not in
+    // use.
+    let local = if FAST_INSTANCE.with(Cell::get) == instance {
+        FAST_LOCAL.with(Cell::get)
     } else {
         // Out of line and not generic over `f`: `f` is called in one place, inlined, so its
         // captures stay in registers (a second call site in the cold path made the compiler
         // build the closure in memory on every callback).
         new_local(instance, shards)?
     };
-    IN_USE.with(|u| u.set(true));
+    FAST_INSTANCE.with(|i| i.set(i.get() | IN_USE));
     // SAFETY: `local` points to a live `Local` in this thread's `LOCALS` (a `Box`: it does
-    // not move; it is cleared from `FAST` when that `Local` is dropped). Nothing else refers to
-    // it while `IN_USE` is set: every access to this thread's states goes through this
-    // function, which returns above while it is set.
+    // not move; it is cleared from `FAST_LOCAL` when that `Local` is dropped). Nothing else
+    // refers to it while `FAST_INSTANCE` has its `IN_USE` bit: every access to this thread's
+    // states goes through this function, which then reaches `new_local`, which returns `None`.
     #[allow(unsafe_code)]
     let local = unsafe { &mut *local };
     let r = f(local);
-    // Not cleared if `f` panicked (the recorder does not): this thread then records nothing
+    // Not given back if `f` panicked (the recorder does not): this thread then records nothing
     // more, rather than reach a state left half-written.
-    IN_USE.with(|u| u.set(false));
+    FAST_INSTANCE.with(|i| i.set(i.get() & !IN_USE));
     Some(r)
 }
 
 /// This thread's state for an instance it did not use last: found or made, and remembered in
-/// `FAST`. `None` while the thread is being torn down.
+/// `FAST_LOCAL`. `None` while the thread is being torn down, or while its state is in use.
 #[cold]
 #[inline(never)]
 fn new_local(instance: u64, shards: &Arc<Shards>) -> Option<*mut Local> {
+    if FAST_INSTANCE.with(Cell::get) & IN_USE != 0 || instance & IN_USE != 0 {
+        return None;
+    }
     let local: *mut Local = LOCALS
         .try_with(|cell| {
             let mut locals = cell.try_borrow_mut().ok()?;
@@ -625,7 +638,8 @@ fn new_local(instance: u64, shards: &Arc<Shards>) -> Option<*mut Local> {
         })
         .ok()
         .flatten()?;
-    FAST.with(|f| f.set(Fast { instance, local }));
+    FAST_LOCAL.with(|l| l.set(local));
+    FAST_INSTANCE.with(|i| i.set(instance));
     Some(local)
 }
 
@@ -657,7 +671,7 @@ fn slow_local<'a>(
         let shard = shards.acquire();
         let local = Local {
             instance,
-            stats: shard.names(),
+            stats: LocalList(shard.names()),
             nodes: LocalNodes::of(&shard.nodes),
             metrics: Vec::new(),
             shard,
@@ -675,4 +689,57 @@ fn slow_local<'a>(
         locals.insert(0, Box::new(local));
     }
     &mut locals[0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tells states apart: `n` in the items counter of their stats of name 0.
+    fn mark(local: &mut Local, n: u64) {
+        local.stats(0).items.store(n, Relaxed);
+    }
+
+    fn marked(local: &mut Local) -> u64 {
+        local.stats(0).items.load(Relaxed)
+    }
+
+    #[test]
+    fn a_callback_inside_a_callback_gets_no_state_for_any_instance() {
+        std::thread::spawn(|| {
+            let (a, b) = (Arc::new(Shards::default()), Arc::new(Shards::default()));
+            let (ia, ib) = (1000, 1002);
+            let inner = with_local(ia, &a, |local| {
+                mark(local, 7);
+                // Re-entered: neither this instance's state (in use) nor another's.
+                (
+                    with_local(ia, &a, |_| ()).is_none(),
+                    with_local(ib, &b, |_| ()).is_none(),
+                )
+            });
+            assert_eq!(inner, Some((true, true)));
+            // Given back: both instances have their own state again, the first one's kept.
+            assert_eq!(with_local(ia, &a, marked), Some(7));
+            assert_eq!(with_local(ib, &b, marked), Some(0));
+            assert_eq!(with_local(ia, &a, marked), Some(7));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_thread_whose_callback_panicked_records_nothing_more() {
+        std::thread::spawn(|| {
+            let shards = Arc::new(Shards::default());
+            let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                with_local(1000, &shards, |_| panic!("inside a callback"))
+            }));
+            assert!(panicked.is_err());
+            // The state may be half-written: never handed out again on this thread.
+            assert!(with_local(1000, &shards, |_| ()).is_none());
+            assert!(with_local(1002, &shards, |_| ()).is_none());
+        })
+        .join()
+        .unwrap();
+    }
 }

@@ -38,7 +38,7 @@ use hdrhistogram::Histogram;
 use super::collect::Merged;
 use super::hist::{new_histogram, AtomicHist, Exact};
 use super::names::{Kind, NameInfo, KINDS};
-use super::shards::{bump, Local, OpenView, Shard};
+use super::shards::{bump, Local, LocalList, OpenView, Shard, Unused};
 use super::{Closed, Recorder};
 use crate::profile::{CallTree, TreeNode};
 
@@ -419,8 +419,14 @@ impl NodeStats {
     }
 }
 
-/// Never recorded into in practice (see [`LocalNodes::get`]).
+/// Never recorded into in practice (see [`LocalList::get`]).
 static UNUSED: NodeStats = NodeStats::new();
+
+impl Unused for NodeStats {
+    fn unused() -> &'static Self {
+        &UNUSED
+    }
+}
 
 /// A shard's node stats, by node: for snapshots.
 #[derive(Debug, Default)]
@@ -454,37 +460,19 @@ impl ShardNodes {
 
 /// A thread's view of its shard's node stats: no lock, no atomic.
 #[derive(Debug, Default)]
-pub(crate) struct LocalNodes(Vec<Option<Arc<NodeStats>>>);
+pub(crate) struct LocalNodes(LocalList<NodeStats>);
 
 impl LocalNodes {
     /// The adopted shard's stats.
     pub(crate) fn of(shard: &ShardNodes) -> Self {
-        Self(shard.all())
+        Self(LocalList(shard.all()))
     }
 
     /// The stats of `node`, made on first use.
     #[inline(always)]
     pub(crate) fn get(&mut self, node: u16, shard: &ShardNodes) -> &NodeStats {
-        let index = usize::from(node);
-        if !matches!(self.0.get(index), Some(Some(_))) {
-            self.make(index, shard);
-        }
         self.0
-            .get(index)
-            .and_then(Option::as_deref)
-            .unwrap_or(&UNUSED)
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn make(&mut self, index: usize, shard: &ShardNodes) {
-        let stats = shard.get_or_make(index as u16);
-        crate::alloc::untracked(|| {
-            if self.0.len() <= index {
-                self.0.resize(index + 1, None);
-            }
-        });
-        self.0[index] = Some(stats);
+            .get(usize::from(node), |i| shard.get_or_make(i as u16))
     }
 }
 
