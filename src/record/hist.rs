@@ -10,7 +10,7 @@
 //! real [`Histogram`] that any HdrHistogram implementation can read.
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
+use once_cell::race::OnceBox;
 
 use hdrhistogram::Histogram;
 
@@ -82,7 +82,7 @@ impl Exact {
 /// the first record, so kinds a span name never uses cost no memory.
 pub(crate) struct AtomicHist {
     /// Of a fixed length: the bound of an index is a constant (no length loaded per record).
-    counts: OnceLock<Box<[AtomicU16; COUNTS_LEN]>>,
+    counts: OnceBox<[AtomicU16; COUNTS_LEN]>,
     sum: AtomicU64,
     min: AtomicU64,
     max: AtomicU64,
@@ -100,7 +100,7 @@ impl std::fmt::Debug for AtomicHist {
 impl AtomicHist {
     pub(crate) const fn new() -> Self {
         Self {
-            counts: OnceLock::new(),
+            counts: OnceBox::new(),
             sum: AtomicU64::new(0),
             min: AtomicU64::new(u64::MAX),
             max: AtomicU64::new(0),

@@ -19,6 +19,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
+use once_cell::race::OnceBox;
 
 const EMPTY: u64 = 0;
 const TOMBSTONE: u64 = u64::MAX;
@@ -142,7 +143,7 @@ const _: () = assert!(REGIONS.is_power_of_two() && REGION_LEN.is_power_of_two())
 struct Regions<M> {
     /// The token (`shards::thread_token`) of the thread that owns each region, 0 if none.
     owners: Arc<[AtomicU32; REGIONS]>,
-    slots: [OnceLock<Box<Region<M>>>; REGIONS],
+    slots: [OnceBox<Region<M>>; REGIONS],
 }
 
 /// One region's slots, and what is kept beside them (first: a lookup's reference to it is the
@@ -157,7 +158,7 @@ impl<M> Regions<M> {
     fn new() -> Self {
         Self {
             owners: Arc::new([const { AtomicU32::new(0) }; REGIONS]),
-            slots: [const { OnceLock::new() }; REGIONS],
+            slots: [const { OnceBox::new() }; REGIONS],
         }
     }
 
@@ -563,7 +564,7 @@ impl<M: Default> SpanTable<M> {
                 f(slot);
             }
         };
-        for region in self.regions.slots.iter().filter_map(OnceLock::get) {
+        for region in self.regions.slots.iter().filter_map(OnceBox::get) {
             visit(&region.slots);
         }
         visit(&self.first.slots);
