@@ -9,8 +9,8 @@
 //! `Histogram::new_with_bounds(1, HIGHEST_NS, 2)` uses, so a drained or snapshotted histogram is a
 //! real [`Histogram`] that any HdrHistogram implementation can read.
 
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
 use once_cell::race::OnceBox;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
 
 use hdrhistogram::Histogram;
 

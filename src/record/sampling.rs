@@ -188,9 +188,8 @@ mod tests {
     use crate::record::Recorder;
     use crate::switches::Resources;
 
-    /// Runs `parents` parent spans on a mock clock, each of 1 µs of its own then `children`
-    /// `child` spans of `child_us(i)` µs, with `child` sampled 1 in `every` from the start.
-    fn run(every: u32, parents: u64, children: u64, child_us: impl Fn(u64) -> u64) -> Snapshot {
+    /// A recorder on a mock clock, and a dispatch of a layer into it.
+    fn mocked() -> (Arc<Recorder>, crate::clock::MockClock, tracing::Dispatch) {
         let (clock, mock) = Clock::mock();
         let rec = Arc::new(Recorder::standalone(
             clock,
@@ -199,6 +198,13 @@ mod tests {
         ));
         let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        (rec, mock, dispatch)
+    }
+
+    /// Runs `parents` parent spans on a mock clock, each of 1 µs of its own then `children`
+    /// `child` spans of `child_us(i)` µs, with `child` sampled 1 in `every` from the start.
+    fn run(every: u32, parents: u64, children: u64, child_us: impl Fn(u64) -> u64) -> Snapshot {
+        let (rec, mock, dispatch) = mocked();
         let us = |n| mock.advance(Duration::from_micros(n));
         tracing::dispatcher::with_default(&dispatch, || {
             let mut i = 0;
@@ -275,14 +281,7 @@ mod tests {
         // second decided. Each must ask whether its spans are left out: the first through the
         // mark `set_sampling` puts on its cached decision, the second through the one it
         // takes when decided.
-        let (clock, _mock) = Clock::mock();
-        let rec = Arc::new(Recorder::standalone(
-            clock,
-            Resources::NONE,
-            Costs::default(),
-        ));
-        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
-        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        let (rec, _mock, dispatch) = mocked();
         tracing::dispatcher::with_default(&dispatch, || {
             tracing::info_span!("child").in_scope(|| {});
             let child = rec.names.all().iter().position(|n| n.name == "child");

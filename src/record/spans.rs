@@ -17,9 +17,9 @@
 //! whose shard is not the creating thread's region, whose address is past the region, or whose
 //! slot is still held (any other id scheme) goes to the table instead, as every span did.
 
+use once_cell::race::OnceBox;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
-use once_cell::race::OnceBox;
 
 const EMPTY: u64 = 0;
 const TOMBSTONE: u64 = u64::MAX;
