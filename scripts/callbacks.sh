@@ -15,20 +15,13 @@
 # parent's reference to its child), which the floor's count holds too: the excess is spanprof's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in valgrind callgrind_annotate; do
-  command -v $tool >/dev/null || { echo "$tool is not installed (Debian: apt install valgrind)" >&2; exit 2; }
-done
+. scripts/lib.sh
+need valgrind callgrind_annotate
 a=${SPANS_A:-20000}
 b=${SPANS_B:-40000}
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=(basic nested)
-if [ -n "${BIN:-}" ]; then
-  bin=$BIN
-else
-  cargo bench -q -p spanprof-peers --bench instructions --no-run >/dev/null 2>&1
-  bin=$(cargo bench -p spanprof-peers --bench instructions --no-run 2>&1 | grep -o 'target/[^ )]*instructions-[0-9a-f]*' | head -1)
-fi
-[ -x "$bin" ] || { echo "could not find the instructions bench binary" >&2; exit 1; }
+bin=$(instructions_bin)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 callbacks=(new_span enter exit try_close)

@@ -7,9 +7,11 @@
 #   scripts/instructions.sh                # every case, 20 000 and 40 000 spans
 #   SPANS_A=50000 SPANS_B=100000 scripts/instructions.sh basic floor
 #   scripts/instructions.sh event_floor event_plain event_metric   # per event (one a loop)
+#   BIN=/tmp/instructions-main scripts/instructions.sh   # another build of the bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v valgrind >/dev/null || { echo "valgrind is not installed (Debian: apt install valgrind)" >&2; exit 2; }
+. scripts/lib.sh
+need valgrind
 a=${SPANS_A:-20000}
 b=${SPANS_B:-40000}
 cases=("$@")
@@ -17,9 +19,7 @@ cases=("$@")
 # down and may step N back during the loop (the bench then stops and says so): ask for it
 # by name, or see the ratios bench for a span left out.
 [ ${#cases[@]} -gt 0 ] || cases=(floor basic notree excluded off detailed nested_floor nested nested_notree)
-cargo bench -q -p spanprof-peers --bench instructions --no-run >/dev/null 2>&1
-bin=$(cargo bench -p spanprof-peers --bench instructions --no-run 2>&1 | grep -o 'target/[^ )]*instructions-[0-9a-f]*' | head -1)
-[ -x "$bin" ] || { echo "could not find the instructions bench binary" >&2; exit 1; }
+bin=$(instructions_bin)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 count() { # case spans -> total instructions

@@ -10,20 +10,13 @@
 #   BIN=/tmp/instructions-main scripts/locked.sh   # another build of the bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in valgrind objdump; do
-  command -v $tool >/dev/null || { echo "$tool is not installed (Debian: apt install valgrind binutils)" >&2; exit 2; }
-done
+. scripts/lib.sh
+need valgrind objdump
 a=${SPANS_A:-2000}
 b=${SPANS_B:-4000}
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=(floor basic notree nested_floor nested)
-if [ -n "${BIN:-}" ]; then
-  bin=$BIN # another build of the bench (e.g. the main branch's)
-else
-  cargo bench -q -p spanprof-peers --bench instructions --no-run >/dev/null 2>&1
-  bin=$(cargo bench -p spanprof-peers --bench instructions --no-run 2>&1 | grep -o 'target/[^ )]*instructions-[0-9a-f]*' | head -1)
-fi
-[ -x "$bin" ] || { echo "could not find the instructions bench binary" >&2; exit 1; }
+bin=$(instructions_bin)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Addresses of the binary's locked instructions.
