@@ -10,7 +10,7 @@ use hdrhistogram::Histogram;
 
 use super::hist::{new_histogram, record_n, Exact};
 use super::metrics::NO_SPAN;
-use super::names::{Kind, NameInfo, KINDS};
+use super::names::{Kind, NameInfo, INSTANCE_BUSY, INSTANCE_SELF, KINDS};
 use super::overhead::{CPU_SAMPLE_EVERY, MIN_PROBES};
 use super::resources::ResourceTotals;
 use super::shards::{NameStats, Shard};
@@ -112,8 +112,8 @@ impl Recorder {
                 entry_busy.record(busy);
                 entry_self.record(self_ns);
             }
-            let busy = h.sum(&[Kind::Busy, Kind::SingleBusy, Kind::SingleLeaf]);
-            let self_time = h.sum(&[Kind::SelfTime, Kind::SingleSelf, Kind::SingleLeaf]);
+            let busy = h.sum(&INSTANCE_BUSY);
+            let self_time = h.sum(&INSTANCE_SELF);
             let wall = h.sum(&[Kind::Wall]);
             indices.push(index);
             readings.push(own_ns);

@@ -51,6 +51,11 @@ pub(crate) enum Kind {
 
 pub(crate) const KINDS: usize = 8;
 
+/// The kinds whose sum is an instance's busy time: its own, a single entry's, a leaf's.
+pub(crate) const INSTANCE_BUSY: [Kind; 3] = [Kind::Busy, Kind::SingleBusy, Kind::SingleLeaf];
+/// The kinds whose sum is an instance's self time (a leaf's self time is its busy time).
+pub(crate) const INSTANCE_SELF: [Kind; 3] = [Kind::SelfTime, Kind::SingleSelf, Kind::SingleLeaf];
+
 /// Throughput field flags.
 pub(crate) const FIELD_ITEMS: u32 = 1;
 pub(crate) const FIELD_BYTES: u32 = 2;

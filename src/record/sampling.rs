@@ -29,7 +29,7 @@ use std::sync::atomic::{
     Ordering::{Relaxed, SeqCst},
 };
 
-use super::names::{Kind, MAX_SPAN_NAMES};
+use super::names::{Kind, INSTANCE_BUSY, INSTANCE_SELF, MAX_SPAN_NAMES};
 use super::Recorder;
 
 /// Per span name: the N the back-off set, and what the profile says about it.
@@ -169,8 +169,8 @@ impl Recorder {
                 load.entries += stats.entries.load(Relaxed);
                 load.skipped += stats.cost.sampled_out();
                 load.closed += stats.closed.load(Relaxed);
-                load.busy_ns += sum([Kind::Busy, Kind::SingleBusy, Kind::SingleLeaf]);
-                load.self_ns += sum([Kind::SelfTime, Kind::SingleSelf, Kind::SingleLeaf]);
+                load.busy_ns += sum(INSTANCE_BUSY);
+                load.self_ns += sum(INSTANCE_SELF);
             }
         }
         loads.retain(|l| l.entries + l.skipped > 0);

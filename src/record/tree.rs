@@ -37,7 +37,7 @@ use hdrhistogram::Histogram;
 
 use super::collect::Merged;
 use super::hist::{new_histogram, AtomicHist, Exact};
-use super::names::{Kind, NameInfo, KINDS};
+use super::names::{Kind, NameInfo, INSTANCE_BUSY, INSTANCE_SELF, KINDS};
 use super::shards::{bump, Local, LocalList, OpenView, Shard, Unused};
 use super::{Closed, Recorder};
 use crate::profile::{CallTree, TreeNode};
@@ -313,12 +313,8 @@ impl Tree {
         for node in merged.iter().skip(1) {
             // Busy time: every kind's busy; self time: every kind's self (a leaf's counts in
             // both), as for a name.
-            let busy = node
-                .kinds
-                .sum(&[Kind::Busy, Kind::SingleBusy, Kind::SingleLeaf]);
-            let self_time = node
-                .kinds
-                .sum(&[Kind::SelfTime, Kind::SingleSelf, Kind::SingleLeaf]);
+            let busy = node.kinds.sum(&INSTANCE_BUSY);
+            let self_time = node.kinds.sum(&INSTANCE_SELF);
             let (name, target) = match node.name.and_then(|n| names.get(n as usize)) {
                 Some(n) => (n.name.to_string(), n.target.to_string()),
                 None => (TreeNode::OTHER.to_string(), String::new()),
