@@ -294,7 +294,7 @@ where
                 }
                 decision => self.new_span(attrs, id, ctx, decision),
             }
-        } else if self.mode == Mode::Scoped {
+        } else if self.mode != Mode::Off {
             self.scoped_new_span(attrs, id, ctx);
         }
     }
@@ -313,11 +313,9 @@ where
     #[inline(always)]
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
-            // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
-            // table probe, no call.
-            let id = id.into_u64();
-            self.recorder.probed(id, |r| r.enter(id));
-        } else if self.mode == Mode::Scoped {
+            // Spans not profiled leave here: one inlined table probe, no call.
+            self.recorder.enter_probed(id.into_u64());
+        } else if self.mode != Mode::Off {
             self.scoped_enter(id, ctx);
         }
     }
@@ -325,11 +323,9 @@ where
     #[inline(always)]
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
-            // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
-            // table probe, no call.
-            let id = id.into_u64();
-            self.recorder.probed(id, |r| r.exit(id));
-        } else if self.mode == Mode::Scoped {
+            // Spans not profiled leave here: one inlined table probe, no call.
+            self.recorder.exit_probed(id.into_u64());
+        } else if self.mode != Mode::Off {
             self.scoped_exit(id, ctx);
         }
     }
@@ -337,9 +333,10 @@ where
     #[inline(always)]
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
-            let id = id.into_u64();
-            self.recorder.probed(id, |r| r.close(id));
-        } else if self.mode == Mode::Scoped {
+            // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
+            // table probe, no call.
+            self.recorder.close_probed(id.into_u64());
+        } else if self.mode != Mode::Off {
             self.scoped_close(id, ctx);
         }
     }
@@ -368,9 +365,11 @@ impl ProfileLayer {
     }
 }
 
-/// The callbacks with a filter that has span or field directives: the recorder's part, then
+/// The callbacks in the modes other than `On`, out of line (`On`'s path tests its mode once):
+/// none with `Off`; with a filter that has span or field directives, the recorder's part, then
 /// the filter's, for the spans the filter enabled.
 impl ProfileLayer {
+    #[cold]
     #[inline(never)]
     fn scoped_new_span<S>(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>)
     where
@@ -387,6 +386,7 @@ impl ProfileLayer {
         }
     }
 
+    #[cold]
     #[inline(never)]
     fn scoped_enter<S>(&self, id: &Id, ctx: Context<'_, S>)
     where
@@ -398,6 +398,7 @@ impl ProfileLayer {
         }
     }
 
+    #[cold]
     #[inline(never)]
     fn scoped_exit<S>(&self, id: &Id, ctx: Context<'_, S>)
     where
@@ -409,6 +410,7 @@ impl ProfileLayer {
         }
     }
 
+    #[cold]
     #[inline(never)]
     fn scoped_close<S>(&self, id: Id, ctx: Context<'_, S>)
     where

@@ -494,8 +494,21 @@ impl Recorder {
     #[inline(always)]
     pub(crate) fn enter(&self, id: u64) -> bool {
         self.table
-            .with(id, |slot| self.enter_slot(id, &slot))
+            .with(id, |slot| self.enter_at(id, slot))
             .is_some()
+    }
+
+    /// [`Recorder::enter`] from the layer: a span not held leaves after one table probe; one
+    /// in [`overhead::PROBE_EVERY`] is timed.
+    #[inline(always)]
+    pub(crate) fn enter_probed(&self, id: u64) {
+        self.probed(id, Self::enter_at, Self::enter);
+    }
+
+    /// The one copy of the enter's code ([`Recorder::probed`]'s `at`).
+    #[inline(never)]
+    fn enter_at(&self, id: u64, slot: SlotIn<'_, MarkCell>) {
+        self.enter_slot(id, &slot);
     }
 
     #[inline(always)]
@@ -628,9 +641,19 @@ impl Recorder {
     /// Span `id` was exited on this thread. Returns whether the span is recorded.
     #[inline(always)]
     pub(crate) fn exit(&self, id: u64) -> bool {
-        self.table
-            .with(id, |slot| self.exit_slot(id, &slot))
-            .is_some()
+        self.table.with(id, |slot| self.exit_at(id, slot)).is_some()
+    }
+
+    /// [`Recorder::exit`] from the layer, as [`Recorder::enter_probed`].
+    #[inline(always)]
+    pub(crate) fn exit_probed(&self, id: u64) {
+        self.probed(id, Self::exit_at, Self::exit);
+    }
+
+    /// The one copy of the exit's code ([`Recorder::probed`]'s `at`).
+    #[inline(never)]
+    fn exit_at(&self, id: u64, slot: SlotIn<'_, MarkCell>) {
+        self.exit_slot(id, &slot);
     }
 
     #[inline(always)]
@@ -841,6 +864,20 @@ impl Recorder {
     #[inline(always)]
     pub(crate) fn close(&self, id: u64) -> bool {
         self.table.with(id, |slot| self.close_slot(slot)).is_some()
+    }
+
+    /// [`Recorder::close`] from the layer: timed whole if the span is one of those whose
+    /// callbacks are ([`overhead::probe_due`]). Unlike enter and exit, the hash comes before
+    /// the table probe: with the probe first (`Recorder::probed`), the compiler left the
+    /// close's thread-local work out of line, +80 instructions per recorded span; with the
+    /// hash inside the table's closure, +6 (`scripts/instructions.sh`).
+    #[inline(always)]
+    pub(crate) fn close_probed(&self, id: u64) {
+        if overhead::probe_due(id) {
+            self.timed(|r| r.close(id));
+        } else {
+            self.close(id);
+        }
     }
 
     #[inline(always)]
@@ -1541,12 +1578,18 @@ mod tests {
             id
         };
         let held = span(id(1), 10);
-        assert!(rec.table.in_region(held), "the first thread owns region 7");
+        assert!(
+            rec.table.in_region(held).is_some(),
+            "the first thread owns region 7"
+        );
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 for address in 101..104 {
                     let other = span(id(address), 100);
-                    assert!(!rec.table.in_region(other), "region 7 is held: the table");
+                    assert!(
+                        rec.table.in_region(other).is_none(),
+                        "region 7 is held: the table"
+                    );
                     assert!(rec.close(other));
                 }
             });
@@ -1557,6 +1600,56 @@ mod tests {
         assert_eq!((stats.calls, stats.instances), (4, 4));
         assert_eq!(stats.busy.total_ns, 310);
         assert_eq!((stats.busy.min_ns, stats.busy.max_ns), (10, 100));
+    }
+
+    /// The layer's callbacks (`*_probed`: the table probe first, then the hash that picks the
+    /// spans timed whole) reach every held span, in its thread's region or in the table,
+    /// timed or not, and record it once.
+    #[test]
+    fn the_layers_callbacks_reach_spans_in_regions_and_in_the_table_timed_or_not() {
+        let (clock, mock) = Clock::mock();
+        let rec = Arc::new(Recorder::standalone(
+            clock,
+            Resources::NONE,
+            Costs::default(),
+        ));
+        let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
+        let decision = rec.decide(meta, false);
+        // Shard 7: two spans timed whole and two not, from `addresses`.
+        let ids = |addresses: std::ops::Range<u64>| -> Vec<u64> {
+            let ids = addresses.map(|address| 7 << 38 | address);
+            let due: Vec<u64> = ids.clone().filter(|&i| overhead::probe_due(i)).collect();
+            let plain = ids.filter(|&i| !overhead::probe_due(i));
+            due[..2].iter().copied().chain(plain.take(2)).collect()
+        };
+        let span = |id: u64, ns: u64, in_region: bool| {
+            let values = meta.fields().value_set(&[]);
+            assert!(rec.open(id, decision, &Attributes::new_root(meta, &values)));
+            assert_eq!(rec.table.in_region(id).is_some(), in_region, "span {id:#x}");
+            rec.enter_probed(id);
+            mock.advance(std::time::Duration::from_nanos(ns));
+            rec.exit_probed(id);
+            rec.close_probed(id);
+        };
+        for id in ids(1..200) {
+            span(id, 10, true);
+        }
+        // Held open, so that the other thread's spans go to the table.
+        let held = 7 << 38 | 255;
+        let values = meta.fields().value_set(&[]);
+        assert!(rec.open(held, decision, &Attributes::new_root(meta, &values)));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for id in ids(1000..1200) {
+                    span(id, 100, false);
+                }
+            });
+        });
+        assert!(rec.close(held));
+        let snap = rec.snapshot();
+        let stats = snap.spans.iter().find(|s| s.calls > 0).unwrap();
+        assert_eq!((stats.calls, stats.instances), (8, 9));
+        assert_eq!(stats.busy.total_ns, 4 * 10 + 4 * 100);
     }
 
     /// Spans with readings at their open (memory) go to their thread's region like the others,
@@ -1579,7 +1672,10 @@ mod tests {
         for (generation, grow) in [(0u64, 24u64), (1, 100)] {
             let id = generation << 51 | 3 << 38 | 1;
             assert!(rec.open(id, decision, &attrs));
-            assert!(rec.table.in_region(id), "in the region, not the table");
+            assert!(
+                rec.table.in_region(id).is_some(),
+                "in the region, not the table"
+            );
             assert!(rec.enter(id) && rec.exit(id));
             // A sample published while the span is open.
             readings.rss_bytes.fetch_add(grow, Relaxed);

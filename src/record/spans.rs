@@ -485,12 +485,10 @@ impl<M: Default> SpanTable<M> {
     /// profiled).
     #[inline(always)]
     pub(crate) fn with<R>(&self, id: u64, f: impl FnOnce(SlotIn<'_, M>) -> R) -> Option<R> {
-        if let Some(slot) = self.regions.slot(id) {
-            if slot.key.load(Ordering::Acquire) == id {
-                return Some(f(slot));
-            }
+        if let Some(slot) = self.in_region(id) {
+            return Some(f(slot));
         }
-        if !self.used.load(Ordering::Relaxed) {
+        if !self.in_use() {
             return None;
         }
         let index = home(id, 0) & (FIRST_SEGMENT - 1);
@@ -500,6 +498,23 @@ impl<M: Default> SpanTable<M> {
             EMPTY => None,
             _ => self.with_probing(id, f),
         }
+    }
+
+    /// The slot of the open span `id` if it is in a region (the common case: what [`with`]
+    /// tries first, with nothing to hold while the slot is used).
+    ///
+    /// [`with`]: SpanTable::with
+    #[inline(always)]
+    pub(crate) fn in_region(&self, id: u64) -> Option<SlotIn<'_, M>> {
+        let slot = self.regions.slot(id)?;
+        (slot.key.load(Ordering::Acquire) == id).then_some(slot)
+    }
+
+    /// Whether a span was ever inserted outside the regions: if not, an id not in a region is
+    /// nowhere.
+    #[inline(always)]
+    pub(crate) fn in_use(&self) -> bool {
+        self.used.load(Ordering::Relaxed)
     }
 
     #[cold]
@@ -626,16 +641,6 @@ fn claim(slots: &[Slot], id: u64, k: usize) -> Option<usize> {
 const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 #[cfg(test)]
-impl<M> SpanTable<M> {
-    /// Whether the open span `id` is in a region (not the table).
-    pub(crate) fn in_region(&self, id: u64) -> bool {
-        self.regions
-            .slot(id)
-            .is_some_and(|s| s.key.load(Ordering::Acquire) == id)
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -676,10 +681,10 @@ mod tests {
         assert!(!t.insert_owned(&claim, id(0, 5, REGION_LEN as u64), init));
         for rest in [id(1, 5, 1), id(0, 6, 1), id(0, 5, REGION_LEN as u64)] {
             assert!(t.insert(rest, init));
-            assert!(!t.in_region(rest));
+            assert!(t.in_region(rest).is_none());
             assert_eq!(t.with(rest, |s| s.busy.load(Ordering::Relaxed)), Some(9));
         }
-        assert!(t.in_region(id(0, 5, 1)));
+        assert!(t.in_region(id(0, 5, 1)).is_some());
         assert_eq!(t.with(id(0, 5, 1), |s| s.id()).flatten(), Some(id(0, 5, 1)));
         // What is kept beside a region's slot is the slot's own (spans with readings at their
         // open go to regions too: no locked instruction, no probe).
@@ -698,7 +703,7 @@ mod tests {
         t.with(id(0, 5, 1), |s| t.remove(s)).unwrap();
         assert!(t.with(id(0, 5, 1), |_| ()).is_none());
         assert!(t.insert_owned(&claim, id(2, 5, 1), init));
-        assert!(t.in_region(id(2, 5, 1)));
+        assert!(t.in_region(id(2, 5, 1)).is_some());
         assert!(t.with(id(0, 5, 1), |_| ()).is_none());
     }
 
