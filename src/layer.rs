@@ -313,8 +313,10 @@ where
     #[inline(always)]
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
-            // Spans not profiled leave here: one inlined table probe, no call.
-            self.recorder.enter_probed(id.into_u64());
+            // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
+            // table probe, no call.
+            let id = id.into_u64();
+            self.recorder.probed(id, |r| r.enter(id));
         } else if self.mode != Mode::Off {
             self.scoped_enter(id, ctx);
         }
@@ -323,8 +325,10 @@ where
     #[inline(always)]
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
-            // Spans not profiled leave here: one inlined table probe, no call.
-            self.recorder.exit_probed(id.into_u64());
+            // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
+            // table probe, no call.
+            let id = id.into_u64();
+            self.recorder.probed(id, |r| r.exit(id));
         } else if self.mode != Mode::Off {
             self.scoped_exit(id, ctx);
         }
@@ -335,7 +339,8 @@ where
         if self.mode == Mode::On {
             // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
             // table probe, no call.
-            self.recorder.close_probed(id.into_u64());
+            let id = id.into_u64();
+            self.recorder.probed(id, |r| r.close(id));
         } else if self.mode != Mode::Off {
             self.scoped_close(id, ctx);
         }

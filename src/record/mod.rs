@@ -494,21 +494,8 @@ impl Recorder {
     #[inline(always)]
     pub(crate) fn enter(&self, id: u64) -> bool {
         self.table
-            .with(id, |slot| self.enter_at(id, slot))
+            .with(id, |slot| self.enter_slot(id, &slot))
             .is_some()
-    }
-
-    /// [`Recorder::enter`] from the layer: a span not held leaves after one table probe; one
-    /// in [`overhead::PROBE_EVERY`] is timed.
-    #[inline(always)]
-    pub(crate) fn enter_probed(&self, id: u64) {
-        self.probed(id, Self::enter_at, Self::enter);
-    }
-
-    /// The one copy of the enter's code ([`Recorder::probed`]'s `at`).
-    #[inline(never)]
-    fn enter_at(&self, id: u64, slot: SlotIn<'_, MarkCell>) {
-        self.enter_slot(id, &slot);
     }
 
     #[inline(always)]
@@ -641,19 +628,9 @@ impl Recorder {
     /// Span `id` was exited on this thread. Returns whether the span is recorded.
     #[inline(always)]
     pub(crate) fn exit(&self, id: u64) -> bool {
-        self.table.with(id, |slot| self.exit_at(id, slot)).is_some()
-    }
-
-    /// [`Recorder::exit`] from the layer, as [`Recorder::enter_probed`].
-    #[inline(always)]
-    pub(crate) fn exit_probed(&self, id: u64) {
-        self.probed(id, Self::exit_at, Self::exit);
-    }
-
-    /// The one copy of the exit's code ([`Recorder::probed`]'s `at`).
-    #[inline(never)]
-    fn exit_at(&self, id: u64, slot: SlotIn<'_, MarkCell>) {
-        self.exit_slot(id, &slot);
+        self.table
+            .with(id, |slot| self.exit_slot(id, &slot))
+            .is_some()
     }
 
     #[inline(always)]
@@ -864,20 +841,6 @@ impl Recorder {
     #[inline(always)]
     pub(crate) fn close(&self, id: u64) -> bool {
         self.table.with(id, |slot| self.close_slot(slot)).is_some()
-    }
-
-    /// [`Recorder::close`] from the layer: timed whole if the span is one of those whose
-    /// callbacks are ([`overhead::probe_due`]). Unlike enter and exit, the hash comes before
-    /// the table probe: with the probe first (`Recorder::probed`), the compiler left the
-    /// close's thread-local work out of line, +80 instructions per recorded span; with the
-    /// hash inside the table's closure, +6 (`scripts/instructions.sh`).
-    #[inline(always)]
-    pub(crate) fn close_probed(&self, id: u64) {
-        if overhead::probe_due(id) {
-            self.timed(|r| r.close(id));
-        } else {
-            self.close(id);
-        }
     }
 
     #[inline(always)]
@@ -1602,9 +1565,8 @@ mod tests {
         assert_eq!((stats.busy.min_ns, stats.busy.max_ns), (10, 100));
     }
 
-    /// The layer's callbacks (`*_probed`: the table probe first, then the hash that picks the
-    /// spans timed whole) reach every held span, in its thread's region or in the table,
-    /// timed or not, and record it once.
+    /// The layer's callbacks (`probed`: timed whole for 1 span in 64) reach every held span,
+    /// in its thread's region or in the table, timed or not, and record it once.
     #[test]
     fn the_layers_callbacks_reach_spans_in_regions_and_in_the_table_timed_or_not() {
         let (clock, mock) = Clock::mock();
@@ -1626,10 +1588,10 @@ mod tests {
             let values = meta.fields().value_set(&[]);
             assert!(rec.open(id, decision, &Attributes::new_root(meta, &values)));
             assert_eq!(rec.table.in_region(id).is_some(), in_region, "span {id:#x}");
-            rec.enter_probed(id);
+            rec.probed(id, |r| r.enter(id));
             mock.advance(std::time::Duration::from_nanos(ns));
-            rec.exit_probed(id);
-            rec.close_probed(id);
+            rec.probed(id, |r| r.exit(id));
+            rec.probed(id, |r| r.close(id));
         };
         for id in ids(1..200) {
             span(id, 10, true);

@@ -37,8 +37,7 @@ use tracing_core::span::Attributes;
 use tracing_core::{Interest, Level, Metadata};
 
 use super::shards::bump;
-use super::spans::SlotIn;
-use super::{MarkCell, Recorder, RunSettings};
+use super::{Recorder, RunSettings};
 use crate::clock::Clock;
 use crate::samplers::{Readings, Timeline};
 use crate::switches::Resources;
@@ -483,43 +482,20 @@ pub(crate) struct OwnTotals {
 }
 
 impl Recorder {
-    /// A callback of span `id`, if this recorder holds the span: `at` with its slot, or, if the
-    /// span is one of those whose callbacks are timed ([`probe_due`]), `whole` timed (its own
-    /// table lookup and all; the slot is in the cache by then). A span not held costs one
-    /// inlined table probe and no call: the hash comes after it. `at` is out of line, so that
-    /// the layer's callback saves no registers for the spans it leaves at once; `whole` calls
-    /// it too (one copy of the callback's code).
+    /// Runs the callback `f` of span `id`, timed whole if the span is one of those whose
+    /// callbacks are ([`probe_due`]).
     #[inline(always)]
-    pub(crate) fn probed(
-        &self,
-        id: u64,
-        at: impl FnOnce(&Self, u64, SlotIn<'_, MarkCell>),
-        whole: impl FnOnce(&Self, u64) -> bool,
-    ) {
-        match self.table.in_region(id) {
-            Some(slot) if !probe_due(id) => at(self, id, slot),
-            Some(_) => self.timed(|r| whole(r, id)),
-            None if self.table.in_use() => self.probed_outside_regions(id, whole),
-            None => {}
-        }
-    }
-
-    /// [`Recorder::probed`] for a span that may be in the table's segments (`whole` looks it
-    /// up again there).
-    #[cold]
-    #[inline(never)]
-    fn probed_outside_regions(&self, id: u64, whole: impl FnOnce(&Self, u64) -> bool) {
+    pub(crate) fn probed(&self, id: u64, f: impl FnOnce(&Self) -> bool) {
         if probe_due(id) {
-            self.timed(|r| whole(r, id));
+            self.timed(f);
         } else {
-            whole(self, id);
+            f(self);
         }
     }
 
-    /// Runs the callback `f` timed whole (its table lookup and all; after [`Recorder::probed`]'s
-    /// lookup, the span's slot is in the cache); if it was a recorded span's (`f` returns
-    /// `true`), counts its time in this thread's probes. The snapshot's estimate multiplies
-    /// their mean by every callback made (`collect`).
+    /// Runs the callback `f` timed whole (its table lookup, cache misses and all); if it was a
+    /// recorded span's (`f` returns `true`), counts its time in this thread's probes. The
+    /// snapshot's estimate multiplies their mean by every callback made (`collect`).
     #[cold]
     #[inline(never)]
     pub(crate) fn timed(&self, f: impl FnOnce(&Self) -> bool) {

@@ -513,7 +513,7 @@ impl<M: Default> SpanTable<M> {
     /// Whether a span was ever inserted outside the regions: if not, an id not in a region is
     /// nowhere.
     #[inline(always)]
-    pub(crate) fn in_use(&self) -> bool {
+    fn in_use(&self) -> bool {
         self.used.load(Ordering::Relaxed)
     }
 
