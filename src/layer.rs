@@ -314,9 +314,10 @@ where
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {
             // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
-            // table probe, no call.
+            // table probe, no call. (`move`: the id is captured as a value, in a register; by
+            // reference, it was stored to the stack on every callback.)
             let id = id.into_u64();
-            self.recorder.probed(id, |r| r.enter(id));
+            self.recorder.probed(id, move |r| r.enter(id));
         } else if self.mode != Mode::Off {
             self.scoped_enter(id, ctx);
         }
@@ -328,7 +329,7 @@ where
             // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
             // table probe, no call.
             let id = id.into_u64();
-            self.recorder.probed(id, |r| r.exit(id));
+            self.recorder.probed(id, move |r| r.exit(id));
         } else if self.mode != Mode::Off {
             self.scoped_exit(id, ctx);
         }
@@ -340,7 +341,7 @@ where
             // Spans not profiled leave here: a hash of the id (is it timed?) and one inlined
             // table probe, no call.
             let id = id.into_u64();
-            self.recorder.probed(id, |r| r.close(id));
+            self.recorder.probed(id, move |r| r.close(id));
         } else if self.mode != Mode::Off {
             self.scoped_close(id, ctx);
         }

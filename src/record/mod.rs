@@ -383,7 +383,7 @@ impl Recorder {
             self.tree_node(decision.name(), attrs, Some(&view)),
             view.token,
         );
-        let init = |s: SlotIn<'_, MarkCell>| self.init_slot(s, decision, node, owner, now);
+        let init = move |s: SlotIn<'_, MarkCell>| self.init_slot(s, decision, node, owner, now);
         // This thread's region first (no locked instruction); any span the region cannot
         // take in the table.
         let owned = view
@@ -493,8 +493,10 @@ impl Recorder {
     /// Span `id` was entered on this thread. Returns whether the span is recorded.
     #[inline(always)]
     pub(crate) fn enter(&self, id: u64) -> bool {
+        // `move` (here, in `exit` and in the layer): captures as values, so that the compiler
+        // passes them in registers and the layer's callback tail-calls this closure.
         self.table
-            .with(id, |slot| self.enter_slot(id, &slot))
+            .with(id, move |slot| self.enter_slot(id, &slot))
             .is_some()
     }
 
@@ -629,7 +631,7 @@ impl Recorder {
     #[inline(always)]
     pub(crate) fn exit(&self, id: u64) -> bool {
         self.table
-            .with(id, |slot| self.exit_slot(id, &slot))
+            .with(id, move |slot| self.exit_slot(id, &slot))
             .is_some()
     }
 
