@@ -1518,11 +1518,13 @@ mod tests {
         );
     }
 
-    /// Two threads whose span ids fall in the same region (a subscriber whose ids are not the
-    /// registry's per thread): the first thread to open a span there owns the region, the
-    /// other's spans go to the table; every span is recorded, exactly.
-    #[test]
-    fn a_thread_whose_region_another_holds_records_through_the_table() {
+    /// A recorder without readings on a mock clock, and one span callsite it decided.
+    fn one_callsite_on_a_mock_clock() -> (
+        Arc<Recorder>,
+        crate::clock::MockClock,
+        &'static Metadata<'static>,
+        Decision,
+    ) {
         let (clock, mock) = Clock::mock();
         let rec = Arc::new(Recorder::standalone(
             clock,
@@ -1531,6 +1533,15 @@ mod tests {
         ));
         let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
         let decision = rec.decide(meta, false);
+        (rec, mock, meta, decision)
+    }
+
+    /// Two threads whose span ids fall in the same region (a subscriber whose ids are not the
+    /// registry's per thread): the first thread to open a span there owns the region, the
+    /// other's spans go to the table; every span is recorded, exactly.
+    #[test]
+    fn a_thread_whose_region_another_holds_records_through_the_table() {
+        let (rec, mock, meta, decision) = one_callsite_on_a_mock_clock();
         // Shard 7, addresses 1.. (the first thread) and 101.. (the second).
         let id = |address: u64| 7 << 38 | address;
         let span = |id: u64, ns: u64| {
@@ -1571,14 +1582,7 @@ mod tests {
     /// in its thread's region or in the table, timed or not, and record it once.
     #[test]
     fn the_layers_callbacks_reach_spans_in_regions_and_in_the_table_timed_or_not() {
-        let (clock, mock) = Clock::mock();
-        let rec = Arc::new(Recorder::standalone(
-            clock,
-            Resources::NONE,
-            Costs::default(),
-        ));
-        let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
-        let decision = rec.decide(meta, false);
+        let (rec, mock, meta, decision) = one_callsite_on_a_mock_clock();
         // Shard 7: two spans timed whole and two not, from `addresses`.
         let ids = |addresses: std::ops::Range<u64>| -> Vec<u64> {
             let ids = addresses.map(|address| 7 << 38 | address);
