@@ -488,7 +488,8 @@ impl<M: Default> SpanTable<M> {
         if let Some(slot) = self.in_region(id) {
             return Some(f(slot));
         }
-        if !self.in_use() {
+        // Nothing ever inserted outside the regions: an id not in a region is nowhere.
+        if !self.used.load(Ordering::Relaxed) {
             return None;
         }
         let index = home(id, 0) & (FIRST_SEGMENT - 1);
@@ -508,13 +509,6 @@ impl<M: Default> SpanTable<M> {
     pub(crate) fn in_region(&self, id: u64) -> Option<SlotIn<'_, M>> {
         let slot = self.regions.slot(id)?;
         (slot.key.load(Ordering::Acquire) == id).then_some(slot)
-    }
-
-    /// Whether a span was ever inserted outside the regions: if not, an id not in a region is
-    /// nowhere.
-    #[inline(always)]
-    fn in_use(&self) -> bool {
-        self.used.load(Ordering::Relaxed)
     }
 
     #[cold]
