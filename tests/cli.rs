@@ -44,12 +44,16 @@ struct Ran {
     stderr: String,
 }
 
-fn spanprof(args: &[&str]) -> Ran {
-    let out = Command::new(BIN)
+fn run_bin(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
         .args(args)
         .current_dir(data(""))
         .output()
-        .expect("the spanprof binary runs");
+        .expect("the spanprof binary runs")
+}
+
+fn spanprof(args: &[&str]) -> Ran {
+    let out = run_bin(args);
     Ran {
         status: out.status.code().expect("exited"),
         stdout: String::from_utf8(out.stdout).expect("UTF-8 stdout"),
@@ -145,6 +149,33 @@ fn report_renders_every_format_of_a_saved_profile() {
         .unwrap();
     assert_eq!(two.spans.len(), 2);
     assert!(two.spans.iter().any(|s| s.name == most.name));
+}
+
+/// Every format `report` knows, byte for byte what the library renders from the same
+/// profile: binary ones (pprof is gzip) included, not passed through a text conversion.
+#[test]
+fn report_writes_every_format_byte_for_byte() {
+    let base = read("cli-base.json");
+    for name in spanprof::output::FORMAT_NAMES {
+        let out = run_bin(&["report", "cli-base.json", "--format", name]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut expected = Vec::new();
+        spanprof::output::format_named(name, spanprof::Builder::DEFAULT_TOP)
+            .unwrap()
+            .render(&base, &mut expected)
+            .unwrap();
+        assert!(!expected.is_empty(), "{name}");
+        assert!(out.stdout == expected, "{name}: the output differs from the library's");
+    }
+    #[cfg(feature = "pprof")]
+    {
+        let out = run_bin(&["report", "cli-base.json", "--format", "pprof"]);
+        assert_eq!(&out.stdout[..2], [0x1f, 0x8b], "a gzip stream");
+    }
 }
 
 /// A live run writing its report, JSON profile and Markdown report; `spanprof report` on the

@@ -164,10 +164,11 @@ fn read(path: &Path) -> Result<Snapshot, BadInput> {
     Ok(Snapshot::read_json(path)?)
 }
 
-/// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
-fn print(text: &str) -> Result<(), BadInput> {
+/// Writes `bytes` to stdout as they are (pprof's output is gzip, not text); a closed pipe
+/// (`| head`) is not an error.
+fn print(bytes: &[u8]) -> Result<(), BadInput> {
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    match out.write_all(bytes).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(BadInput(format!("writing to standard output: {e}")))
         }
@@ -202,7 +203,7 @@ fn run(command: Command) -> Result<ExitCode, BadInput> {
             format
                 .render(&selection.apply(&snapshot), &mut bytes)
                 .map_err(|e| BadInput(format!("rendering {}: {e}", profile.display())))?;
-            print(&String::from_utf8_lossy(&bytes))?;
+            print(&bytes)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Compare {
@@ -237,7 +238,7 @@ fn run(command: Command) -> Result<ExitCode, BadInput> {
                 .collect::<Result<Vec<_>, _>>()?;
             let new_runs = new.iter().map(|p| read(p)).collect::<Result<Vec<_>, _>>()?;
             let comparison = analysis::compare(&base_runs, &new_runs, &options);
-            print(&render::comparison(&comparison, &options, format))?;
+            print(render::comparison(&comparison, &options, format).as_bytes())?;
             Ok(if comparison.regressed() {
                 ExitCode::from(1)
             } else {
@@ -266,7 +267,7 @@ fn run(command: Command) -> Result<ExitCode, BadInput> {
         Command::Top { profile, format } => {
             let snapshot = read(&profile)?;
             let findings = analysis::top(&snapshot);
-            print(&render::findings(&snapshot, &findings, format))?;
+            print(render::findings(&snapshot, &findings, format).as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
     }
