@@ -142,6 +142,36 @@ fn throughput_fields_and_errors() {
     assert_eq!((plain.items, plain.bytes, plain.flops), (None, None, None));
 }
 
+/// `Span::record` replaces a field's value: the sums hold each span's last value, whether the
+/// value was given at creation, recorded as progress, corrected, or recorded on another thread
+/// than the one that created the span.
+#[test]
+fn throughput_sums_hold_each_spans_last_value() {
+    let snap = run_with(ProfileLayer::builder(), || {
+        for _ in 0..10 {
+            let progress = tracing::info_span!("progress", items = tracing::field::Empty);
+            for n in 1..=5u64 {
+                progress.record("items", n);
+            }
+            let corrected = tracing::info_span!("corrected", items = 100u64, bytes = 7u64);
+            corrected.record("items", 5u64);
+            let elsewhere = tracing::info_span!("elsewhere", items = 100u64, flops = 2.0);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    elsewhere.record("items", 5u64);
+                    elsewhere.record("flops", 3.0);
+                });
+            });
+            tracing::info_span!("given", items = 5u64).in_scope(|| {});
+        }
+    });
+    for name in ["progress", "corrected", "elsewhere", "given"] {
+        assert_eq!(snap.span(name).unwrap().items, Some(50), "{name}");
+    }
+    assert_eq!(snap.span("corrected").unwrap().bytes, Some(70));
+    assert_eq!(snap.span("elsewhere").unwrap().flops, Some(30));
+}
+
 #[test]
 fn json_profile_round_trips_exactly_and_hdr_payloads_decode() {
     use base64::Engine;

@@ -71,9 +71,12 @@ impl Recorder {
                     stats.hists[k].add_to(&mut hists[k]);
                     exact[k].merge(&stats.hists[k].exact());
                 }
+                // Wrapping: a thread's sum goes below zero where a value recorded there
+                // replaced a larger one given at the span's creation on another thread
+                // (`Throughput`); the total over the shards is right.
                 let add = |acc: &mut Option<u64>, v: u64| {
                     if v != 0 {
-                        *acc = Some(acc.unwrap_or(0).saturating_add(v));
+                        *acc = Some(acc.unwrap_or(0).wrapping_add(v));
                     }
                 };
                 add(&mut items, stats.items.load(Relaxed));

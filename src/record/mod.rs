@@ -361,7 +361,7 @@ impl Recorder {
             return self.table_full();
         }
         self.shards
-            .with_orphan(decision.name(), |stats| self.opened(stats, decision, attrs));
+            .with_orphan(decision.name(), |stats| self.opened(id, stats, decision, attrs));
         true
     }
 
@@ -392,7 +392,7 @@ impl Recorder {
         if !owned && !self.table.insert(id, init) {
             return self.table_full();
         }
-        self.opened(view.stats, decision, attrs);
+        self.opened(id, view.stats, decision, attrs);
         true
     }
 
@@ -426,7 +426,7 @@ impl Recorder {
         if !owned && !self.table.insert(id, init) {
             return self.table_full();
         }
-        self.opened(view.stats, decision, attrs);
+        self.opened(id, view.stats, decision, attrs);
         true
     }
 
@@ -464,30 +464,72 @@ impl Recorder {
     /// A span was opened (its slot made): the name's count and throughput fields, in this
     /// thread's stats of the name (or the orphan shard's).
     #[inline(always)]
-    fn opened(&self, stats: &NameStats, decision: Decision, attrs: &Attributes<'_>) {
+    fn opened(&self, id: u64, stats: &NameStats, decision: Decision, attrs: &Attributes<'_>) {
         bump(&stats.opened, 1);
         let fields = decision.fields();
         if fields != 0 {
-            attrs.record(&mut Throughput { stats, fields });
+            self.opened_throughput(id, stats, fields, attrs);
         }
     }
 
-    /// Adds the throughput fields of values recorded on span `id`. Returns whether the span is
-    /// recorded.
+    /// The throughput fields of a new span: added to its name's sums, and kept beside its
+    /// slot, so that a value recorded later replaces this one in the sums (tracing's
+    /// `Span::record` replaces a field's value: the sums hold each span's last value).
+    #[cold]
+    #[inline(never)]
+    fn opened_throughput(&self, id: u64, stats: &NameStats, fields: u32, attrs: &Attributes<'_>) {
+        let kept = self.table.with(id, |slot| {
+            slot.with_mark(|m| {
+                for last in &m.throughput {
+                    last.store(0, Relaxed);
+                }
+                attrs.record(&mut Throughput {
+                    stats,
+                    fields,
+                    last: Some(&m.throughput),
+                });
+            })
+        });
+        if kept.flatten().is_none() {
+            attrs.record(&mut Throughput {
+                stats,
+                fields,
+                last: None,
+            });
+        }
+    }
+
+    /// Records the throughput fields of values recorded on span `id`: each replaces the span's
+    /// previous value of the field in its name's sums. Returns whether the span is recorded.
     pub(crate) fn record_fields(&self, id: u64, values: &Record<'_>) -> bool {
         self.table
             .with(id, |slot| self.record_fields_of(&slot, values))
             .is_some()
     }
 
-    fn record_fields_of(&self, slot: &Slot, values: &Record<'_>) {
+    fn record_fields_of(&self, slot: &SlotIn<'_, MarkCell>, values: &Record<'_>) {
         let name = u32::from(slot.name.load(Relaxed));
-        self.local(|local| {
-            values.record(&mut Throughput {
-                stats: local.stats(name),
-                fields: FIELD_ITEMS | FIELD_BYTES | FIELD_FLOPS,
+        let record = |stats: &NameStats| {
+            let fields = FIELD_ITEMS | FIELD_BYTES | FIELD_FLOPS;
+            let replaced = slot.with_mark(|m| {
+                values.record(&mut Throughput {
+                    stats,
+                    fields,
+                    last: Some(&m.throughput),
+                });
             });
-        });
+            if replaced.is_none() {
+                values.record(&mut Throughput {
+                    stats,
+                    fields,
+                    last: None,
+                });
+            }
+        };
+        // On a thread being torn down: the orphan shard's stats, as for a close.
+        if self.local(|local| record(local.stats(name))).is_none() {
+            self.shards.with_orphan(name, record);
+        }
     }
 
     /// Span `id` was entered on this thread. Returns whether the span is recorded.
@@ -1135,17 +1177,26 @@ impl Closed {
 struct Throughput<'a> {
     stats: &'a NameStats,
     fields: u32,
+    /// The span's values the sums hold (`items`, `bytes`, `flops`): a value replaces its
+    /// field's there. `None`: the value is added.
+    last: Option<&'a [AtomicU64; 3]>,
 }
 
 impl Throughput<'_> {
     fn add(&self, field: &Field, value: u64) {
-        let counter = match field.name() {
-            "items" if self.fields & FIELD_ITEMS != 0 => &self.stats.items,
-            "bytes" if self.fields & FIELD_BYTES != 0 => &self.stats.bytes,
-            "flops" if self.fields & FIELD_FLOPS != 0 => &self.stats.flops,
+        let (counter, i) = match field.name() {
+            "items" if self.fields & FIELD_ITEMS != 0 => (&self.stats.items, 0),
+            "bytes" if self.fields & FIELD_BYTES != 0 => (&self.stats.bytes, 1),
+            "flops" if self.fields & FIELD_FLOPS != 0 => (&self.stats.flops, 2),
             _ => return,
         };
-        bump(counter, value);
+        // A smaller value than the last wraps: the shards' sums are added with wrapping
+        // arithmetic (`collect`), so the total is each span's last value.
+        let by = match self.last {
+            Some(last) => value.wrapping_sub(last[i].swap(value, Relaxed)),
+            None => value,
+        };
+        bump(counter, by);
     }
 }
 

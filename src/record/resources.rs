@@ -65,6 +65,10 @@ pub(crate) struct MarkCell {
     cpu_energy_uj: AtomicU64,
     n_gpus: AtomicU32,
     gpus: [GpuCell; MAX_GPUS],
+    /// The span's last `items`, `bytes` and `flops` values (0: none): what its name's sums
+    /// hold for it, so that a value recorded again replaces it there (`Recorder::opened`).
+    /// Written only for spans whose callsite has one of those fields.
+    pub(crate) throughput: [AtomicU64; 3],
 }
 
 /// A [`GpuMark`] in atomics (see [`MarkCell`]).
