@@ -115,6 +115,103 @@ fn spans_closed_at_thread_exit_are_recorded() {
     assert_eq!(s.wall.count, 20);
 }
 
+/// Exits a span (dropping its guard) after advancing the mock clock: from a thread-local's
+/// destructor, at its thread's exit.
+struct ExitAtThreadExit(Option<(tracing::span::EnteredSpan, spanprof::clock::MockClock, Duration)>);
+
+impl Drop for ExitAtThreadExit {
+    fn drop(&mut self) {
+        if let Some((entered, clock, then)) = self.0.take() {
+            clock.advance(then);
+            drop(entered);
+        }
+    }
+}
+
+thread_local! {
+    static ENTERED: RefCell<ExitAtThreadExit> = const { RefCell::new(ExitAtThreadExit(None)) };
+}
+
+/// A span entered in a thread-local whose destructor runs after spanprof's own thread-local
+/// state is gone: the entry's time up to its exit there is recorded (30 µs before the thread
+/// exits, 20 µs in the destructor), and nothing stays in progress.
+#[test]
+fn a_span_entered_when_its_thread_exits_keeps_its_entry() {
+    let (dispatch, guard, clock) = support::mock();
+    std::thread::spawn(move || {
+        // Registered first, destroyed last: after spanprof's thread-local state.
+        ENTERED.with(|_| {});
+        tracing::dispatcher::with_default(&dispatch, || {
+            let entered = tracing::info_span!("inside_at_exit").entered();
+            clock.advance(us(30));
+            ENTERED.with(|e| e.borrow_mut().0 = Some((entered, clock.clone(), us(20))));
+        });
+    })
+    .join()
+    .unwrap();
+    let snap = guard.snapshot();
+    let s = support::span(&snap, "inside_at_exit");
+    assert_eq!((s.calls, s.instances, s.open), (1, 1, 0));
+    assert_eq!(s.entry_busy.total_ns, 50 * US);
+    assert_eq!(s.entry_self.total_ns, 50 * US);
+    assert_eq!(s.in_progress_ns, 0);
+}
+
+/// A thread exits inside a span whose guard it leaked: the entry is in progress while the span
+/// is open, and no longer once it is closed (its time does not keep growing).
+#[test]
+fn an_entry_left_by_an_exited_thread_ends_with_its_span() {
+    let (dispatch, guard, clock) = support::mock();
+    let span = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("left"));
+    {
+        let (dispatch, span, clock) = (dispatch.clone(), span.clone(), clock.clone());
+        std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&dispatch, || {
+                std::mem::forget(span.enter());
+                clock.advance(us(10));
+            });
+        })
+        .join()
+        .unwrap();
+    }
+    let open = guard.snapshot();
+    assert_eq!(support::span(&open, "left").in_progress_ns, 10 * US);
+    drop(span);
+    clock.advance(us(500));
+    let closed = guard.snapshot();
+    let s = support::span(&closed, "left");
+    assert_eq!((s.instances, s.open, s.in_progress_ns), (1, 0, 0));
+}
+
+/// A thread inside a span of one profiler uses 8 others (more than the states a thread
+/// caches): the span's entry is kept, whole.
+#[test]
+fn a_span_entered_while_a_thread_uses_many_profilers_keeps_its_entry() {
+    let (dispatch, guard, clock) = support::mock();
+    let others: Vec<_> = (0..9)
+        .map(|_| support::install(ProfileLayer::builder()))
+        .collect();
+    tracing::dispatcher::with_default(&dispatch, || {
+        let outer = tracing::info_span!("outer").entered();
+        for (other, _) in &others {
+            tracing::dispatcher::with_default(other, || {
+                tracing::info_span!("elsewhere").in_scope(|| {});
+            });
+        }
+        tracing::info_span!("child").in_scope(|| clock.advance(us(30)));
+        clock.advance(us(40));
+        drop(outer);
+    });
+    let snap = guard.snapshot();
+    let outer = support::span(&snap, "outer");
+    assert_eq!(outer.calls, 1);
+    assert_eq!(outer.entry_busy.total_ns, 70 * US);
+    assert_eq!(outer.entry_self.total_ns, 40 * US);
+    for (_, other) in &others {
+        assert_eq!(support::span(&other.snapshot(), "elsewhere").calls, 1);
+    }
+}
+
 /// Snapshots taken while threads create and close spans count each span once: never more than
 /// exist, never fewer than a snapshot before, and exactly all of them at the end.
 #[test]

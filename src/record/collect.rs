@@ -28,6 +28,9 @@ use crate::samplers::{Readings, SourceStatus};
 impl Recorder {
     /// Merges every shard into a snapshot.
     pub(crate) fn snapshot(&self) -> Snapshot {
+        // States of exited threads whose spans are all closed hold no entry in progress.
+        self.shards
+            .sweep_parked(|id| self.table.with(id, |_| ()).is_some());
         let now = self.clock.raw();
         let all_shards = self.shards.all();
         let shards: Vec<_> = all_shards.iter().map(|s| s.names()).collect();

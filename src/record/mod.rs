@@ -679,7 +679,25 @@ impl Recorder {
 
     #[inline(always)]
     fn exit_slot(&self, id: u64, slot: &Slot) {
-        self.local(|local| {
+        if self.local(|local| self.exit_in(local, id, slot)).is_none() {
+            self.exit_torn_down(id, slot);
+        }
+    }
+
+    /// [`Recorder::exit_slot`] on a thread whose state is gone (torn down while inside spans:
+    /// a span entered in a `thread_local!` dropped after spanprof's): the parked state, if it
+    /// holds the span's frame.
+    #[cold]
+    #[inline(never)]
+    fn exit_torn_down(&self, id: u64, slot: &Slot) {
+        self.shards
+            .with_parked(|local| self.exit_in(local, id, slot));
+    }
+
+    /// [`Recorder::exit_slot`] with this thread's state.
+    #[inline(always)]
+    fn exit_in(&self, local: &mut Local, id: u64, slot: &Slot) {
+        {
             // Fast path: the span on top of this thread's stack (no search).
             let (top, frame) = match local.stack.split_last() {
                 Some((frame, below)) if frame.id == id && frame.reentries == 0 => {
@@ -704,7 +722,7 @@ impl Recorder {
             let self_ns = busy.saturating_sub(frame.child_ns);
             local.remove(top);
             self.exited(local, slot, top, name, node, busy, self_ns, own_ns);
-        });
+        }
     }
 
     /// What every exit records once its busy and self time are known: the parent frame's child

@@ -7,7 +7,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{
-    AtomicBool, AtomicU32, AtomicU64,
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize,
     Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::{Arc, Mutex, Weak};
@@ -270,9 +270,64 @@ pub(crate) struct Shards {
     /// Where a thread records when its thread-local state is gone (a span closed by a
     /// thread-local's destructor at thread exit): one shard written under this lock.
     orphan: Mutex<Option<Arc<Shard>>>,
+    /// States of threads whose thread-local state was torn down while inside spans (a span
+    /// entered in a `thread_local!` dropped later in the thread's exit, or a leaked guard):
+    /// kept so that those entries' exits still find their frames (`Recorder::exit_slot`),
+    /// and dropped once their frames are exited or their spans closed (`Shards::sweep_parked`).
+    parked: Mutex<Vec<Box<Local>>>,
+    /// How many states are in `parked` (read without the lock).
+    parked_len: AtomicUsize,
 }
 
 impl Shards {
+    /// Keeps the state of a thread being torn down inside spans (see `parked`).
+    #[cold]
+    fn park(&self, local: Box<Local>) {
+        let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        crate::alloc::untracked(|| parked.push(local));
+        self.parked_len.store(parked.len(), Relaxed);
+    }
+
+    /// Runs `f` with the parked state of this thread (its token), if there is one; drops the
+    /// state once its stack is empty. `None` when there is none, or the parked states are in
+    /// use (a callback made inside `f`, on this thread, or a snapshot on another).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn with_parked<R>(&self, f: impl FnOnce(&mut Local) -> R) -> Option<R> {
+        if self.parked_len.load(Relaxed) == 0 {
+            return None;
+        }
+        let token = thread_token();
+        let mut parked = self.parked.try_lock().ok()?;
+        let pos = parked.iter().position(|l| l.token == token)?;
+        let r = f(&mut parked[pos]);
+        if parked[pos].stack.is_empty() {
+            let done = parked.swap_remove(pos);
+            self.parked_len.store(parked.len(), Relaxed);
+            drop(parked);
+            crate::alloc::untracked(|| drop(done));
+        }
+        Some(r)
+    }
+
+    /// Drops the parked states none of whose frames' spans is open any more (`open(id)`):
+    /// those frames can never be exited, and their entries are no longer in progress.
+    pub(crate) fn sweep_parked(&self, open: impl Fn(u64) -> bool) {
+        if self.parked_len.load(Relaxed) == 0 {
+            return;
+        }
+        let gone: Vec<Box<Local>> = {
+            let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+            let (gone, kept) = std::mem::take(&mut *parked)
+                .into_iter()
+                .partition(|l| l.stack.iter().all(|f| !open(f.id)));
+            *parked = kept;
+            self.parked_len.store(parked.len(), Relaxed);
+            gone
+        };
+        crate::alloc::untracked(|| drop(gone));
+    }
+
     /// Runs `f` with the orphan shard's stats of `name` (rare: threads being torn down).
     #[cold]
     pub(crate) fn with_orphan<R>(&self, name: u32, f: impl FnOnce(&NameStats) -> R) -> R {
@@ -533,11 +588,36 @@ impl Local {
 
 impl Drop for Local {
     fn drop(&mut self) {
+        // Frames of a state that is gone are not in progress (a thread adopting the shard
+        // publishes its own).
+        self.shard.live.depth.store(0, Release);
         self.shard.retired.store(true, Relaxed);
         // The fast path must never reach a state that is gone.
         if std::ptr::eq(FAST_LOCAL.with(Cell::get), self) {
             FAST_INSTANCE.with(|i| i.set(NO_INSTANCE));
             FAST_LOCAL.with(|l| l.set(std::ptr::null_mut()));
+        }
+    }
+}
+
+/// A thread's states, one per profiler instance it recorded for (see `LOCALS`). At the
+/// thread's exit, a state still inside spans is parked with its instance (`Shards::park`)
+/// rather than dropped: a thread-local dropped after this one may still exit those spans.
+#[allow(clippy::vec_box)] // See `LOCALS`.
+struct Locals(Vec<Box<Local>>);
+
+impl Drop for Locals {
+    fn drop(&mut self) {
+        // None of this thread's states is reachable through the fast path any more.
+        FAST_INSTANCE.with(|i| i.set(NO_INSTANCE));
+        FAST_LOCAL.with(|l| l.set(std::ptr::null_mut()));
+        for local in self.0.drain(..) {
+            if local.stack.is_empty() {
+                continue;
+            }
+            if let Some(shards) = local._owner.upgrade() {
+                shards.park(local);
+            }
         }
     }
 }
@@ -556,8 +636,7 @@ const IN_USE: u64 = 1;
 thread_local! {
     /// Owns this thread's states (dropped at thread exit). Boxed: `FAST_LOCAL` points to one,
     /// which must not move when the list is reordered or grows.
-    #[allow(clippy::vec_box)]
-    static LOCALS: RefCell<Vec<Box<Local>>> = const { RefCell::new(Vec::new()) };
+    static LOCALS: RefCell<Locals> = const { RefCell::new(Locals(Vec::new())) };
     /// The state this thread used last (`FAST_LOCAL`) and its instance, reached without the
     /// `LOCALS` cell. No destructor: one thread-pointer-relative access each, also while the
     /// thread's other thread-locals are torn down (both are cleared as the state is dropped).
@@ -633,7 +712,7 @@ fn new_local(instance: u64, shards: &Arc<Shards>) -> Option<*mut Local> {
     let local: *mut Local = LOCALS
         .try_with(|cell| {
             let mut locals = cell.try_borrow_mut().ok()?;
-            let local = crate::alloc::untracked(|| slow_local(&mut locals, instance, shards));
+            let local = crate::alloc::untracked(|| slow_local(&mut locals.0, instance, shards));
             Some(local as *mut Local)
         })
         .ok()
@@ -663,11 +742,15 @@ fn slow_local<'a>(
     if let Some(pos) = locals.iter().position(|l| l.instance == instance) {
         locals.swap(0, pos);
     } else {
-        if locals.len() >= CACHED_INSTANCES {
-            locals.pop();
-        }
         // Drop state of instances that no longer exist.
         locals.retain(|l| l._owner.strong_count() > 0);
+        // Then the least recently used state outside every span: one inside spans holds
+        // their frames, which their exits need (as many are kept as are entered).
+        if locals.len() >= CACHED_INSTANCES {
+            if let Some(pos) = locals.iter().rposition(|l| l.stack.is_empty()) {
+                locals.remove(pos);
+            }
+        }
         let shard = shards.acquire();
         let local = Local {
             instance,
