@@ -426,6 +426,8 @@ fn dense_profile(payload: &[u8], count: u64) -> String {
             let s = &mut span[stat];
             s["histogram"] = dense.clone().into();
             s["count"] = count.into();
+            // The mean a reader checks against the total and the count.
+            s["mean_ns"] = (s["total_ns"].as_u64().unwrap() as f64 / count as f64).into();
             s["min_ns"] = 1.into();
             s["max_ns"] = 3_600_000_000_000u64.into();
             for p in ["p50_ns", "p90_ns", "p99_ns", "p999_ns"] {

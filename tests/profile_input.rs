@@ -390,7 +390,10 @@ fn crafted_payloads_are_errors_not_panics() {
         V2::spanprof().encode(&[number(-300), number(i64::MAX)].concat()),
     ))
     .unwrap();
-    v["spans"][4]["wall"]["count"] = (i64::MAX as u64).into();
+    let wall = &mut v["spans"][4]["wall"];
+    wall["count"] = (i64::MAX as u64).into();
+    // The mean, as ever, total_ns / count.
+    wall["mean_ns"] = (wall["total_ns"].as_u64().unwrap() as f64 / i64::MAX as f64).into();
     let snap = Snapshot::from_json(&v.to_string(), "most.json").unwrap();
     assert_eq!(snap.spans[4].wall.histogram.len(), i64::MAX as u64);
 }
@@ -493,4 +496,401 @@ fn a_call_tree_with_a_bad_parent_or_statistic() {
         "tree-count.json",
         "tree.nodes[2].self.count: 12345 samples",
     );
+}
+
+// ---- The document: a JSON object whose schema and version are always checked ----
+
+#[test]
+fn a_profile_is_a_json_object_not_an_array_of_its_fields() {
+    let v = valid();
+    // serde's derived `Deserialize` takes a struct from an array of its fields in order: such
+    // an array must not get past the schema and version checks.
+    let as_array = |schema: &str, version: u32| {
+        serde_json::json!([
+            schema,
+            version,
+            v["run"],
+            v["histograms"],
+            v["spans"],
+            v["dropped"]
+        ])
+        .to_string()
+    };
+    let text = rejected(
+        &as_array("not.spanprof", 99),
+        "seq_v99.json",
+        "not a JSON object but an array",
+    );
+    assert!(text.contains(r#""schema" and "version""#), "{text}");
+    rejected(
+        &as_array("spanprof.profile", 1),
+        "seq_v1.json",
+        "not a JSON object but an array",
+    );
+    for (json, found) in [
+        ("[1, 2]", "an array"),
+        ("null", "null"),
+        ("4", "a number"),
+        ("\"spanprof.profile\"", "a string"),
+        (" true ", "a boolean"),
+    ] {
+        rejected(
+            json,
+            "scalar.json",
+            &format!("not a JSON object but {found}"),
+        );
+    }
+}
+
+#[test]
+fn a_schema_or_version_of_the_wrong_type_is_named() {
+    for (field, value, phrase) in [
+        (
+            "version",
+            serde_json::json!("4"),
+            r#"version is "4", expected an integer: the schema version (1 to "#,
+        ),
+        (
+            "version",
+            serde_json::json!(4.0),
+            "version is 4.0, expected an integer",
+        ),
+        (
+            "version",
+            serde_json::json!(-1),
+            "version is -1, expected an integer",
+        ),
+        (
+            "version",
+            serde_json::json!(null),
+            "version is null, expected an integer",
+        ),
+        (
+            "schema",
+            serde_json::json!(5),
+            r#"schema is 5, expected "spanprof.profile""#,
+        ),
+    ] {
+        let mut v = valid();
+        v[field] = value;
+        rejected(&v.to_string(), "typed-header.json", phrase);
+    }
+    // A header field given twice is refused, whichever comes first.
+    assert!(VALID.contains("\"version\": 1,"));
+    for (twice, phrase) in [
+        (
+            "\"version\": 1, \"version\": 99,",
+            "duplicate field `version`",
+        ),
+        ("\"version\": 99, \"version\": 1,", "schema version 99"),
+    ] {
+        let json = VALID.replacen("\"version\": 1,", twice, 1);
+        rejected(&json, "twice.json", phrase);
+    }
+}
+
+// ---- Each statistic's mean and deviation agree with its figures ----
+
+#[test]
+fn a_mean_or_deviation_that_disagrees_with_the_figures() {
+    // spans[3].busy: 1 sample of 72 730 ns.
+    for (stat, field, value, phrase) in [
+        (
+            "busy",
+            "mean_ns",
+            serde_json::json!(-5e300),
+            "spans[3].busy.mean_ns: -5e300, expected total_ns / count = 72730 / 1 = 72730.0",
+        ),
+        (
+            "self",
+            "mean_ns",
+            serde_json::json!(72731.0),
+            "spans[3].self.mean_ns: 72731.0, expected total_ns / count",
+        ),
+        (
+            "wall",
+            "mean_ns",
+            serde_json::json!(1e308),
+            "spans[3].wall.mean_ns: 1e308, expected total_ns / count",
+        ),
+        (
+            "entry_busy",
+            "stddev_ns",
+            serde_json::json!(-1.0),
+            "spans[3].entry_busy.stddev_ns: -1.0 is not a finite number >= 0",
+        ),
+    ] {
+        let mut v = valid();
+        v["spans"][3][stat][field] = value;
+        rejected(&v.to_string(), "mean.json", phrase);
+    }
+
+    // Within rounding of total_ns / count: read.
+    let mut v = valid();
+    v["spans"][3]["busy"]["mean_ns"] = (72730.0 * (1.0 + 1e-12)).into();
+    Snapshot::from_json(&v.to_string(), "rounded.json").unwrap();
+
+    // A statistic with no samples has a mean of 0, whatever its total (a snapshot may read a
+    // sample's sum before its bucket).
+    let mut snap = Snapshot::from_json(VALID, "v1").unwrap();
+    let empty = &mut snap.spans[3].wall;
+    empty.histogram = spanprof::profile::Buckets::default();
+    (empty.count, empty.total_ns, empty.min_ns, empty.max_ns) = (0, 5, 0, 0);
+    (empty.p50_ns, empty.p90_ns, empty.p99_ns, empty.p999_ns) = (0, 0, 0, 0);
+    (empty.mean_ns, empty.stddev_ns) = (0.0, 0.0);
+    let mut v: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+    Snapshot::from_json(&v.to_string(), "empty.json").unwrap();
+    v["spans"][3]["wall"]["mean_ns"] = 5.0.into();
+    rejected(
+        &v.to_string(),
+        "empty.json",
+        "spans[3].wall.mean_ns: 5.0, expected 0 for no samples",
+    );
+
+    // The statistics of metrics and call-tree nodes are checked the same way.
+    let detailed: serde_json::Value =
+        serde_json::from_str(include_str!("data/cli-detailed.json")).unwrap();
+    let mut v = detailed.clone();
+    v["metrics"][0]["value"]["histogram"]["floats"]["mean_ns"] = (-1.0).into();
+    rejected(
+        &v.to_string(),
+        "metric-mean.json",
+        "metrics[0].value.histogram.floats.mean_ns: -1.0, expected total_ns / count",
+    );
+    let mut v = detailed;
+    v["tree"]["nodes"][4]["busy"]["stddev_ns"] = (-0.5).into();
+    rejected(
+        &v.to_string(),
+        "node-stddev.json",
+        "tree.nodes[4].busy.stddev_ns: -0.5 is not a finite number >= 0",
+    );
+}
+
+// ---- One entry per span name, metric and call path ----
+
+#[test]
+fn one_entry_per_span_name_metric_and_call_path() {
+    let detailed: serde_json::Value =
+        serde_json::from_str(include_str!("data/cli-detailed.json")).unwrap();
+    let push = |v: &mut serde_json::Value, list: &str, entry: serde_json::Value| {
+        let list = match list {
+            "nodes" => &mut v["tree"]["nodes"],
+            other => &mut v[other],
+        };
+        list.as_array_mut().unwrap().push(entry);
+    };
+
+    // `forward` twice in one target.
+    let mut v = detailed.clone();
+    push(&mut v, "spans", detailed["spans"][7].clone());
+    rejected(
+        &v.to_string(),
+        "dup.json",
+        r#"spans[12]: span name "forward" of target "training_loop::workload" again (first at spans[7])"#,
+    );
+    // The same name in another target is another span name.
+    let mut other = detailed["spans"][7].clone();
+    other["target"] = "training_loop::other".into();
+    let mut v = detailed.clone();
+    push(&mut v, "spans", other);
+    let snap = Snapshot::from_json(&v.to_string(), "two-targets.json").unwrap();
+    assert_eq!(snap.spans.len(), 13);
+
+    // A metric twice in one span name.
+    let mut v = detailed.clone();
+    push(&mut v, "metrics", detailed["metrics"][1].clone());
+    rejected(
+        &v.to_string(),
+        "dup-metric.json",
+        r#"metrics[4]: monotonic_counter metric "samples" in span name "train_step" of target "training_loop::workload" again (first at metrics[1])"#,
+    );
+    // The same name as another kind, or in another span name, is another metric.
+    for (field, value) in [("kind", "counter"), ("span", "evaluate")] {
+        let mut metric = detailed["metrics"][1].clone();
+        metric[field] = value.into();
+        let mut v = detailed.clone();
+        push(&mut v, "metrics", metric);
+        Snapshot::from_json(&v.to_string(), "another-metric.json").unwrap();
+    }
+
+    // A call path twice: `train;epoch;train_step;forward`.
+    let mut v = detailed.clone();
+    push(&mut v, "nodes", detailed["tree"]["nodes"][7].clone());
+    rejected(
+        &v.to_string(),
+        "dup-node.json",
+        r#"tree.nodes[14]: call path "train;epoch;train_step;forward" of target "training_loop::workload" again (first at tree.nodes[7])"#,
+    );
+    // `forward` under another parent is another path.
+    let mut node = detailed["tree"]["nodes"][7].clone();
+    node["parent"] = 2.into();
+    let mut v = detailed;
+    push(&mut v, "nodes", node);
+    Snapshot::from_json(&v.to_string(), "another-path.json").unwrap();
+}
+
+// ---- Merges and call-tree sums: saturating, finite, never a panic ----
+
+/// The `cli-detailed.json` profile (resources, metrics, a call tree) as JSON.
+fn detailed_json() -> serde_json::Value {
+    serde_json::from_str(include_str!("data/cli-detailed.json")).unwrap()
+}
+
+#[test]
+fn merged_float_sums_saturate_and_the_merge_reads_back() {
+    let mut v = detailed_json();
+    // A counter's float part, and a span's energy, CPU energy and CO2e, near f64::MAX.
+    v["metrics"][1]["value"]["sum"]["float"] = 1.5e308.into();
+    let resources = &mut v["spans"][0]["resources"];
+    for field in ["energy_j", "cpu_energy_j", "co2e_g"] {
+        resources[field] = 1.5e308.into();
+    }
+    resources["gpus"] = serde_json::json!([{
+        "device": 0,
+        "instances": u64::MAX,
+        "memory_delta_bytes": 0,
+        "peak_memory_bytes": 0,
+        "mean_utilization_pct": 1.5e308,
+        "energy_j": 1.5e308
+    }]);
+    let p = Snapshot::from_json(&v.to_string(), "bigfloat.json").unwrap();
+
+    let merged = Snapshot::merge(&[p.clone(), p], &[]).unwrap();
+    let spanprof::profile::MetricValue::Sum(sum) = &merged.metrics[1].value else {
+        panic!("a counter")
+    };
+    assert_eq!(sum.float, f64::MAX, "saturated, as the recorder's sums are");
+    let r = merged.spans[0].resources.as_ref().unwrap();
+    assert_eq!(r.energy_j, Some(f64::MAX));
+    assert_eq!(r.cpu_energy_j, Some(f64::MAX));
+    assert_eq!(r.co2e_g, Some(f64::MAX));
+    assert_eq!(r.gpus[0].energy_j, Some(f64::MAX));
+    assert_eq!(r.gpus[0].instances, u64::MAX);
+    assert!(r.gpus[0].mean_utilization_pct.unwrap().is_finite());
+    // Finite, so written as numbers (not `null`) and read back.
+    let back = Snapshot::from_json(&merged.to_json(), "merged.json").unwrap();
+    assert_eq!(back, merged);
+}
+
+#[test]
+fn merged_and_call_tree_sums_saturate_rather_than_overflow() {
+    const MAX: u64 = u64::MAX;
+    let mut v = detailed_json();
+    let resources = &mut v["spans"][0]["resources"];
+    for field in ["entries", "cpu_ns", "busy_ns"] {
+        resources["cpu"][field] = MAX.into();
+    }
+    for field in ["entries", "allocated_bytes", "allocations", "freed_bytes"] {
+        resources["heap"][field] = MAX.into();
+    }
+    for field in ["net_retained_bytes", "self_retained_bytes"] {
+        resources["heap"][field] = i64::MAX.into();
+    }
+    resources["heap"]["retaining_entries"] = MAX.into();
+    resources["memory"]["instances"] = MAX.into();
+    resources["memory"]["rss_delta_bytes"] = i64::MIN.into();
+    resources["memory"]["growing_instances"] = MAX.into();
+    v["resources"]["sampler_cpu_ns"] = MAX.into();
+    // An input whose base is known only from its share: a tiny share, a huge base.
+    v["overhead"]["percent"] = 1e-300.into();
+    v["overhead"]
+        .as_object_mut()
+        .unwrap()
+        .remove("process_cpu_ns");
+    let node = &mut v["tree"]["nodes"][4];
+    node["calls"] = MAX.into();
+    node["instances"] = MAX.into();
+    node["busy"]["clamped"] = MAX.into();
+    // Two call paths whose self times add up past u64::MAX (each mean its total / count).
+    for i in [0, 1] {
+        let stat = &mut v["tree"]["nodes"][i]["self"];
+        let count = stat["count"].as_u64().unwrap();
+        stat["total_ns"] = (1u64 << 63).into();
+        stat["mean_ns"] = ((1u64 << 63) as f64 / count as f64).into();
+    }
+    // A name sampled with every span but the recorded ones skipped.
+    v["spans"][4]["sampled"] = serde_json::json!({"every": 2, "since_ns": 0, "skipped": MAX});
+    let p = Snapshot::from_json(&v.to_string(), "big.json").unwrap();
+
+    let tree = p.tree.as_ref().unwrap();
+    assert_eq!(tree.self_ns(), MAX);
+    let train_step = &p.spans[4];
+    assert_eq!(train_step.scaled_total_ns(&train_step.busy), MAX);
+
+    let merged = Snapshot::merge(&[p.clone(), p.clone()], &[]).unwrap();
+    let r = merged.spans[0].resources.as_ref().unwrap();
+    let (cpu, heap, memory) = (
+        r.cpu.as_ref().unwrap(),
+        r.heap.as_ref().unwrap(),
+        r.memory.as_ref().unwrap(),
+    );
+    assert_eq!((cpu.entries, cpu.cpu_ns, cpu.busy_ns), (MAX, MAX, MAX));
+    assert_eq!(
+        (
+            heap.entries,
+            heap.allocated_bytes,
+            heap.allocations,
+            heap.freed_bytes
+        ),
+        (MAX, MAX, MAX, MAX)
+    );
+    assert_eq!(
+        (
+            heap.net_retained_bytes,
+            heap.self_retained_bytes,
+            heap.retaining_entries
+        ),
+        (i64::MAX, i64::MAX, MAX)
+    );
+    assert_eq!(
+        (
+            memory.instances,
+            memory.rss_delta_bytes,
+            memory.growing_instances
+        ),
+        (MAX, i64::MIN, MAX)
+    );
+    assert_eq!(merged.resources.as_ref().unwrap().sampler_cpu_ns, MAX);
+    assert!(merged.overhead.as_ref().unwrap().percent.is_finite());
+    let tree = merged.tree.as_ref().unwrap();
+    let node = &tree.nodes[4];
+    assert_eq!(
+        (node.calls, node.instances, node.busy.clamped),
+        (MAX, MAX, MAX)
+    );
+    assert_eq!(tree.self_ns(), MAX);
+    let mut trees = p.tree.clone().unwrap();
+    trees.merge(p.tree.as_ref().unwrap());
+    assert_eq!(&trees, tree);
+    // What the merge wrote reads back.
+    let back = Snapshot::from_json(&merged.to_json(), "merged.json").unwrap();
+    assert_eq!(back, merged);
+}
+
+#[test]
+fn histograms_of_more_than_u64_max_samples_together_merge() {
+    use spanprof::profile::{Buckets, Stat};
+    let snap = Snapshot::from_json(VALID, "v1").unwrap();
+    // Two statistics of 2^63 samples each, in different buckets.
+    let big = |value: u64| {
+        let mut h =
+            hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 2).unwrap();
+        h.record_n(value, 1 << 63).unwrap();
+        let mut stat = snap.spans[3].busy.clone();
+        stat.histogram = Buckets::from_histogram(&h);
+        stat.count = 1 << 63;
+        stat.total_ns = u64::MAX;
+        (stat.min_ns, stat.max_ns) = (value, value);
+        stat.mean_ns = u64::MAX as f64 / (1u64 << 63) as f64;
+        stat
+    };
+    let (a, b) = (big(1_000), big(2_000));
+    let mut buckets = a.histogram.clone();
+    buckets.add(&b.histogram);
+    assert_eq!(buckets.len(), u64::MAX, "saturated");
+    assert_eq!(buckets.count_at_or_below(5_000), u64::MAX);
+    let merged = Stat::merged([&a, &b]);
+    assert_eq!(merged.count, u64::MAX);
+    assert_eq!((merged.min_ns, merged.max_ns), (1_000, 2_000));
+    assert_eq!(merged.total_ns, u64::MAX);
 }

@@ -171,7 +171,7 @@ impl Buckets {
         for v in histogram.iter_recorded() {
             let value = value_of(index_of(v.value_iterated_to().min(HIGHEST_NS)));
             match counts.last_mut() {
-                Some((last, n)) if *last == value => *n += v.count_at_value(),
+                Some((last, n)) if *last == value => *n = n.saturating_add(v.count_at_value()),
                 _ => counts.push((value, v.count_at_value())),
             }
         }
@@ -235,7 +235,8 @@ impl Buckets {
     /// Samples held.
     pub fn len(&self) -> u64 {
         match &self.0 {
-            Repr::Counts(counts) => counts.iter().map(|&(_, n)| n).sum(),
+            // Saturating: two histograms' buckets added may hold more than u64::MAX samples.
+            Repr::Counts(counts) => counts.iter().fold(0, |all, &(_, n)| all.saturating_add(n)),
             Repr::Encoded { len, .. } => *len,
         }
     }
@@ -261,8 +262,7 @@ impl Buckets {
         self.counts()
             .iter()
             .take_while(|&&(v, _)| v <= floor)
-            .map(|&(_, n)| n)
-            .sum()
+            .fold(0, |all, &(_, n)| all.saturating_add(n))
     }
 
     /// The samples at or below each of `bounds` (ascending), in one pass: the cumulative

@@ -127,7 +127,7 @@ fn opt_sub(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 }
 
 fn opt_sub_f(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    a.map(|a| (a - b.unwrap_or(0.0)).max(0.0))
+    a.map(|a| super::add_finite(a, -b.unwrap_or(0.0)).max(0.0))
 }
 
 impl SpanStats {
@@ -332,7 +332,7 @@ impl Metric {
             (MetricValue::Sum(a), MetricValue::Sum(b)) => {
                 let mut sum = *a;
                 sum.integer = a.integer.saturating_sub(b.integer);
-                sum.float = a.float - b.float;
+                sum.float = super::add_finite(a.float, -b.float);
                 MetricValue::Sum(sum)
             }
             (MetricValue::Histogram(a), MetricValue::Histogram(b)) => {

@@ -1,6 +1,7 @@
 //! The JSON form of a [`Snapshot`]: writing, reading (every schema version) and the histogram
 //! encoding.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -24,48 +25,63 @@ impl Snapshot {
     /// input in errors (a path, `stdin`, ...).
     ///
     /// # Errors
-    /// [`Error::InvalidProfile`] naming `origin` and what is wrong: not JSON, not a spanprof
-    /// profile, a newer schema version, a field of the wrong type, a histogram that does not
-    /// decode.
+    /// [`Error::InvalidProfile`] naming `origin` and what is wrong: not a JSON object, not a
+    /// spanprof profile, a newer schema version, a field of the wrong type, a histogram that
+    /// does not decode, a statistic whose figures disagree (with its histogram, or its mean
+    /// with `total_ns / count`), a span name, metric or call path listed twice.
     pub fn from_json(json: &str, origin: &str) -> Result<Self> {
         let invalid = |message: String| Error::InvalidProfile {
             origin: origin.to_string(),
             message,
         };
         // The header first, so a newer or foreign file gets a precise complaint rather than a
-        // missing field, and histograms of other bounds a complaint about the bounds.
-        #[derive(Deserialize)]
-        struct Header {
-            schema: Option<String>,
-            version: Option<u32>,
-            histograms: Option<HistogramSpec>,
-        }
-        let header: Option<Header> = match serde_json::from_str(json) {
-            Ok(header) => Some(header),
-            // JSON, but a header field of the wrong type: the full parse below names it.
-            Err(e) if e.classify() == Category::Data => None,
+        // missing field, and histograms of other bounds a complaint about the bounds. A profile
+        // is a JSON object: serde's derived `Deserialize` would also take a struct from an
+        // array of its fields in order, which would skip these checks.
+        let header = match serde_json::from_str::<Top>(json) {
+            Ok(Top::Object(header)) => header,
+            Ok(Top::Other(found)) => {
+                return Err(invalid(format!(
+                    "not a JSON object but {found}: a {SCHEMA} file is an object with \
+                     \"schema\" and \"version\" fields"
+                )))
+            }
+            // Not expected (the header keeps its fields as they are), and not a syntax error.
+            Err(e) if e.classify() == Category::Data => return Err(invalid(e.to_string())),
             Err(e) => return Err(invalid(format!("not a JSON object: {e}"))),
         };
-        if let Some(header) = header {
-            match header.schema.as_deref() {
-                Some(SCHEMA) => {}
-                Some(other) => {
-                    return Err(invalid(format!("schema is {other:?}, expected {SCHEMA:?}")))
-                }
-                None => return Err(invalid(format!("no \"schema\" field: not a {SCHEMA} file"))),
+        match &header.schema {
+            Some(serde_json::Value::String(schema)) if schema == SCHEMA => {}
+            Some(serde_json::Value::String(other)) => {
+                return Err(invalid(format!("schema is {other:?}, expected {SCHEMA:?}")))
             }
-            match header.version {
-                Some(1..=SCHEMA_VERSION) => {}
+            Some(other) => return Err(invalid(format!("schema is {other}, expected {SCHEMA:?}"))),
+            None => return Err(invalid(format!("no \"schema\" field: not a {SCHEMA} file"))),
+        }
+        match &header.version {
+            None => return Err(invalid("no \"version\" field".to_string())),
+            Some(version) => match version.as_u64() {
+                Some(v) if (1..=u64::from(SCHEMA_VERSION)).contains(&v) => {}
                 Some(v) => {
                     return Err(invalid(format!(
-                        "schema version {v} is not one this spanprof reads (1 to {SCHEMA_VERSION})"
+                        "schema version {v} is not one this spanprof reads (1 to \
+                         {SCHEMA_VERSION})"
                     )))
                 }
-                None => return Err(invalid("no \"version\" field".to_string())),
-            }
-            if let Some(spec) = &header.histograms {
-                check_spec(spec).map_err(invalid)?;
-            }
+                None => {
+                    return Err(invalid(format!(
+                        "version is {version}, expected an integer: the schema version (1 to \
+                         {SCHEMA_VERSION})"
+                    )))
+                }
+            },
+        }
+        // Histograms of the wrong type are left to the full parse below, which names them.
+        if let Some(spec) = header
+            .histograms
+            .and_then(|h| HistogramSpec::deserialize(h).ok())
+        {
+            check_spec(&spec).map_err(invalid)?;
         }
         // Versions 1 and 2 parse into the current model: v1 lacks the optional `resources`,
         // v2 has a per-span `resources.leak` that is now an analysis (ignored here).
@@ -109,6 +125,75 @@ impl Snapshot {
     }
 }
 
+/// The top of a profile's JSON: an object, of which only the header fields are kept (as
+/// they are, so that a field of the wrong type gets a complaint naming it), or something else.
+enum Top {
+    Object(Header),
+    /// What the document is instead: `an array`, `null`, ...
+    Other(&'static str),
+}
+
+#[derive(Default)]
+struct Header {
+    schema: Option<serde_json::Value>,
+    version: Option<serde_json::Value>,
+    histograms: Option<serde_json::Value>,
+}
+
+impl<'de> Deserialize<'de> for Top {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+        struct TopVisitor;
+        impl<'de> Visitor<'de> for TopVisitor {
+            type Value = Top;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+                let mut header = Header::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    // A repeated field is refused by the full parse: the first is kept here.
+                    let slot = match key.as_str() {
+                        "schema" => &mut header.schema,
+                        "version" => &mut header.version,
+                        "histograms" => &mut header.histograms,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    let value = map.next_value()?;
+                    slot.get_or_insert(value);
+                }
+                Ok(Top::Object(header))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Top, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Top::Other("an array"))
+            }
+            fn visit_unit<E>(self) -> Result<Top, E> {
+                Ok(Top::Other("null"))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Top, E> {
+                Ok(Top::Other("a boolean"))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Top, E> {
+                Ok(Top::Other("a number"))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Top, E> {
+                Ok(Top::Other("a number"))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Top, E> {
+                Ok(Top::Other("a number"))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Top, E> {
+                Ok(Top::Other("a string"))
+            }
+        }
+        d.deserialize_any(TopVisitor)
+    }
+}
+
 /// The `histograms.encoding` of every profile.
 pub(crate) const ENCODING: &str = "hdrhistogram-v2-deflate-base64";
 
@@ -143,10 +228,13 @@ fn check_spec(spec: &HistogramSpec) -> Result<(), String> {
 }
 
 /// The figures of each statistic must agree with its histogram: `count` is the histogram's
-/// samples, `min_ns` <= `max_ns`, and each percentile of a non-empty statistic lies within
-/// [`min_ns`, `max_ns`]. (`calls` is a counter, not the histogram's count: spans closing while
-/// a snapshot is taken make them differ; it is not checked against it.)
+/// samples, `min_ns` <= `max_ns`, each percentile of a non-empty statistic lies within
+/// [`min_ns`, `max_ns`], `mean_ns` is `total_ns / count` and `stddev_ns` a finite number >= 0.
+/// (`calls` is a counter, not the histogram's count: spans closing while a snapshot is taken
+/// make them differ; it is not checked against it.) Span names, metrics and call paths are
+/// each one entry per key.
 fn check_stats(snapshot: &Snapshot) -> Result<(), String> {
+    check_unique(snapshot)?;
     for (i, span) in snapshot.spans.iter().enumerate() {
         for (name, stat) in [
             ("entry_busy", &span.entry_busy),
@@ -185,12 +273,94 @@ fn check_stats(snapshot: &Snapshot) -> Result<(), String> {
     Ok(())
 }
 
+/// One entry per key: span names by (name, target) (what [`Snapshot::merge`] and the
+/// comparison match on), metrics by (name, kind, span name, target) ([`Metric::same_key`]),
+/// call-tree nodes by (parent, name, target, other node) (the path [`CallTree::merge`] adds
+/// by). A second entry would be reported twice and folded into the first by a merge.
+///
+/// [`Metric::same_key`]: super::Metric::same_key
+/// [`CallTree::merge`]: super::CallTree::merge
+fn check_unique(snapshot: &Snapshot) -> Result<(), String> {
+    let mut spans = HashMap::with_capacity(snapshot.spans.len());
+    for (i, span) in snapshot.spans.iter().enumerate() {
+        if let Some(first) = spans.insert((&span.name, &span.target), i) {
+            return Err(format!(
+                "spans[{i}]: span name {:?} of target {:?} again (first at spans[{first}]): \
+                 a profile has one entry per name and target",
+                span.name, span.target
+            ));
+        }
+    }
+    let mut metrics = HashMap::with_capacity(snapshot.metrics.len());
+    for (i, m) in snapshot.metrics.iter().enumerate() {
+        let key = (&m.name, m.kind, &m.span, &m.span_target);
+        if let Some(first) = metrics.insert(key, i) {
+            let span = match (&m.span, &m.span_target) {
+                (Some(name), Some(target)) => format!("span name {name:?} of target {target:?}"),
+                (Some(name), None) => format!("span name {name:?}"),
+                _ => "no span".to_string(),
+            };
+            return Err(format!(
+                "metrics[{i}]: {} metric {:?} in {span} again (first at metrics[{first}]): a \
+                 profile has one entry per metric and span name",
+                m.kind.as_str(),
+                m.name
+            ));
+        }
+    }
+    if let Some(tree) = &snapshot.tree {
+        let mut paths = HashMap::with_capacity(tree.nodes.len());
+        for (i, node) in tree.nodes.iter().enumerate() {
+            let key = (node.parent, &node.name, &node.target, node.other);
+            if let Some(first) = paths.insert(key, i) {
+                return Err(format!(
+                    "tree.nodes[{i}]: call path {:?} of target {:?} again (first at \
+                     tree.nodes[{first}]): a tree has one node per path",
+                    tree.path(i).join(";"),
+                    node.target
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_stat(stat: &Stat) -> Result<(), (&'static str, String)> {
     let samples = stat.histogram.len();
     if stat.count != samples {
         return Err((
             "count",
             format!("{} samples, the histogram holds {samples}", stat.count),
+        ));
+    }
+    // The mean as the writer computes it (`Stat::new`), to within far less than any real
+    // difference and far more than a float's rounding. Not checked against [min_ns, max_ns]:
+    // a snapshot of a running program may read a sample's sum and not yet its bucket.
+    let mean = if stat.count == 0 {
+        0.0
+    } else {
+        stat.total_ns as f64 / stat.count as f64
+    };
+    // (A NaN agrees with nothing.)
+    let agrees = (stat.mean_ns - mean).abs() <= mean * 1e-9;
+    if !agrees {
+        let expected = if stat.count == 0 {
+            "0 for no samples".to_string()
+        } else {
+            format!(
+                "total_ns / count = {} / {} = {mean:?}",
+                stat.total_ns, stat.count
+            )
+        };
+        return Err((
+            "mean_ns",
+            format!("{:?}, expected {expected}", stat.mean_ns),
+        ));
+    }
+    if !(stat.stddev_ns.is_finite() && stat.stddev_ns >= 0.0) {
+        return Err((
+            "stddev_ns",
+            format!("{:?} is not a finite number >= 0", stat.stddev_ns),
         ));
     }
     if stat.min_ns > stat.max_ns {

@@ -8,8 +8,9 @@
 use std::collections::HashMap;
 
 use super::{
-    CallTree, CpuUse, Dropped, GpuUse, HeapUse, MemoryUse, Overhead, ResourceInfo, RunInfo,
-    Sampled, Snapshot, Source, SpanResources, SpanStats, Stat, SCHEMA, SCHEMA_VERSION,
+    add_finite, finite, CallTree, CpuUse, Dropped, GpuUse, HeapUse, MemoryUse, Overhead,
+    ResourceInfo, RunInfo, Sampled, Snapshot, Source, SpanResources, SpanStats, Stat, SCHEMA,
+    SCHEMA_VERSION,
 };
 
 impl Snapshot {
@@ -32,6 +33,9 @@ impl Snapshot {
     ///   they differ; the pid and command line of the first input.
     /// - **Dropped** counts are added; the **resource** summary keeps the largest peaks, adds
     ///   the sampler's CPU time and leaves the timelines to the sources.
+    /// - **Sums saturate**, as the recorder's do: integers at their type's bounds
+    ///   (`u64::MAX`), floats (energy, CO2e, a counter's float part) at `±f64::MAX`, so a
+    ///   merged profile holds only finite numbers and always reads back.
     ///
     /// Returns `None` for no profiles.
     ///
@@ -101,7 +105,7 @@ fn merge_overhead(profiles: &[Snapshot]) -> Option<Overhead> {
             .iter()
             .filter(|o| o.percent > 0.0)
             .map(|o| (o.estimated_ns as f64 * 100.0 / o.percent) as u64)
-            .sum()
+            .fold(0u64, u64::saturating_add)
     });
     let mut merged = first.clone();
     merged.span_cost_ns = parts.iter().map(|o| o.span_cost_ns).fold(0.0, f64::max);
@@ -215,7 +219,10 @@ fn merge_resource_info(profiles: &[Snapshot]) -> Option<ResourceInfo> {
         cpu_energy_unavailable: first.cpu_energy_unavailable.clone(),
         peak_rss_bytes: infos.iter().filter_map(|i| i.peak_rss_bytes).max(),
         peak_heap_bytes: infos.iter().filter_map(|i| i.peak_heap_bytes).max(),
-        sampler_cpu_ns: infos.iter().map(|i| i.sampler_cpu_ns).sum(),
+        sampler_cpu_ns: infos
+            .iter()
+            .map(|i| i.sampler_cpu_ns)
+            .fold(0u64, u64::saturating_add),
         grid_g_per_kwh: first.grid_g_per_kwh,
         timeline: Vec::new(),
         rss_bytes_at_end: None,
@@ -274,9 +281,10 @@ fn merge_span(parts: &[&SpanStats]) -> SpanStats {
     }
 }
 
+/// Optional float sums (energy, CO2e) added, saturating at `f64::MAX` ([`add_finite`]).
 fn add_f64(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
-        (Some(a), Some(b)) => Some(a + b),
+        (Some(a), Some(b)) => Some(add_finite(a, b)),
         (a, b) => a.or(b),
     }
 }
@@ -318,9 +326,9 @@ fn merge_opt<T: Clone>(a: Option<T>, b: Option<&T>, f: fn(&mut T, &T)) -> Option
 }
 
 fn merge_cpu(a: &mut CpuUse, b: &CpuUse) {
-    a.entries += b.entries;
-    a.cpu_ns += b.cpu_ns;
-    a.busy_ns += b.busy_ns;
+    a.entries = a.entries.saturating_add(b.entries);
+    a.cpu_ns = a.cpu_ns.saturating_add(b.cpu_ns);
+    a.busy_ns = a.busy_ns.saturating_add(b.busy_ns);
     a.utilization_pct = if a.busy_ns == 0 {
         0.0
     } else {
@@ -329,33 +337,34 @@ fn merge_cpu(a: &mut CpuUse, b: &CpuUse) {
 }
 
 fn merge_heap(a: &mut HeapUse, b: &HeapUse) {
-    a.entries += b.entries;
-    a.allocated_bytes += b.allocated_bytes;
-    a.allocations += b.allocations;
-    a.freed_bytes += b.freed_bytes;
-    a.net_retained_bytes += b.net_retained_bytes;
-    a.self_retained_bytes += b.self_retained_bytes;
-    a.retaining_entries += b.retaining_entries;
+    a.entries = a.entries.saturating_add(b.entries);
+    a.allocated_bytes = a.allocated_bytes.saturating_add(b.allocated_bytes);
+    a.allocations = a.allocations.saturating_add(b.allocations);
+    a.freed_bytes = a.freed_bytes.saturating_add(b.freed_bytes);
+    a.net_retained_bytes = a.net_retained_bytes.saturating_add(b.net_retained_bytes);
+    a.self_retained_bytes = a.self_retained_bytes.saturating_add(b.self_retained_bytes);
+    a.retaining_entries = a.retaining_entries.saturating_add(b.retaining_entries);
 }
 
 fn merge_memory(a: &mut MemoryUse, b: &MemoryUse) {
-    a.instances += b.instances;
-    a.rss_delta_bytes += b.rss_delta_bytes;
-    a.growing_instances += b.growing_instances;
+    a.instances = a.instances.saturating_add(b.instances);
+    a.rss_delta_bytes = a.rss_delta_bytes.saturating_add(b.rss_delta_bytes);
+    a.growing_instances = a.growing_instances.saturating_add(b.growing_instances);
     a.peak_rss_bytes = a.peak_rss_bytes.max(b.peak_rss_bytes);
     a.peak_heap_bytes = a.peak_heap_bytes.max(b.peak_heap_bytes);
 }
 
 /// One device's figures: utilisation weighted by the instances measured on each side.
 fn merge_gpu(a: &mut GpuUse, b: &GpuUse) {
+    let instances = a.instances.saturating_add(b.instances);
     a.mean_utilization_pct = match (a.mean_utilization_pct, b.mean_utilization_pct) {
-        (Some(x), Some(y)) if a.instances + b.instances > 0 => Some(
-            (x * a.instances as f64 + y * b.instances as f64) / (a.instances + b.instances) as f64,
-        ),
+        (Some(x), Some(y)) if instances > 0 => Some(finite(
+            (x * a.instances as f64 + y * b.instances as f64) / instances as f64,
+        )),
         (x, y) => x.or(y),
     };
-    a.instances += b.instances;
-    a.memory_delta_bytes += b.memory_delta_bytes;
+    a.instances = instances;
+    a.memory_delta_bytes = a.memory_delta_bytes.saturating_add(b.memory_delta_bytes);
     a.peak_memory_bytes = a.peak_memory_bytes.max(b.peak_memory_bytes);
     a.energy_j = add_f64(a.energy_j, b.energy_j);
 }

@@ -184,7 +184,7 @@ pub enum MetricValue {
 pub struct SumValue {
     /// Sum of the integer values (saturating at the bounds of `i64`).
     pub integer: i64,
-    /// Sum of the float values.
+    /// Sum of the float values (saturating at `±f64::MAX`: always finite).
     pub float: f64,
 }
 
@@ -309,7 +309,7 @@ impl Metric {
         match (&mut self.value, &other.value) {
             (MetricValue::Sum(a), MetricValue::Sum(b)) => {
                 a.integer = a.integer.saturating_add(b.integer);
-                a.float += b.float;
+                a.float = super::add_finite(a.float, b.float);
             }
             (MetricValue::Histogram(a), MetricValue::Histogram(b)) => {
                 merge_stat(&mut a.integers, &b.integers);

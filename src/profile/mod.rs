@@ -433,7 +433,7 @@ impl SpanStats {
     pub fn scaled_total_ns(&self, stat: &Stat) -> u64 {
         match &self.sampled {
             Some(s) if s.skipped > 0 && stat.count > 0 => {
-                (stat.mean_ns * (stat.count + s.skipped) as f64).round() as u64
+                (stat.mean_ns * stat.count.saturating_add(s.skipped) as f64).round() as u64
             }
             _ => stat.total_ns,
         }
@@ -495,6 +495,21 @@ impl Stat {
         let q = |q: f64| {
             if count == 0 {
                 0
+            } else if count == u64::MAX {
+                // Possibly more samples than a u64 counts (histograms of several profiles
+                // added): hdrhistogram's `value_at_quantile` would overflow adding them up.
+                // The same walk, saturating.
+                let rank = ((q * count as f64).ceil() as u64).max(1);
+                let mut seen = 0u64;
+                clamp(
+                    histogram
+                        .iter_recorded()
+                        .find(|v| {
+                            seen = seen.saturating_add(v.count_at_value());
+                            seen >= rank
+                        })
+                        .map_or(max_ns, |v| v.value_iterated_to()),
+                )
             } else {
                 clamp(histogram.value_at_quantile(q))
             }
@@ -540,6 +555,21 @@ impl Snapshot {
             .iter()
             .find(|s| s.name == name && s.target == target)
     }
+}
+
+/// `x` saturated at `±f64::MAX` (a NaN counts 0), as the recorder keeps a counter's float sum.
+pub(crate) fn finite(x: f64) -> f64 {
+    if x.is_nan() {
+        0.0
+    } else {
+        x.clamp(f64::MIN, f64::MAX)
+    }
+}
+
+/// `a + b` kept [`finite`]: what merges and intervals add and subtract floats with, so that a
+/// profile holds only finite floats, which JSON can write and read back.
+pub(crate) fn add_finite(a: f64, b: f64) -> f64 {
+    finite(finite(a) + finite(b))
 }
 
 /// The schema v2 profile of `tests/data` (preset `detailed`), read into the current model: the

@@ -118,7 +118,10 @@ impl CallTree {
 
     /// Self time of every node, ns: the per-name self totals' sum.
     pub fn self_ns(&self) -> u64 {
-        self.nodes.iter().map(|n| n.self_time.total_ns).sum()
+        self.nodes
+            .iter()
+            .map(|n| n.self_time.total_ns)
+            .fold(0, u64::saturating_add)
     }
 
     /// Adds another tree's nodes to this one's, path by path: counts and totals add,
@@ -152,8 +155,8 @@ impl CallTree {
             let i = match index.get(&k) {
                 Some(&i) => {
                     let mine = &mut self.nodes[i];
-                    mine.calls += node.calls;
-                    mine.instances += node.instances;
+                    mine.calls = mine.calls.saturating_add(node.calls);
+                    mine.instances = mine.instances.saturating_add(node.instances);
                     mine.wall_ns = mine.wall_ns.saturating_add(node.wall_ns);
                     mine.busy = merge_stats(&mine.busy, &node.busy);
                     mine.self_time = merge_stats(&mine.self_time, &node.self_time);
@@ -193,6 +196,6 @@ fn merge_stats(a: &Stat, b: &Stat) -> Stat {
         a.total_ns.saturating_add(b.total_ns),
         min,
         a.max_ns.max(b.max_ns),
-        a.clamped + b.clamped,
+        a.clamped.saturating_add(b.clamped),
     )
 }
