@@ -1,6 +1,11 @@
 //! Files replaced atomically: written to a temporary file in the same directory, flushed to
 //! disk, then renamed over the target. Readers see the old file or the new one, never a part;
 //! a failed write (full disk, killed process) leaves the old file and no stray temporary.
+//!
+//! Only a regular file (or a path where nothing is yet) is replaced so: a symbolic link is
+//! followed to its final target, which is replaced (the link stays), and a path that is neither
+//! a regular file nor a directory (a fifo, a device such as `/dev/null`, `/dev/stdout` on a pipe
+//! or a terminal) is written in place, since renaming over it would destroy it.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
@@ -11,6 +16,17 @@ use crate::error::{Error, Result};
 
 /// Writes `path` through `fill`, atomically. `action` names the work in errors (`writing
 /// profile`). Parent directories are created.
+///
+/// What is at `path` decides how:
+/// - nothing, or a regular file: `fill` writes a temporary file beside it, synced, then renamed
+///   over `path`; readers see the old file or the new one, and a failure leaves the old one;
+/// - a symbolic link (or a chain of them): followed; the temporary goes beside the final
+///   target and replaces it, the link is kept (a dangling link's target is created);
+/// - anything else but a directory (a fifo, a character or block device, a socket): written
+///   in place, opened for writing and truncated, without a temporary or a rename: such a file
+///   cannot be replaced atomically, and replacing it would destroy it (`-o /dev/null` would
+///   leave a regular file in `/dev`). A fifo blocks until a reader opens it; a failure midway
+///   leaves what was written; a socket cannot be opened and is an error.
 pub(crate) fn write(
     path: &Path,
     action: &'static str,
@@ -21,36 +37,101 @@ pub(crate) fn write(
         path: path.to_path_buf(),
         source,
     };
+    // What the path leads to, symbolic links followed by the system (also through /proc's
+    // links, such as /dev/stdout's, which name no file a path can reach).
+    let found = match fs::metadata(path) {
+        Ok(meta) => Some(meta),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io(e)),
+    };
+    if let Some(meta) = &found {
+        if !meta.is_file() && !meta.is_dir() {
+            return write_in_place(path, fill).map_err(io);
+        }
+    }
+    let target = final_target(path).map_err(io)?;
+    if let (Some(meta), true) = (&found, target != path) {
+        // The links led somewhere other than what the system opens (a /proc link to a deleted
+        // file): writing in place is the one safe choice.
+        if !same_file(meta, &target) {
+            return write_in_place(path, fill).map_err(io);
+        }
+    }
+    replace(&target, fill).map_err(io)
+}
+
+/// Writes the file at `path` as it is (no temporary, no rename): truncated, then filled.
+fn write_in_place(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let file = File::options().write(true).truncate(true).open(path)?;
+    let mut out = BufWriter::new(file);
+    fill(&mut out)?;
+    out.flush()
+}
+
+/// Writes `path` (no link) through a temporary file renamed over it.
+fn replace(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
     let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
         Some(dir) => {
-            fs::create_dir_all(dir).map_err(io)?;
+            fs::create_dir_all(dir)?;
             dir.to_path_buf()
         }
         None => PathBuf::from("."),
     };
     let temp = temp_path(&dir, path);
-    let file = File::options()
-        .write(true)
-        .create_new(true)
-        .open(&temp)
-        .map_err(io)?;
+    let file = File::options().write(true).create_new(true).open(&temp)?;
     // Removes the temporary unless it was renamed: on an error, and on a panic in `fill`.
     let mut pending = Temporary(Some(temp));
     let mut out = BufWriter::new(file);
-    fill(&mut out).map_err(io)?;
-    let file = out
-        .into_inner()
-        .map_err(io::IntoInnerError::into_error)
-        .map_err(io)?;
-    file.sync_all().map_err(io)?;
+    fill(&mut out)?;
+    let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+    file.sync_all()?;
     drop(file);
     if let Some(temp) = pending.0.take() {
         if let Err(e) = fs::rename(&temp, path) {
             let _ = fs::remove_file(&temp);
-            return Err(io(e));
+            return Err(e);
         }
     }
     Ok(())
+}
+
+/// Where the symbolic links at `path` lead: `path` itself if it is no link (or does not
+/// exist), else the last path of the chain, which is not a link (and may not exist). A
+/// relative link is read from the link's directory, as the system does.
+fn final_target(path: &Path) -> io::Result<PathBuf> {
+    // The system's own limit (Linux's MAXSYMLINKS).
+    const MAX_LINKS: usize = 40;
+    let mut at = path.to_path_buf();
+    for _ in 0..=MAX_LINKS {
+        match fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let link = fs::read_link(&at)?;
+                at = match at.parent() {
+                    Some(dir) if link.is_relative() => dir.join(link),
+                    _ => link,
+                };
+            }
+            _ => return Ok(at),
+        }
+    }
+    Err(io::Error::other("too many levels of symbolic links"))
+}
+
+/// Whether `path` is the file `meta` describes (where the system tells; elsewhere assumed).
+fn same_file(meta: &fs::Metadata, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(path).is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (meta, path);
+        true
+    }
 }
 
 /// A temporary file removed when dropped, unless taken.
@@ -124,6 +205,124 @@ mod tests {
         assert!(err.to_string().contains("disk full"), "{err}");
         assert_eq!(fs::read_to_string(&path).unwrap(), "old");
         assert_eq!(fs::read_dir(&d).unwrap().count(), 1);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Temporaries (`.NAME.PID.N.tmp`) left in `dir`.
+    fn temporaries(dir: &Path) -> Vec<PathBuf> {
+        fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(".tmp"))
+            .collect()
+    }
+
+    /// A link (to a link, from another directory, relative) is followed: its final target is
+    /// replaced, the links stay links. A dangling link's target is created.
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_is_followed_and_kept() {
+        use std::os::unix::fs::symlink;
+        let d = dir("link");
+        let sub = d.join("sub");
+        fs::create_dir_all(&sub).unwrap();
+        let real = d.join("real.json");
+        fs::write(&real, "old").unwrap();
+        symlink("real.json", d.join("link.json")).unwrap();
+        let chain = sub.join("chain.json");
+        symlink("../link.json", &chain).unwrap();
+        write(&chain, "writing test", |w| w.write_all(b"new")).unwrap();
+        for link in [&chain, &d.join("link.json")] {
+            let meta = fs::symlink_metadata(link).unwrap();
+            assert!(
+                meta.file_type().is_symlink(),
+                "{} was replaced",
+                link.display()
+            );
+        }
+        assert_eq!(fs::read_to_string(&real).unwrap(), "new");
+        assert!(fs::symlink_metadata(&real).unwrap().is_file());
+        assert_eq!(temporaries(&d), Vec::<PathBuf>::new());
+        assert_eq!(temporaries(&sub), Vec::<PathBuf>::new());
+
+        let dangling = d.join("dangling.json");
+        symlink("made.json", &dangling).unwrap();
+        write(&dangling, "writing test", |w| w.write_all(b"made")).unwrap();
+        assert!(fs::symlink_metadata(&dangling)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read_to_string(d.join("made.json")).unwrap(), "made");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A fifo is written in place (its reader gets the bytes), not replaced by a file.
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_written_in_place() {
+        use std::os::unix::fs::FileTypeExt;
+        let d = dir("fifo");
+        fs::create_dir_all(&d).unwrap();
+        let fifo = d.join("out.fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: mkfifo failed");
+            fs::remove_dir_all(&d).unwrap();
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reading = fifo.clone();
+        // Never joined: if the fifo were replaced, this reader would wait for a writer forever.
+        std::thread::spawn(move || {
+            let _ = tx.send(fs::read_to_string(reading));
+        });
+        write(&fifo, "writing test", |w| w.write_all(b"through the fifo")).unwrap();
+        let kind = fs::symlink_metadata(&fifo).unwrap().file_type();
+        assert!(kind.is_fifo(), "the fifo was replaced: {kind:?}");
+        let read = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the reader finished")
+            .unwrap();
+        assert_eq!(read, "through the fifo");
+        assert_eq!(temporaries(&d), Vec::<PathBuf>::new());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A character device (a `/dev/null` made in a temporary directory; skipped where it
+    /// cannot be made or opened), and a link to it: written in place, neither replaced.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_device_is_written_in_place() {
+        use std::os::unix::fs::{symlink, FileTypeExt};
+        let d = dir("dev");
+        fs::create_dir_all(&d).unwrap();
+        let null = d.join("null");
+        let made = std::process::Command::new("mknod")
+            .arg(&null)
+            .args(["c", "1", "3"])
+            .stderr(std::process::Stdio::null())
+            .status();
+        if !made.is_ok_and(|s| s.success()) || File::options().write(true).open(&null).is_err() {
+            eprintln!("skipped: no device can be made and opened here (not root, or nodev)");
+            fs::remove_dir_all(&d).unwrap();
+            return;
+        }
+        let link = d.join("link");
+        symlink(&null, &link).unwrap();
+        for path in [&null, &link] {
+            write(path, "writing test", |w| w.write_all(b"gone")).unwrap();
+            let meta = fs::metadata(&null).unwrap();
+            assert!(
+                meta.file_type().is_char_device(),
+                "writing {} replaced the device",
+                path.display()
+            );
+        }
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(temporaries(&d), Vec::<PathBuf>::new());
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -169,7 +169,10 @@ fn report_writes_every_format_byte_for_byte() {
             .render(&base, &mut expected)
             .unwrap();
         assert!(!expected.is_empty(), "{name}");
-        assert!(out.stdout == expected, "{name}: the output differs from the library's");
+        assert!(
+            out.stdout == expected,
+            "{name}: the output differs from the library's"
+        );
     }
     #[cfg(feature = "pprof")]
     {
@@ -746,4 +749,229 @@ fn bad_input_exits_2_with_one_line_naming_the_file_and_the_problem() {
     let unwritable = spanprof(&["merge", "cli-base.json", "-o", "/proc/spanprof/all.json"]);
     assert_eq!(unwritable.status, 2);
     assert!(unwritable.stderr.contains("/proc/spanprof/all.json"));
+}
+
+/// `merge -o` through a symbolic link writes the link's target and keeps the link; `-o` on a
+/// fifo writes into the fifo (its reader gets the profile) instead of replacing it with a file.
+#[cfg(unix)]
+#[test]
+fn merge_output_follows_a_symlink_and_writes_a_fifo_in_place() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = support::temp_dir("cli-merge-links");
+    std::fs::create_dir_all(dir.join("real")).unwrap();
+    let real = dir.join("real").join("all.json");
+    std::fs::write(&real, "old").unwrap();
+    let link = dir.join("link.json");
+    std::os::unix::fs::symlink("real/all.json", &link).unwrap();
+    let ran = spanprof(&["merge", "cli-base.json", "-o", link.to_str().unwrap()]);
+    assert_eq!(ran.status, 0, "{}", ran.stderr);
+    let kind = std::fs::symlink_metadata(&link).unwrap().file_type();
+    assert!(kind.is_symlink(), "the link was replaced: {kind:?}");
+    let merged = Snapshot::read_json(&real).expect("the link's target holds the profile");
+    assert_eq!(merged.spans.len(), read("cli-base.json").spans.len());
+    for (d, n) in [(&dir, 2), (&dir.join("real"), 1)] {
+        assert_eq!(
+            std::fs::read_dir(d).unwrap().count(),
+            n,
+            "no temporary left"
+        );
+    }
+
+    let fifo = dir.join("profile.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped the fifo: mkfifo failed");
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reading = fifo.clone();
+    // Never joined: were the fifo replaced, this reader would wait for a writer forever.
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read_to_string(reading));
+    });
+    let ran = spanprof(&["merge", "cli-base.json", "-o", fifo.to_str().unwrap()]);
+    assert_eq!(ran.status, 0, "{}", ran.stderr);
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "the fifo was replaced: {kind:?}");
+    let text = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the fifo's reader finished")
+        .unwrap();
+    let through = Snapshot::from_json(&text, "fifo").unwrap();
+    assert_eq!(through.spans.len(), merged.spans.len());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A policy's `[thresholds]` entry for the default metric sets its threshold (it was
+/// dropped): `threshold = "80%"` with `p50 = "5%"` flags forward's +50 % p50, judged once.
+#[test]
+fn compare_policy_thresholds_entry_for_the_default_metric_counts() {
+    let dir = support::temp_dir("cli-policy-primary");
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, "threshold = \"80%\"\n[thresholds]\np50 = \"5%\"\n").unwrap();
+    let ran = spanprof(&[
+        "compare",
+        "--policy",
+        policy.to_str().unwrap(),
+        "cli-base.json",
+        "--",
+        "cli-slow.json",
+    ]);
+    assert_eq!(ran.status, 1, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.starts_with(
+            "spanprof compare: 1 baseline run vs 1 new run; metric p50, threshold 5 % and"
+        ),
+        "{}",
+        ran.stdout
+    );
+    let result = ran
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("result:"))
+        .unwrap();
+    assert!(result.contains("REGRESSION in forward (p50 "), "{result}");
+    let rows: Vec<&str> = ran
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("forward ") && l.contains(" p50 "))
+        .collect();
+    assert_eq!(rows.len(), 1, "p50 judged once: {}", ran.stdout);
+    assert!(rows[0].ends_with("regression"), "{}", rows[0]);
+    // `--threshold` on the command line replaces the file's entry for the figure compared.
+    let ran = spanprof(&[
+        "compare",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--threshold",
+        "80%",
+        "cli-base.json",
+        "--",
+        "cli-slow.json",
+    ]);
+    assert_eq!(ran.status, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains("metric p50, threshold 80 %"),
+        "{}",
+        ran.stdout
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A span name with a newline, a carriage return, a tab, a `|` and a backtick: `compare`
+/// prints it escaped (`\n`, `\r`, `\t`), each table row on one line, in text and Markdown.
+#[test]
+fn compare_prints_control_characters_of_names_escaped() {
+    const WEIRD: &str = "for\nw\r\ta|r`d";
+    let dir = support::temp_dir("cli-weird-names");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rename = |name: &str| {
+        let mut s = read(name);
+        for span in s.spans.iter_mut().filter(|s| s.name == "forward") {
+            span.name = WEIRD.to_string();
+        }
+        for node in s.tree.as_mut().unwrap().nodes.iter_mut() {
+            if node.name == "forward" {
+                node.name = WEIRD.to_string();
+            }
+        }
+        let path = dir.join(name);
+        s.write_json(&path).unwrap();
+        (s, path)
+    };
+    let (base, base_path) = rename("cli-base.json");
+    let (slow, slow_path) = rename("cli-slow.json");
+    let c = spanprof::analysis::compare(
+        &[base],
+        &[slow],
+        &spanprof::analysis::CompareOptions::default(),
+    );
+    assert!(c.timings.iter().any(|t| t.name == WEIRD));
+    let (b, s) = (base_path.to_str().unwrap(), slow_path.to_str().unwrap());
+
+    // The lines of the table under `heading`, up to the blank line after it.
+    fn table<'a>(out: &'a str, heading: &str) -> Vec<&'a str> {
+        out.lines()
+            .skip_while(|l| !l.contains(heading))
+            .skip(1)
+            .skip_while(|l| l.is_empty())
+            .take_while(|l| !l.is_empty())
+            .collect()
+    }
+    let text = spanprof(&["compare", b, "--", s]);
+    assert_eq!(text.status, 1, "{}{}", text.stdout, text.stderr);
+    assert!(!text.stdout.contains(['\r', '\t']), "{:?}", text.stdout);
+    let shown = "for\\nw\\r\\ta|r`d";
+    let result = text
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("result:"))
+        .unwrap();
+    assert!(
+        result.contains(&format!("REGRESSION in {shown} (p50 "))
+            && result.contains(&format!("train;epoch;train_step;{shown} (p50 ")),
+        "{result}"
+    );
+    for (heading, rows) in [
+        ("timing per span name", &c.timings),
+        ("timing per call path", &c.paths),
+    ] {
+        let lines = table(&text.stdout, heading);
+        // The header, then one line per row.
+        assert_eq!(lines.len(), 1 + rows.len(), "{heading}: {lines:#?}");
+        assert!(lines[0].starts_with("name ") || lines[0].starts_with("path "));
+        for line in &lines[1..] {
+            assert!(
+                [
+                    "regression",
+                    "unchanged",
+                    "improvement",
+                    "within noise",
+                    "too few calls"
+                ]
+                .iter()
+                .any(|v| line.ends_with(v)),
+                "{heading}: {line:?}"
+            );
+        }
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(shown) && l.ends_with("regression")),
+            "{heading}: {lines:#?}"
+        );
+    }
+
+    let md = spanprof(&["compare", "--format", "markdown", b, "--", s]);
+    assert_eq!(md.status, 1, "{}{}", md.stdout, md.stderr);
+    assert!(!md.stdout.contains(['\r', '\t']), "{:?}", md.stdout);
+    let result = md
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("**result:"))
+        .unwrap();
+    assert!(result.ends_with("**"), "{result}");
+    assert!(result.contains("`for\\nw\\r\\ta|r'd` (p50 "), "{result}");
+    // Cells split at `|` not escaped as `\|`.
+    let cells = |line: &str| line.replace("\\|", "").matches('|').count() - 1;
+    for (heading, rows) in [
+        ("timing per span name", &c.timings),
+        ("timing per call path", &c.paths),
+    ] {
+        let lines = table(&md.stdout, heading);
+        assert_eq!(lines.len(), 2 + rows.len(), "{heading}: {lines:#?}");
+        for line in &lines {
+            assert!(line.starts_with('|') && line.ends_with('|'), "{line:?}");
+            assert_eq!(cells(line), 8, "{heading}: {line:?}");
+        }
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("for\\nw\\r\\ta\\|r'd` |") && l.ends_with("| regression |")),
+            "{heading}: {lines:#?}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

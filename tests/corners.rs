@@ -117,7 +117,13 @@ fn spans_closed_at_thread_exit_are_recorded() {
 
 /// Exits a span (dropping its guard) after advancing the mock clock: from a thread-local's
 /// destructor, at its thread's exit.
-struct ExitAtThreadExit(Option<(tracing::span::EnteredSpan, spanprof::clock::MockClock, Duration)>);
+struct ExitAtThreadExit(
+    Option<(
+        tracing::span::EnteredSpan,
+        spanprof::clock::MockClock,
+        Duration,
+    )>,
+);
 
 impl Drop for ExitAtThreadExit {
     fn drop(&mut self) {

@@ -30,6 +30,12 @@
 //! compared exactly, with no noise rule. Any increase beyond `count_threshold_pct` (default 0:
 //! any increase) is a regression when every new run is above every baseline run.
 //!
+//! **Thresholds**, most specific first: a name's [`Rule`] threshold (the first rule whose glob
+//! matches), else the [`CompareOptions::thresholds`] entry for the metric (a policy file's
+//! `[thresholds]` table), else the default [`CompareOptions::threshold_pct`] (`threshold`). A
+//! `[thresholds]` entry for the default metric thus sets its threshold, and every other entry
+//! adds a metric judged for every span name ([`CompareOptions::for_name`]).
+//!
 //! **Budgets** are absolute limits on the new runs' median (`train_step p99 < 40 ms`);
 //! exceeding one is a regression whatever the baseline.
 //!
@@ -246,7 +252,9 @@ impl Budget {
 pub struct CompareOptions {
     /// The timing metric (default [`Metric::P50`]).
     pub metric: Metric,
-    /// A timing change beyond this, %, is a regression or an improvement (default 15).
+    /// A timing change beyond this, %, is a regression or an improvement (default 15); a
+    /// [`thresholds`](CompareOptions::thresholds) entry for the same metric, or a rule's
+    /// threshold, is more specific and wins ([`CompareOptions::for_name`]).
     pub threshold_pct: f64,
     /// Span names with fewer calls than this in a run are not judged on timing (default 30).
     pub min_calls: u64,
@@ -255,7 +263,11 @@ pub struct CompareOptions {
     /// A count increase beyond this, %, is a regression (default 0: any increase).
     pub count_threshold_pct: f64,
     /// More metrics every span name is judged on, each with its threshold, % (e.g. p99 at 25 %
-    /// beside the default p50 at 15 %).
+    /// beside the default p50 at 15 %). An entry for the metric a name is judged on first
+    /// (the default metric, or its rule's) sets that metric's threshold instead of
+    /// `threshold_pct`, unless the rule sets one: p50 at 5 % here, not at 80 %, and judged
+    /// once (`threshold = "80%"`, `[thresholds] p50 = "5%"` in a policy file). The first entry
+    /// of a metric listed twice counts.
     pub thresholds: Vec<(Metric, f64)>,
     /// Per-name overrides of the metric and threshold; the first rule whose glob matches
     /// applies.
@@ -288,17 +300,39 @@ impl CompareOptions {
     pub const DEFAULT_MIN_SHIFT_NS: f64 = 1_000.0;
 
     /// The metrics and thresholds span name `name` is judged on: its rule's (or the default)
-    /// metric and threshold, then every other metric of [`CompareOptions::thresholds`].
+    /// metric, then every other metric of [`CompareOptions::thresholds`], each once.
+    ///
+    /// The first metric's threshold is the most specific one given: the rule's threshold, else
+    /// the [`thresholds`](CompareOptions::thresholds) entry for that metric, else
+    /// [`threshold_pct`](CompareOptions::threshold_pct) ([`CompareOptions::threshold_for`]).
+    /// So `threshold = "80%"` with `[thresholds] p50 = "5%"` judges p50 at 5 %, and a rule's
+    /// threshold for its names wins over both.
     pub fn for_name(&self, name: &str) -> Vec<(Metric, f64)> {
         let rule = self.rules.iter().find(|r| glob_match(&r.name, name));
+        let metric = rule.and_then(|r| r.metric).unwrap_or(self.metric);
         let primary = (
-            rule.and_then(|r| r.metric).unwrap_or(self.metric),
+            metric,
             rule.and_then(|r| r.threshold_pct)
-                .unwrap_or(self.threshold_pct),
+                .unwrap_or_else(|| self.threshold_for(metric)),
         );
         let mut all = vec![primary];
-        all.extend(self.thresholds.iter().filter(|(m, _)| *m != primary.0));
+        for &(m, pct) in &self.thresholds {
+            if all.iter().all(|&(seen, _)| seen != m) {
+                all.push((m, pct));
+            }
+        }
         all
+    }
+
+    /// The threshold of `metric` where no rule sets one, %: its first
+    /// [`thresholds`](CompareOptions::thresholds) entry, else
+    /// [`threshold_pct`](CompareOptions::threshold_pct). For [`CompareOptions::metric`], the
+    /// threshold of every span name no rule matches.
+    pub fn threshold_for(&self, metric: Metric) -> f64 {
+        self.thresholds
+            .iter()
+            .find(|(m, _)| *m == metric)
+            .map_or(self.threshold_pct, |&(_, pct)| pct)
     }
 }
 
@@ -940,6 +974,48 @@ mod tests {
                 (Metric::P50, Verdict::Unchanged)
             ]
         );
+    }
+
+    /// A `[thresholds]` entry for the metric judged first sets its threshold (it was dropped:
+    /// `threshold = "80%"` with `p50 = "5%"` let a +50 % p50 pass); a rule's threshold is more
+    /// specific still; each metric is judged once.
+    #[test]
+    fn a_thresholds_entry_for_the_primary_metric_sets_its_threshold() {
+        let b = base();
+        let name = busiest(&b);
+        let slow = scaled(&b, &name, 1.5);
+        let mut opts = CompareOptions {
+            threshold_pct: 80.0,
+            ..CompareOptions::default()
+        };
+        opts.thresholds.push((Metric::P50, 5.0));
+        opts.thresholds.push((Metric::P99, 25.0));
+        opts.thresholds.push((Metric::P50, 90.0));
+        assert_eq!(
+            opts.for_name(&name),
+            [(Metric::P50, 5.0), (Metric::P99, 25.0)]
+        );
+        let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&slow), &opts);
+        let p50: Vec<&TimingChange> = c
+            .timings
+            .iter()
+            .filter(|t| t.name == name && t.metric == Metric::P50)
+            .collect();
+        assert_eq!(p50.len(), 1, "judged once");
+        assert_eq!(p50[0].threshold_pct, 5.0);
+        assert_eq!(p50[0].verdict, Verdict::Regression);
+        assert!(c.regressed());
+        // A rule's threshold for the name wins over the entry; its metric takes the entry's.
+        opts.rules
+            .push(Rule::new(name.clone()).with_threshold(60.0));
+        opts.rules.push(Rule::new("*").with_metric(Metric::P99));
+        assert_eq!(
+            opts.for_name(&name),
+            [(Metric::P50, 60.0), (Metric::P99, 25.0)]
+        );
+        assert_eq!(opts.for_name("other")[0], (Metric::P99, 25.0));
+        let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&slow), &opts);
+        assert!(!c.regressed(), "{:?}", c.timings);
     }
 
     #[test]

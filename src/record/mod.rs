@@ -360,8 +360,9 @@ impl Recorder {
         if !inserted {
             return self.table_full();
         }
-        self.shards
-            .with_orphan(decision.name(), |stats| self.opened(id, stats, decision, attrs));
+        self.shards.with_orphan(decision.name(), |stats| {
+            self.opened(id, stats, decision, attrs)
+        });
         true
     }
 

@@ -274,7 +274,7 @@ pub(crate) struct Shards {
     /// entered in a `thread_local!` dropped later in the thread's exit, or a leaked guard):
     /// kept so that those entries' exits still find their frames (`Recorder::exit_slot`),
     /// and dropped once their frames are exited or their spans closed (`Shards::sweep_parked`).
-    parked: Mutex<Vec<Box<Local>>>,
+    parked: Mutex<Vec<Local>>,
     /// How many states are in `parked` (read without the lock).
     parked_len: AtomicUsize,
 }
@@ -284,7 +284,7 @@ impl Shards {
     #[cold]
     fn park(&self, local: Box<Local>) {
         let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-        crate::alloc::untracked(|| parked.push(local));
+        crate::alloc::untracked(|| parked.push(*local));
         self.parked_len.store(parked.len(), Relaxed);
     }
 
@@ -316,7 +316,7 @@ impl Shards {
         if self.parked_len.load(Relaxed) == 0 {
             return;
         }
-        let gone: Vec<Box<Local>> = {
+        let gone: Vec<Local> = {
             let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
             let (gone, kept) = std::mem::take(&mut *parked)
                 .into_iter()

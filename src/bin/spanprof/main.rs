@@ -68,7 +68,9 @@ enum Command {
         /// The timing figure compared [default: p50, or the policy's].
         #[arg(long)]
         metric: Option<MetricArg>,
-        /// The change that counts, e.g. `5%` [default: 15%, or the policy's].
+        /// The change that counts for the timing figure compared, e.g. `5%` [default: 15%, or
+        /// the policy's]; given here, it also replaces the policy's `[thresholds]` entry for
+        /// that figure (a rule's threshold still applies to its names).
         #[arg(long, value_parser = policy::parse_pct)]
         threshold: Option<f64>,
         /// Fewest calls per run before a span name's timing is judged [default: 30].
@@ -224,6 +226,10 @@ fn run(command: Command) -> Result<ExitCode, BadInput> {
                 options.metric = m.into();
             }
             if let Some(t) = threshold {
+                // The command line over the file: the policy's entry for the same figure
+                // would otherwise be the more specific threshold (`CompareOptions::for_name`).
+                let judged = options.metric;
+                options.thresholds.retain(|&(m, _)| m != judged);
                 options.threshold_pct = t;
             }
             if let Some(n) = min_calls {

@@ -109,11 +109,34 @@ fn heading(f: &mut String, format: TextFormat, text: &str) {
     }
 }
 
+/// A span name, call path or host as printed: its control characters (and the Unicode line
+/// and paragraph separators) as visible escapes (`\n`, `\r`, `\t`, `\u{1b}`), so a name
+/// stays on its line and in its table row; Markdown puts it in a code span, its backticks as
+/// `'` (a table escapes its `|`). The library's own Markdown report keeps its escape to
+/// itself, hence this one.
 fn code(format: TextFormat, name: &str) -> String {
+    let name = visible(name);
     match format {
         TextFormat::Markdown => format!("`{}`", name.replace('`', "'")),
-        TextFormat::Text => name.to_string(),
+        TextFormat::Text => name,
     }
+}
+
+/// `text` with each control character (and U+2028, U+2029) as its escape.
+fn visible(text: &str) -> String {
+    let escaped = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+    if !text.chars().any(escaped) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escaped(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn plural(n: usize, word: &str) -> String {
@@ -128,7 +151,7 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
         plural(c.base_runs, "baseline run"),
         plural(c.new_runs, "new run"),
         options.metric,
-        options.threshold_pct,
+        options.threshold_for(options.metric),
         dur(options.min_shift_ns),
         options.min_calls
     );
@@ -147,7 +170,7 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
              per side to compare the change with the spread between runs)"
         );
     }
-    if (c.overall_ratio - 1.0).abs() * 100.0 > options.threshold_pct / 2.0 {
+    if (c.overall_ratio - 1.0).abs() * 100.0 > options.threshold_for(options.metric) / 2.0 {
         let _ = writeln!(
             f,
             "note: every span name moved by a median {}: the machine may have been busier or \
@@ -321,7 +344,7 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding], format: TextFo
         "spanprof top: {} span names, run {} on {}",
         snapshot.spans.len(),
         format_duration(snapshot.run.duration_ns),
-        snapshot.run.host
+        visible(&snapshot.run.host)
     );
     let (bullet, title_line) = match format {
         TextFormat::Markdown => ("- ", format!("### {title}\n")),
