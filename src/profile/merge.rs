@@ -327,6 +327,7 @@ fn merge_opt<T: Clone>(a: Option<T>, b: Option<&T>, f: fn(&mut T, &T)) -> Option
 
 fn merge_cpu(a: &mut CpuUse, b: &CpuUse) {
     a.entries = a.entries.saturating_add(b.entries);
+    a.skipped_entries = a.skipped_entries.saturating_add(b.skipped_entries);
     a.cpu_ns = a.cpu_ns.saturating_add(b.cpu_ns);
     a.busy_ns = a.busy_ns.saturating_add(b.busy_ns);
     a.utilization_pct = if a.busy_ns == 0 {
@@ -375,6 +376,26 @@ mod tests {
 
     fn detailed() -> Snapshot {
         crate::profile::detailed_test_profile()
+    }
+
+    /// CPU figures of a sample (entries whose CPU time was not read) stay a sample, with the
+    /// entries left out of both profiles.
+    #[test]
+    fn sampled_cpu_figures_stay_sampled() {
+        let cpu = |entries, skipped| CpuUse {
+            entries,
+            cpu_ns: entries * 100,
+            busy_ns: entries * 200,
+            utilization_pct: 50.0,
+            skipped_entries: skipped,
+        };
+        let mut a = cpu(10, 30);
+        merge_cpu(&mut a, &cpu(5, 0));
+        assert_eq!((a.entries, a.skipped_entries), (15, 30));
+        assert!(a.sampled());
+        merge_cpu(&mut a, &cpu(1, 12));
+        assert_eq!((a.entries, a.skipped_entries), (16, 42));
+        assert_eq!(a.utilization_pct, 50.0);
     }
 
     #[test]
