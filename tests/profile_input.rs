@@ -666,6 +666,28 @@ fn a_mean_or_deviation_that_disagrees_with_the_figures() {
     );
 }
 
+/// A metric's kind and value agree: a gauge holding a histogram's values is a crafted file.
+#[test]
+fn a_metric_whose_value_is_not_of_its_kind() {
+    let detailed: serde_json::Value =
+        serde_json::from_str(include_str!("data/cli-detailed.json")).unwrap();
+    for (kind, value) in [("gauge", "histogram"), ("histogram", "sum"), ("counter", "histogram")] {
+        let i = detailed["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|m| m["value"].get(value).is_some())
+            .unwrap();
+        let mut v = detailed.clone();
+        v["metrics"][i]["kind"] = kind.into();
+        rejected(
+            &v.to_string(),
+            "kind.json",
+            &format!("metrics[{i}]: a {kind} metric with a {value} value"),
+        );
+    }
+}
+
 // ---- One entry per span name, metric and call path ----
 
 #[test]

@@ -260,6 +260,18 @@ fn check_stats(snapshot: &Snapshot) -> Result<(), String> {
         }
     }
     for (i, metric) in snapshot.metrics.iter().enumerate() {
+        use super::{MetricKind as K, MetricValue as V};
+        let (value, fits) = match &metric.value {
+            V::Sum(_) => ("sum", matches!(metric.kind, K::Counter | K::MonotonicCounter)),
+            V::Histogram(_) => ("histogram", metric.kind == K::Histogram),
+            V::Gauge(_) => ("gauge", metric.kind == K::Gauge),
+        };
+        if !fits {
+            return Err(format!(
+                "metrics[{i}]: a {} metric with a {value} value",
+                metric.kind.as_str()
+            ));
+        }
         if let super::MetricValue::Histogram(h) = &metric.value {
             for (name, stat) in [("integers", &h.integers), ("floats", &h.floats)] {
                 if let Some(stat) = stat {
