@@ -8,9 +8,8 @@ use crate::error::Result;
 use crate::output::Outputs;
 use crate::profile::Snapshot;
 use crate::samplers::{SamplerUse, WeakSamplerUse};
-use crate::session::ProfileSession;
+use crate::session::{ProfileSession, Tell};
 use crate::switches::Resources;
-use crate::PERF_TARGET;
 
 /// A cloneable, cheap handle to read a running profile from anywhere.
 ///
@@ -135,7 +134,7 @@ impl ProfileHandle {
     /// file), or [`Error::Outputs`](crate::Error::Outputs) with each error when several did.
     /// Every output is attempted even if an earlier one failed.
     pub fn finish(&self) -> Result<Outputs> {
-        self.session.finish()
+        self.session.finish(Tell::Log)
     }
 
     /// Installs a handler for the signals that end a program — `SIGINT` (Ctrl-C), `SIGTERM`
@@ -641,9 +640,9 @@ impl Drop for ProfileGuard {
             return;
         }
         self.finished = true;
-        if let Err(e) = self.handle.finish() {
-            tracing::warn!(target: PERF_TARGET, error = %e, "spanprof could not write its outputs");
-            eprintln!("spanprof: {e}");
-        }
+        // A drop returns nothing, and the program's subscriber may show no warning (the
+        // profiling layer alone, as in the quick start): each failed output is one line on
+        // stderr. `finish` returns them instead, and logs them at `spanprof::perf`.
+        let _ = self.handle.session.finish(Tell::Stderr);
     }
 }

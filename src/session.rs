@@ -203,8 +203,9 @@ impl ProfileSession {
 
     /// Ends the session: stops recording and the sampler, finishes the Chrome traces, takes the
     /// final snapshot and writes every output. Every step is attempted even if an earlier one
-    /// failed. Only the first call writes; later ones return what it wrote.
-    pub(crate) fn finish(&self) -> Result<Outputs> {
+    /// failed. Only the first call writes; later ones return what it wrote. Each failed output
+    /// is told once, as `tell` says.
+    pub(crate) fn finish(&self, tell: Tell) -> Result<Outputs> {
         let mut done = self.finished.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(outputs) = done.as_ref() {
             return Ok(outputs.clone());
@@ -244,14 +245,16 @@ impl ProfileSession {
         if self.records {
             summary_event(&snapshot);
         }
+        for e in &errors {
+            tell.failed(e, None);
+        }
         let selected = self.selection.apply(&snapshot);
-        errors.extend(output::write_all(&self.outputs, &selected, &mut outputs));
+        for failed in output::write_all(&self.outputs, &selected, &mut outputs) {
+            tell.failed(&failed.error, failed.to_stderr_instead);
+            errors.push(failed.error);
+        }
         if let Some(p) = outputs.profile() {
             tracing::info!(target: crate::PROFILING_TARGET, path = %p.display(), "spanprof wrote the JSON profile");
-        }
-        for e in &errors {
-            // One line per failed output, whoever finishes the session.
-            tracing::warn!(target: PERF_TARGET, error = %e, "spanprof could not write an output");
         }
         if let Some(exporter) = self.exporter.get() {
             // The last window's summary and OTLP push, waited for a bounded time.
@@ -276,6 +279,39 @@ impl ProfileSession {
         if let Some(sampler) = sampler {
             if !sampler.stop(SAMPLER_STOP_WAIT) {
                 tracing::warn!(target: PERF_TARGET, "spanprof's sampler thread did not stop within 1 s; left to finish alone");
+            }
+        }
+    }
+}
+
+/// Where [`ProfileSession::finish`] tells each failed output, once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tell {
+    /// A warning at `spanprof::perf` (the caller also gets the errors back).
+    Log,
+    /// A line on stderr: a guard's drop, which can return nothing, and whose warnings may go
+    /// to no subscriber, or to one that shows nothing (the profiling layer alone).
+    Stderr,
+}
+
+impl Tell {
+    /// Tells that an output failed (`to_stderr_instead`: the format written to stderr in its
+    /// place).
+    fn failed(self, e: &crate::Error, to_stderr_instead: Option<&str>) {
+        let instead = to_stderr_instead
+            .map(|format| format!("; it wrote its {format} to stderr instead"))
+            .unwrap_or_default();
+        match self {
+            Tell::Log => {
+                tracing::warn!(target: PERF_TARGET, error = %e, "spanprof could not write an output{instead}");
+            }
+            Tell::Stderr => {
+                use std::io::Write;
+                // Not `eprintln!`: a closed stderr must not panic in a drop.
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "spanprof: could not write an output: {e}{instead}"
+                );
             }
         }
     }

@@ -322,3 +322,86 @@ fn a_report_file_failing_at_the_end_goes_to_stderr() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What the child of [`a_dropped_guard_tells_each_failure_once_on_stderr`] runs: a guard with a
+/// report file that cannot be written at the end and two outputs that fail, dropped with the
+/// profiling layer alone (`SPANPROF_DROP_CHILD=none`, the quick start's subscriber) or beside
+/// a fmt layer writing to stderr (`fmt`). Does nothing in a normal test run.
+#[test]
+fn drop_child() {
+    let Ok(mode) = std::env::var("SPANPROF_DROP_CHILD") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(std::env::var("SPANPROF_DROP_DIR").unwrap());
+    let report_dir = dir.join("reports");
+    std::fs::create_dir_all(&report_dir).unwrap();
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_report(ReportTarget::File(report_dir.join("report.txt")))
+        .with_output(Halfway(Fault::DiskFull), Destination::Dir(dir.clone()))
+        .with_output(
+            Halfway(Fault::DiskFull),
+            Destination::File(dir.join("b.txt")),
+        )
+        .build()
+        .unwrap();
+    // The report's directory: writable at build, not at the end.
+    std::fs::remove_dir_all(&report_dir).unwrap();
+    std::fs::write(&report_dir, b"in the way").unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    match mode.as_str() {
+        "fmt" => {
+            let fmt = tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false);
+            tracing::subscriber::set_global_default(subscriber.with(fmt)).unwrap();
+            tracing::info_span!("x").in_scope(|| {});
+        }
+        _ => tracing::subscriber::with_default(subscriber, || {
+            tracing::info_span!("x").in_scope(|| {});
+        }),
+    }
+    drop(guard);
+}
+
+/// Dropping the guard (the quick start's way to end a run) tells each failed output once, on
+/// stderr, whatever the subscriber: a drop returns nothing, and the profiling layer alone shows
+/// no warning. No warning besides (`finish` logs them instead, and returns them).
+#[test]
+fn a_dropped_guard_tells_each_failure_once_on_stderr() {
+    for mode in ["none", "fmt"] {
+        let dir = support::temp_dir(&format!("drop-child-{mode}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "drop_child", "--nocapture", "--test-threads=1"])
+            .env("SPANPROF_DROP_CHILD", mode)
+            .env("SPANPROF_DROP_DIR", &dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let told: Vec<&str> = stderr
+            .lines()
+            .filter(|l| {
+                ["report.txt", "halfway.txt", "b.txt"]
+                    .iter()
+                    .any(|f| l.contains(f))
+            })
+            .collect();
+        assert_eq!(told.len(), 3, "{mode}: {stderr}");
+        for (line, file) in told.iter().zip(["report.txt", "halfway.txt", "b.txt"]) {
+            assert!(
+                line.starts_with("spanprof: could not write an output: ") && line.contains(file),
+                "{mode}: {file}: {line}"
+            );
+        }
+        assert!(
+            told[0].ends_with("; it wrote its table to stderr instead"),
+            "{told:#?}"
+        );
+        assert!(!stderr.contains("WARN"), "{mode}: {stderr}");
+        // The report itself, on stderr in its file's place.
+        assert!(stderr.contains("span name"), "{mode}: {stderr}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -166,3 +166,209 @@ fn resources_step_down_while_the_program_runs() {
     }
     assert_eq!(support::span(&snap, "after").calls, 10);
 }
+
+/// The `<title>` texts of an SVG flamegraph: each frame's name, then ` (` and its figures.
+#[cfg(feature = "flamegraph")]
+fn svg_titles(svg: &str) -> Vec<String> {
+    svg.split("<title>")
+        .skip(1)
+        .filter_map(|t| t.split_once("</title>").map(|(t, _)| t.to_string()))
+        .collect()
+}
+
+/// Span names ending in a space and a number (`layer 3`, `layer 12`) are distinct frames: the
+/// number is not read as a second count (a differential line merging both into `layer`), in
+/// the folded stacks and in the flamegraph drawn from them, whether the name ends a line or is
+/// a parent; the counts still add up to the tree's self time.
+#[test]
+fn span_names_ending_in_numbers_are_distinct_frames() {
+    let (dispatch, guard, clock) = support::mock();
+    let ms = std::time::Duration::from_millis;
+    tracing::dispatcher::with_default(&dispatch, || {
+        let _model = tracing::info_span!("model").entered();
+        clock.advance(ms(1));
+        tracing::info_span!("layer 3").in_scope(|| {
+            clock.advance(ms(3));
+            tracing::info_span!("attn 1").in_scope(|| clock.advance(ms(2)));
+        });
+        tracing::info_span!("layer 12").in_scope(|| clock.advance(ms(12)));
+        tracing::info_span!("block 7 ").in_scope(|| clock.advance(ms(7)));
+    });
+    let snapshot = guard.snapshot();
+    let tree = snapshot
+        .tree
+        .as_ref()
+        .expect("the default preset records the tree");
+    let text = spanprof::output::Folded.to_string(&snapshot);
+    let lines: Vec<(&str, u64)> = text
+        .lines()
+        .map(|l| {
+            let (stack, count) = l.rsplit_once(' ').unwrap();
+            (stack, count.parse().unwrap())
+        })
+        .collect();
+    // One count per line: what precedes it does not end in a space and a number.
+    for (stack, _) in &lines {
+        let last = stack.rsplit_once(' ').map_or("", |(_, t)| t);
+        assert!(
+            last.is_empty() || !last.chars().all(|c| c.is_ascii_digit()),
+            "a differential line: {text:?}"
+        );
+    }
+    let stacks: Vec<&str> = lines.iter().map(|(s, _)| *s).collect();
+    for want in [
+        "model",
+        "model;layer\u{a0}3",
+        "model;layer\u{a0}3;attn\u{a0}1",
+        "model;layer\u{a0}12",
+        "model;block\u{a0}7",
+    ] {
+        assert!(stacks.contains(&want), "{want:?} not in {text:?}");
+    }
+    assert_eq!(lines.len(), 5, "{text:?}");
+    assert_eq!(
+        lines.iter().map(|(_, n)| n).sum::<u64>(),
+        tree.self_ns(),
+        "{text:?}"
+    );
+    #[cfg(feature = "flamegraph")]
+    {
+        let mut svg = Vec::new();
+        spanprof::output::Flamegraph::new()
+            .render(&snapshot, &mut svg)
+            .unwrap();
+        let titles = svg_titles(&String::from_utf8(svg).unwrap());
+        let frames: Vec<&str> = titles
+            .iter()
+            .filter_map(|t| t.split_once(" (").map(|(name, _)| name))
+            .collect();
+        for name in [
+            "model",
+            "layer\u{a0}3",
+            "layer\u{a0}12",
+            "attn\u{a0}1",
+            "block\u{a0}7",
+        ] {
+            let n = frames.iter().filter(|f| **f == name).count();
+            assert_eq!(n, 1, "{name:?} is {n} frames: {titles:?}");
+        }
+        assert!(!frames.contains(&"layer"), "{titles:?}");
+        // No frame carries a differential's second percentage.
+        assert!(!titles.iter().any(|t| t.contains("%;")), "{titles:?}");
+    }
+}
+
+/// A span name or a metric name with control characters (a newline, a tab) is one row in each
+/// table of the console report (spans, throughput, metrics, call tree): the characters are
+/// escaped as `\n` and `\t`, and the columns stay aligned (widths count the escaped text).
+#[test]
+fn control_characters_in_names_do_not_split_report_rows() {
+    let (dispatch, guard, clock) = support::mock();
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("a\nb\tc", items = 3u64).in_scope(|| {
+            clock.advance(std::time::Duration::from_millis(5));
+            tracing::info!("counter.m\nx" = 2u64);
+            tracing::info_span!("in\r\nner\u{1b}").in_scope(|| {
+                clock.advance(std::time::Duration::from_millis(1));
+            });
+        });
+    });
+    let text = Table::new().to_string(&guard.snapshot());
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "control characters printed raw:\n{text}"
+    );
+    let rows = |name: &str| -> Vec<&str> { text.lines().filter(|l| l.contains(name)).collect() };
+    // The span table, the throughput table, the metrics table (span column) and the call tree.
+    let span = rows(r"a\nb\tc");
+    assert_eq!(span.len(), 4, "{span:#?}\n{text}");
+    // The span table, the call tree.
+    let inner = rows(r"in\r\nner\u{1b}");
+    assert_eq!(inner.len(), 2, "{inner:#?}\n{text}");
+    // The metrics table (name column).
+    let metric = rows(r"m\nx");
+    assert_eq!(metric.len(), 1, "{metric:#?}\n{text}");
+    // Widths count the escaped text: the span table's rows line up with its header.
+    let header = text.lines().find(|l| l.starts_with("name ")).unwrap();
+    for row in [span[0], inner[0]] {
+        assert_eq!(
+            row.chars().count(),
+            header.chars().count(),
+            "{row:?} against {header:?}"
+        );
+    }
+    // Nothing in the report starts with what followed a line break in a name.
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("b\t") || l.starts_with("ner")),
+        "{text}"
+    );
+}
+
+/// An output filter (`SPANPROF_OUTPUT_FILTER`, `with_output_filter`) selects what every output
+/// shows, not only the span rows: the call tree keeps the paths to the selected names (their
+/// ancestors without self time), so the folded stacks, the JSON tree and the report's call tree
+/// show only the selected names' self time; metrics keep those recorded in selected span names
+/// and those outside every span.
+#[test]
+fn the_output_filter_selects_the_call_tree_and_the_metrics_too() {
+    let dir = support::temp_dir("output-filter-tree");
+    let report = dir.join("report.txt");
+    let (clock, mock) = spanprof::clock::Clock::mock();
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_clock(clock)
+        .with_output_dir(&dir)
+        .with_report(ReportTarget::File(report.clone()))
+        .with_output_filter("sort".parse().unwrap())
+        .build()
+        .unwrap();
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let ms = std::time::Duration::from_millis;
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info!(counter.runs = 1u64);
+        for _ in 0..2 {
+            tracing::info_span!("step").in_scope(|| {
+                mock.advance(ms(1));
+                tracing::info_span!("sort").in_scope(|| {
+                    mock.advance(ms(3));
+                    tracing::info!(counter.sorted = 10u64);
+                });
+                tracing::info_span!("hash").in_scope(|| {
+                    mock.advance(ms(2));
+                    tracing::info!(counter.hashed = 10u64);
+                });
+            });
+        }
+    });
+    drop(dispatch);
+    guard.finish().unwrap();
+    let folded = std::fs::read_to_string(dir.join("profile.folded")).unwrap();
+    assert_eq!(folded, "step;sort 6000000\n");
+    let saved = Snapshot::read_json(dir.join(PROFILE_FILE)).unwrap();
+    let names: Vec<&str> = saved.spans.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["sort"]);
+    let tree = saved.tree.as_ref().unwrap();
+    let nodes: Vec<(String, u64)> = (0..tree.nodes.len())
+        .map(|i| (tree.path(i).join(";"), tree.nodes[i].self_time.total_ns))
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            ("step".to_string(), 0),
+            ("step;sort".to_string(), 6_000_000)
+        ]
+    );
+    // The ancestor keeps its calls and busy time: the path's context.
+    assert_eq!(tree.nodes[0].calls, 2);
+    assert_eq!(tree.nodes[0].busy.total_ns, 12_000_000);
+    let mut metrics: Vec<&str> = saved.metrics.iter().map(|m| m.name.as_str()).collect();
+    metrics.sort_unstable();
+    assert_eq!(metrics, ["runs", "sorted"]);
+    let text = std::fs::read_to_string(&report).unwrap();
+    let tree_view = &text[text.find("Call tree").expect("the report's call tree")..];
+    assert!(tree_view.contains("sort"), "{text}");
+    assert!(!text.contains("hash"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

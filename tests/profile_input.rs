@@ -671,7 +671,11 @@ fn a_mean_or_deviation_that_disagrees_with_the_figures() {
 fn a_metric_whose_value_is_not_of_its_kind() {
     let detailed: serde_json::Value =
         serde_json::from_str(include_str!("data/cli-detailed.json")).unwrap();
-    for (kind, value) in [("gauge", "histogram"), ("histogram", "sum"), ("counter", "histogram")] {
+    for (kind, value) in [
+        ("gauge", "histogram"),
+        ("histogram", "sum"),
+        ("counter", "histogram"),
+    ] {
         let i = detailed["metrics"]
             .as_array()
             .unwrap()

@@ -13,6 +13,14 @@ pub const FOLDED_FILE: &str = "profile.folded";
 /// from the root joined by `;`, a space and its self time in nanoseconds. The lines add up to
 /// the profile's self time. A profile without a tree gives an empty file.
 ///
+/// No span name can make a line ambiguous: the count is the text after a line's last ASCII
+/// space, and each name is written as the same frame wherever it stands. In a frame, `;`
+/// becomes `:`, line breaks become spaces, whitespace around the name is dropped (readers trim
+/// lines), and the whitespace before a trailing number becomes a no-break space (U+00A0):
+/// `layer 3` is written `layer\u{a0}3`, which reads as one frame and renders as `layer 3`,
+/// where `model;layer 3 6004112` would read as a differential line (counts 3 and 6004112) of a
+/// frame `layer`. An empty name is written `?`.
+///
 /// ```
 /// use spanprof::output::Folded;
 /// # let snapshot = spanprof::profile::Snapshot::from_json(
@@ -54,19 +62,48 @@ pub(crate) fn folded_lines(tree: &CallTree) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// A span name as a frame: `;` separates frames and a line ends at a newline, so both are
-/// replaced; an empty name becomes `?`.
+/// A span name as a frame, the same text wherever the name stands on a path:
+///
+/// - `;` separates frames, so it becomes `:`; a line ends at a newline, so `\n` and `\r`
+///   become spaces;
+/// - whitespace around the name is dropped: inferno and `flamegraph.pl` trim each line, so a
+///   first or last frame would lose it anyway (and `layer ` as a leaf would not be `layer ` as
+///   a parent);
+/// - the whitespace before a trailing number becomes U+00A0 (no-break space): the readers take
+///   the text after a line's last ASCII space as its count, and a line whose stack then still
+///   ends in a space and a number as a differential line (two counts), so `layer 3` as a leaf
+///   would read as frame `layer` with counts 3 and the self time. inferno splits a count off
+///   at ASCII `' '` only (and `flamegraph.pl` at `\s`, which is ASCII whitespace for these
+///   bytes); a no-break space renders as a space and is no separator to either;
+/// - an empty name (or one of whitespace only) becomes `?`.
 fn frame(name: &str) -> String {
-    if name.is_empty() {
-        return "?".to_string();
-    }
-    name.chars()
+    let mut chars: Vec<char> = name
+        .chars()
         .map(|c| match c {
             ';' => ':',
             '\n' | '\r' => ' ',
             c => c,
         })
-        .collect()
+        .collect();
+    while chars.last().is_some_and(|c| c.is_whitespace()) {
+        chars.pop();
+    }
+    let lead = chars.iter().take_while(|c| c.is_whitespace()).count();
+    chars.drain(..lead);
+    if chars.is_empty() {
+        return "?".to_string();
+    }
+    // The trailing run of digits, dots and whitespace: a number and what separates it.
+    let tail = chars
+        .iter()
+        .rposition(|&c| !(c.is_ascii_digit() || c == '.' || c.is_whitespace()))
+        .map_or(0, |i| i + 1);
+    for c in &mut chars[tail..] {
+        if c.is_whitespace() {
+            *c = '\u{a0}';
+        }
+    }
+    chars.into_iter().collect()
 }
 
 impl Format for Folded {
@@ -95,5 +132,62 @@ mod tests {
     fn frames_cannot_break_the_format() {
         assert_eq!(frame("a;b\nc"), "a:b c");
         assert_eq!(frame(""), "?");
+        assert_eq!(frame(" \n "), "?");
+    }
+
+    /// Whether `text` reads as a sample count to inferno (0.12, `merge::rfind_samples`):
+    /// digits, or digits, a dot and digits.
+    fn is_count(text: &str) -> bool {
+        let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+        !int.is_empty()
+            && int.chars().all(|c| c.is_ascii_digit())
+            && frac.chars().all(|c| c.is_ascii_digit())
+    }
+
+    /// A name ending in a number is one frame, whether it ends a line or not: the line has
+    /// exactly one count (inferno reads the text after the last ASCII space as the count, then
+    /// again after the trimmed stack's last space as a differential's first count), and the
+    /// frame is the same text as a parent.
+    #[test]
+    fn numbers_at_the_end_of_names_are_no_counts() {
+        for name in [
+            "layer 3",
+            "layer 12",
+            "x 1.5",
+            "v 1 2",
+            "trailing space 123 ",
+            "tab\t7",
+            "line\n8",
+            "wide\u{3000}9",
+            " 4",
+            "3",
+            "step 2 of 3",
+        ] {
+            let f = frame(name);
+            for line in [
+                format!("model;{f} 5"),
+                format!("{f} 5"),
+                format!("a b;{f} 5"),
+            ] {
+                // inferno trims each line, then splits the count off at the last ASCII space.
+                let (stack, count) = line.trim().rsplit_once(' ').unwrap();
+                assert_eq!(count, "5", "{name:?}: {line:?}");
+                let stack = stack.trim_end();
+                assert!(
+                    stack.rsplit_once(' ').map_or(true, |(_, t)| !is_count(t)),
+                    "{name:?} reads as a differential line: {line:?}"
+                );
+                // The frame as the line's last is the frame as a parent.
+                assert!(
+                    stack.ends_with(&f),
+                    "{name:?}: {stack:?} lost part of {f:?}"
+                );
+            }
+            assert!(!f.contains(';') && !f.contains('\n'), "{name:?}: {f:?}");
+        }
+        assert_eq!(frame("layer 3"), "layer\u{a0}3");
+        assert_eq!(frame("layer 12"), "layer\u{a0}12");
+        assert_eq!(frame("step 2 of 3"), "step 2 of\u{a0}3");
+        assert_eq!(frame("layer3"), "layer3");
     }
 }

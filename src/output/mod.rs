@@ -124,6 +124,15 @@ pub(crate) fn by_self_time(a: &SpanStats, b: &SpanStats) -> std::cmp::Ordering {
         .then(a.target.cmp(&b.target))
 }
 
+/// The self time of every span name of `snap` (totals of names the back-off sampled scaled to
+/// every call), ns: what self % is a share of. A sum of `u64`s: it does not wrap.
+pub(crate) fn all_self_ns(snap: &Snapshot) -> u128 {
+    snap.spans
+        .iter()
+        .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
+        .sum()
+}
+
 /// The metrics from events of `snap` in the order every report lists them: by name, kind,
 /// span name and target (events outside every span first).
 pub(crate) fn metrics_in_order(snap: &Snapshot) -> Vec<&crate::profile::Metric> {
@@ -194,7 +203,12 @@ pub enum Destination {
     Stdout,
     /// A file, replaced atomically: written to a temporary file in the same directory,
     /// renamed over the file when complete. A render that fails (or panics) midway leaves the
-    /// previous file as it was and no temporary.
+    /// previous file as it was and no temporary. A symbolic link is followed: its final target
+    /// is replaced so, and the link kept. A path that is neither a regular file nor a
+    /// directory (a fifo, a device such as `/dev/null`, `/dev/stdout` on a pipe or terminal)
+    /// cannot be replaced atomically, and replacing it would destroy it: it is written in
+    /// place, opened for writing and truncated, with no temporary (a fifo waits for its reader;
+    /// a failed render leaves what was written).
     File(PathBuf),
     /// The format's [`file_name`](Format::file_name) in a directory, replaced atomically like
     /// [`Destination::File`].
@@ -320,14 +334,28 @@ pub(crate) fn directory_formats(tree: bool) -> Vec<Box<dyn Format>> {
     formats
 }
 
-/// Renders every output, collecting the files written and every error.
-pub(crate) fn write_all(outputs: &[Output], snapshot: &Snapshot, done: &mut Outputs) -> Vec<Error> {
-    let mut errors = Vec::new();
+/// An output that failed: its error, and the format rendered to standard error instead where
+/// the output falls back there (the report file).
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub(crate) error: Error,
+    pub(crate) to_stderr_instead: Option<&'static str>,
+}
+
+/// Renders every output, collecting the files written and every failure. Logs nothing: the
+/// caller reports each failure once (see `ProfileSession::finish`).
+pub(crate) fn write_all(
+    outputs: &[Output],
+    snapshot: &Snapshot,
+    done: &mut Outputs,
+) -> Vec<Failed> {
+    let mut failed = Vec::new();
     for output in outputs {
         match output.write(snapshot) {
             Ok(Some(path)) => done.files.push((output.format.name(), path)),
             Ok(None) => {}
-            Err(e) => {
+            Err(error) => {
+                let mut to_stderr_instead = None;
                 if output.fallback_to_stderr {
                     let mut bytes = Vec::new();
                     let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -336,12 +364,15 @@ pub(crate) fn write_all(outputs: &[Output], snapshot: &Snapshot, done: &mut Outp
                     if matches!(rendered, Ok(Ok(())))
                         && io::stderr().lock().write_all(&bytes).is_ok()
                     {
-                        tracing::warn!(target: crate::PERF_TARGET, error = %e, "spanprof wrote its {} to stderr instead", output.format.name());
+                        to_stderr_instead = Some(output.format.name());
                     }
                 }
-                errors.push(e);
+                failed.push(Failed {
+                    error,
+                    to_stderr_instead,
+                });
             }
         }
     }
-    errors
+    failed
 }

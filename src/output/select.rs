@@ -1,11 +1,13 @@
 //! Which span names an output shows: name globs, target globs and a top N, applied to the
 //! [`Snapshot`] before any format renders it.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-use crate::profile::{Snapshot, SpanStats};
+use crate::profile::{CallTree, Snapshot, SpanStats, Stat, TreeNode};
+use crate::record::hist::new_histogram;
 
 /// A selection of span names: the spans whose name matches one of the name globs (all, if
 /// none) and whose target matches one of the target globs (all, if none), then the `top` with
@@ -16,6 +18,21 @@ use crate::profile::{Snapshot, SpanStats};
 /// that profile as it renders any other. The live outputs take one from
 /// [`Builder::with_output_filter`](crate::Builder::with_output_filter) or
 /// `SPANPROF_OUTPUT_FILTER`, `spanprof report` from `--filter` and `--top`.
+///
+/// What the profile of the selected names keeps:
+///
+/// - **span names** ([`Snapshot::spans`]): the selected ones (name and target);
+/// - **the call tree** ([`Snapshot::tree`]: the console's call tree, the folded stacks, the
+///   flamegraph, the pprof profile, the JSON `tree`): the call paths that lead to a selected
+///   name. A node is kept if its name is selected or it is an ancestor of a kept node; an
+///   ancestor kept only for its place on the path keeps its calls and busy time but not its
+///   self time (an empty `self`), so that the tree's self time, and every graph drawn from it,
+///   is the selected names' own (an `[other]` node, of spans past the tree's bounds, is kept
+///   only if `[other]` is selected: its spans' names are not told apart);
+/// - **metrics from events** ([`Snapshot::metrics`]): those recorded inside a selected span
+///   name, and those recorded outside every span (they belong to no span name, so no
+///   selection of names leaves them out);
+/// - everything else (run, resources, overhead, back-off steps, sources) as it was.
 ///
 /// The text form (`SPANPROF_OUTPUT_FILTER`, `spanprof report --filter`) is a comma-separated
 /// list of terms: a name glob, `target=GLOB`, or `top=N`:
@@ -83,27 +100,47 @@ impl Selection {
         any(&self.names, name) && any(&self.targets, target)
     }
 
-    /// The profile of the selected span names only; everything else (run, resources,
-    /// sources) as it was.
+    /// The profile of the selected span names only: the selected names, the call paths that
+    /// lead to them and the metrics recorded in them or outside every span; everything else
+    /// (run, resources, sources) as it was. See [`Selection`] for the rules.
     pub fn apply(&self, snapshot: &Snapshot) -> Snapshot {
         let mut selected = snapshot.clone();
         if self.is_all() {
             return selected;
         }
-        selected.spans.retain(|s| self.matches(&s.name, &s.target));
-        if let Some(top) = self.top {
-            let mut ranked: Vec<&SpanStats> = selected.spans.iter().collect();
-            ranked.sort_by(|a, b| super::by_self_time(a, b));
-            let kept: Vec<(String, String)> = ranked
-                .iter()
-                .take(top)
-                .map(|s| (s.name.clone(), s.target.clone()))
-                .collect();
-            selected
-                .spans
-                .retain(|s| kept.iter().any(|(n, t)| *n == s.name && *t == s.target));
+        let kept = self.selected_names(snapshot);
+        let is_kept = |name: &str, target: &str| kept.contains(&(name, target));
+        selected.spans.retain(|s| is_kept(&s.name, &s.target));
+        if let Some(tree) = &mut selected.tree {
+            *tree = paths_to(tree, |n| is_kept(&n.name, &n.target));
         }
         selected
+            .metrics
+            .retain(|m| match (&m.span, &m.span_target) {
+                (None, _) => true,
+                (Some(name), Some(target)) => is_kept(name, target),
+                // A metric without its span's target (hand-written profiles): by name alone.
+                (Some(name), None) => kept.iter().any(|(n, _)| n == name),
+            });
+        selected
+    }
+
+    /// The (name, target) of every span name of `snapshot` this selection keeps: those the
+    /// globs match, then the `top` of them by self time.
+    fn selected_names<'a>(&self, snapshot: &'a Snapshot) -> HashSet<(&'a str, &'a str)> {
+        let mut matched: Vec<&SpanStats> = snapshot
+            .spans
+            .iter()
+            .filter(|s| self.matches(&s.name, &s.target))
+            .collect();
+        if let Some(top) = self.top {
+            matched.sort_by(|a, b| super::by_self_time(a, b));
+            matched.truncate(top);
+        }
+        matched
+            .into_iter()
+            .map(|s| (s.name.as_str(), s.target.as_str()))
+            .collect()
     }
 
     /// Checks the selection: globs not empty, `top` at least 1; the error is what is expected.
@@ -156,6 +193,39 @@ impl fmt::Display for Selection {
         terms.extend(self.top.map(|n| format!("top={n}")));
         f.write_str(&terms.join(","))
     }
+}
+
+/// The call paths of `tree` that lead to a node `selected` keeps: a node stays if it is
+/// selected or an ancestor of a node that stays, in the same order (parents before children);
+/// an ancestor that stays only for its place on a path has its self time emptied.
+fn paths_to(tree: &CallTree, selected: impl Fn(&TreeNode) -> bool) -> CallTree {
+    // Parents come before their children: a parent index not below its child's is malformed
+    // (as `CallTree::path` reads it), and the node a root.
+    let parent = |i: usize| tree.nodes[i].parent.map(|p| p as usize).filter(|&p| p < i);
+    let chosen: Vec<bool> = tree.nodes.iter().map(selected).collect();
+    let mut stays = chosen.clone();
+    for i in (0..tree.nodes.len()).rev() {
+        if stays[i] {
+            if let Some(p) = parent(i) {
+                stays[p] = true;
+            }
+        }
+    }
+    let mut at: Vec<Option<u32>> = vec![None; tree.nodes.len()];
+    let mut nodes = Vec::new();
+    for (i, node) in tree.nodes.iter().enumerate() {
+        if !stays[i] {
+            continue;
+        }
+        let mut node = node.clone();
+        node.parent = parent(i).and_then(|p| at[p]);
+        if !chosen[i] {
+            node.self_time = Stat::new(new_histogram(), 0, 0, 0, 0);
+        }
+        at[i] = Some(nodes.len() as u32);
+        nodes.push(node);
+    }
+    CallTree::new(nodes, tree.max_nodes, tree.max_depth)
 }
 
 /// Whether `text` matches `glob` whole: `*` any run of characters, `?` any one.
@@ -249,5 +319,78 @@ mod tests {
         assert!(none.spans.is_empty());
         assert_eq!(none.run, snapshot.run);
         assert_eq!(Selection::new().apply(&snapshot), snapshot);
+    }
+
+    fn golden() -> Snapshot {
+        Snapshot::from_json(
+            include_str!("../../tests/data/golden-profile.json"),
+            "golden",
+        )
+        .unwrap()
+    }
+
+    /// The tree keeps the paths to the selected names: a selected node with its self time,
+    /// its ancestors with their calls and busy time but no self time, nothing else (the
+    /// selected name's unselected children included).
+    #[test]
+    fn apply_keeps_the_call_paths_to_the_selected_names() {
+        let snapshot = golden();
+        let whole = snapshot.tree.as_ref().unwrap();
+        let node = |tree: &CallTree, path: &str| {
+            (0..tree.nodes.len())
+                .find(|&i| tree.path(i).join(";") == path)
+                .map(|i| tree.nodes[i].clone())
+        };
+        let selected = Selection::new()
+            .with_name("forward")
+            .with_name("backward")
+            .apply(&snapshot);
+        let tree = selected.tree.as_ref().unwrap();
+        let mut paths: Vec<String> = (0..tree.nodes.len())
+            .map(|i| tree.path(i).join(";"))
+            .collect();
+        paths.sort();
+        assert_eq!(
+            paths,
+            [
+                "train",
+                "train;train_step",
+                "train;train_step;backward",
+                "train;train_step;forward"
+            ]
+        );
+        for path in ["train;train_step;forward", "train;train_step;backward"] {
+            let (mut kept, was) = (node(tree, path).unwrap(), node(whole, path).unwrap());
+            // As it was, but for its parent's index in the smaller tree.
+            kept.parent = was.parent;
+            assert_eq!(kept, was, "{path}");
+        }
+        for path in ["train", "train;train_step"] {
+            let (kept, was) = (node(tree, path).unwrap(), node(whole, path).unwrap());
+            assert_eq!((kept.calls, &kept.busy), (was.calls, &was.busy), "{path}");
+            assert_eq!(
+                (kept.self_time.count, kept.self_time.total_ns),
+                (0, 0),
+                "{path}"
+            );
+        }
+        // Its self time is the selected names' own, as are the folded stacks'.
+        let own: u64 = selected.spans.iter().map(|s| s.entry_self.total_ns).sum();
+        assert_eq!(tree.self_ns(), own);
+        assert_eq!(
+            crate::output::Folded.to_string(&selected),
+            "train;train_step;forward 1080000\ntrain;train_step;backward 2300000\n"
+        );
+        // The top N selects the tree's names too; a selection of nothing leaves no node.
+        let top = Selection::new().with_top(1).apply(&snapshot);
+        let tree = top.tree.as_ref().unwrap();
+        let names: Vec<&str> = tree.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["train", "train_step", "backward"]);
+        let none = Selection::new().with_name("nothing").apply(&snapshot);
+        assert!(none.tree.as_ref().unwrap().nodes.is_empty());
+        // Applying it again changes nothing (`spanprof report --filter` on a saved selection).
+        let again = Selection::new().with_name("forward").with_name("backward");
+        let once = again.apply(&snapshot);
+        assert_eq!(again.apply(&once), once);
     }
 }

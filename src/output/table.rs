@@ -158,25 +158,27 @@ impl<'a> View<'a> {
             .into_iter()
             .map(|s| {
                 let twins = &targets[s.name.as_str()];
+                // Names (and targets) as the report writes them: control characters escaped.
+                let name = escape_controls(&s.name);
                 if twins.len() == 1 {
                     Row {
                         stats: s,
-                        label: truncate(&s.name, NAME_WIDTH),
-                        title: s.name.clone(),
+                        label: truncate(&name, NAME_WIDTH),
+                        title: name.into_owned(),
                     }
                 } else {
+                    let target = escape_controls(&s.target);
+                    let twins: Vec<_> = twins.iter().map(|t| escape_controls(t)).collect();
+                    let twins: Vec<&str> = twins.iter().map(|t| t.as_ref()).collect();
                     Row {
                         stats: s,
-                        label: twin_label(&s.name, &s.target, twins),
-                        title: format!("{} ({})", s.name, s.target),
+                        label: twin_label(&name, &target, &twins),
+                        title: format!("{name} ({target})"),
                     }
                 }
             })
             .collect();
-        let all_self = rows
-            .iter()
-            .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
-            .sum();
+        let all_self = super::all_self_ns(snap);
         Self {
             snap,
             rows,
@@ -1166,15 +1168,39 @@ fn twin_label(name: &str, target: &str, twins: &[&str]) -> String {
     format!("{name} ({tag})")
 }
 
-/// `text` cut to `width` characters, the last one `…` where it was cut.
+/// `text` for a text cell or a line of the report: its control characters (and the Unicode
+/// line and paragraph separators) escaped as Rust writes them (a newline as the two characters
+/// `\n`, a tab as `\t`, others as `\u{1b}`), so that a name cannot split a row or a line, then
+/// cut to `width` characters (of the escaped text), the last one `…` where it was cut. Every
+/// name the text reports show goes through it.
 pub(super) fn truncate(text: &str, width: usize) -> String {
+    let text = escape_controls(text);
     if text.chars().count() <= width {
-        text.to_string()
+        text.into_owned()
     } else {
         let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
         cut.push('…');
         cut
     }
+}
+
+/// `text` with its control characters ([`char::is_control`]) and U+2028, U+2029 (line and
+/// paragraph separators) escaped by [`char::escape_default`]; the other characters as they
+/// are.
+pub(super) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+    if !text.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escaped(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// A sum of `u64`s as a `u64`, `u64::MAX` where it does not fit.
@@ -1261,4 +1287,32 @@ fn wrap(f: &mut String, head: &str, items: &[String]) -> fmt::Result {
 
 fn dash() -> String {
     "-".to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{escape_controls, truncate};
+
+    /// Control characters are escaped before a cell is cut, and the cut counts the escaped
+    /// text: a cell is never wider than asked, and never splits a line.
+    #[test]
+    fn cells_escape_control_characters_and_count_the_escapes() {
+        assert_eq!(escape_controls("plain name"), "plain name");
+        assert_eq!(
+            escape_controls("a\nb\tc\r\u{1b}\u{7f}"),
+            r"a\nb\tc\r\u{1b}\u{7f}"
+        );
+        assert_eq!(escape_controls("x\u{2028}y"), r"x\u{2028}y");
+        assert_eq!(escape_controls("ünï 名前"), "ünï 名前");
+        assert_eq!(truncate("a\nb", 4), r"a\nb");
+        assert_eq!(truncate("a\nbc", 4), r"a\n…");
+        assert_eq!(truncate("ab\ncd", 3), "ab…");
+        for text in ["a\nb\tc", "\n\n\n\n\n\n", "tab\there and there"] {
+            for width in 1..12 {
+                let cell = truncate(text, width);
+                assert!(cell.chars().count() <= width, "{text:?} {width}: {cell:?}");
+                assert!(!cell.chars().any(char::is_control), "{text:?}: {cell:?}");
+            }
+        }
+    }
 }

@@ -262,7 +262,10 @@ fn check_stats(snapshot: &Snapshot) -> Result<(), String> {
     for (i, metric) in snapshot.metrics.iter().enumerate() {
         use super::{MetricKind as K, MetricValue as V};
         let (value, fits) = match &metric.value {
-            V::Sum(_) => ("sum", matches!(metric.kind, K::Counter | K::MonotonicCounter)),
+            V::Sum(_) => (
+                "sum",
+                matches!(metric.kind, K::Counter | K::MonotonicCounter),
+            ),
             V::Histogram(_) => ("histogram", metric.kind == K::Histogram),
             V::Gauge(_) => ("gauge", metric.kind == K::Gauge),
         };
