@@ -372,3 +372,110 @@ fn the_output_filter_selects_the_call_tree_and_the_metrics_too() {
     assert!(!text.contains("hash"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run of `step` (1 ms of self time, twice) calling `sort` (3 ms) and `hash` (2 ms), written
+/// to `dir` (report file, profile, CSV, HTML, Markdown) with the output filter `filter`.
+fn filtered_run(dir: &std::path::Path, filter: &str) {
+    let (clock, mock) = spanprof::clock::Clock::mock();
+    let (layer, guard) = ProfileLayer::builder()
+        .with_env(false)
+        .with_clock(clock)
+        .with_output_dir(dir)
+        .with_report(ReportTarget::File(dir.join("report.txt")))
+        .with_output_filter(filter.parse().unwrap())
+        .with_output(
+            spanprof::output::Markdown::new(),
+            Destination::Dir(dir.into()),
+        )
+        .build()
+        .unwrap();
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let ms = std::time::Duration::from_millis;
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..2 {
+            tracing::info_span!("step").in_scope(|| {
+                mock.advance(ms(1));
+                tracing::info_span!("sort").in_scope(|| mock.advance(ms(3)));
+                tracing::info_span!("hash").in_scope(|| mock.advance(ms(2)));
+            });
+        }
+    });
+    drop(dispatch);
+    guard.finish().unwrap();
+}
+
+/// With an output filter, self % stays the share of all the time inside profiled spans (the
+/// README's definition), selected or not, and every output that shows it agrees: the table,
+/// its call tree, CSV `self_pct`, HTML and Markdown; the saved profile carries the whole
+/// profile's figures, so a report of it says the same.
+#[test]
+fn self_pct_of_a_selection_stays_a_share_of_all_self_time() {
+    let dir = support::temp_dir("output-filter-self-pct");
+    filtered_run(&dir, "sort");
+    // sort: 6 ms of the 12 ms inside spans.
+    let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    let row = |text: &str, start: &str| -> String {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no {start:?} row in\n{text}"))
+            .to_string()
+    };
+    assert!(row(&report, "sort ").contains(" 50.0% "), "{report}");
+    let tree = &report[report.find("Call tree").unwrap()..];
+    assert!(row(tree, "sort ").contains(" 50.0% "), "{report}");
+    assert!(
+        report.starts_with("spanprof: 3 span names, 12.0 ms inside spans"),
+        "{report}"
+    );
+    assert!(
+        report.contains("output filter \"sort\": 1 of them, 50.0% of the time inside spans"),
+        "{report}"
+    );
+    #[cfg(feature = "csv")]
+    {
+        let csv = std::fs::read_to_string(dir.join("report.csv")).unwrap();
+        let head: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let col = head.iter().position(|h| *h == "self_pct").unwrap();
+        let sort = csv.lines().find(|l| l.starts_with("sort,")).unwrap();
+        assert_eq!(sort.split(',').nth(col), Some("50"), "{csv}");
+    }
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(row(&md, "| `sort` |").contains("| 50.0 % |"), "{md}");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains(">50.0%<"), "the HTML table's self %");
+    assert!(!html.contains(">100.0%<"), "the HTML table's self %");
+    // The saved profile knows the whole: a report of it is the live one.
+    let saved = Snapshot::read_json(dir.join(PROFILE_FILE)).unwrap();
+    assert_eq!(
+        Table::new().to_string(
+            &"sort"
+                .parse::<spanprof::output::Selection>()
+                .unwrap()
+                .apply(&saved)
+        ),
+        report
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An output filter that matches no span name says so, naming the filter, rather than
+/// diagnosing a run that recorded no span (RUST_LOG, the subscriber's filter).
+#[test]
+fn an_output_filter_matching_nothing_is_named_in_the_report() {
+    let dir = support::temp_dir("output-filter-none");
+    filtered_run(&dir, "nomatch*");
+    let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    assert!(
+        report.contains("the output filter \"nomatch*\" matches none of the 3 span names recorded"),
+        "{report}"
+    );
+    assert!(!report.contains("no span was recorded"), "{report}");
+    assert!(!report.contains("RUST_LOG"), "{report}");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("Output filter `nomatch*`: 0 of them shown."),
+        "{md}"
+    );
+    assert!(!md.contains("No span was recorded"), "{md}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -181,11 +181,8 @@ fn heap_per_entry(header: &str, figure: fn(&HeapUse) -> f64) -> Column<'static> 
 }
 
 fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
-    let all_self: f64 = snap
-        .spans
-        .iter()
-        .map(|s| s.scaled_total_ns(&s.entry_self) as f64)
-        .sum();
+    // Of every span name, also where this is a selection of them.
+    let all_self = super::all_self_ns(snap) as f64;
     let mut c = vec![
         column("name", |s| s.name.clone()),
         column("target", |s| s.target.clone()),

@@ -204,7 +204,7 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats]) -> Vec<Section> {
     sections.push(Section {
         id: "spans",
         title: "All span names",
-        body: table(spans, snap.overhead.as_ref()),
+        body: table(spans, super::all_self_ns(snap), snap.overhead.as_ref()),
     });
     sections
 }
@@ -225,14 +225,28 @@ fn summary(snap: &Snapshot, spans: &[&SpanStats]) -> String {
         .iter()
         .map(|s| u128::from(s.entry_self.total_ns))
         .sum();
-    format!(
+    // A selection of span names: the whole profile's figures, then which were selected.
+    let (names, all_self) = match &snap.selection {
+        Some(whole) => (whole.span_names, u128::from(whole.self_ns)),
+        None => (spans.len() as u64, all_self),
+    };
+    let mut text = format!(
         "{} span name{}, {} inside spans, run {} (preset {})",
-        spans.len(),
-        if spans.len() == 1 { "" } else { "s" },
+        names,
+        if names == 1 { "" } else { "s" },
         format_duration(u64::try_from(all_self).unwrap_or(u64::MAX)),
         format_duration(snap.run.duration_ns),
         snap.run.preset
-    )
+    );
+    if let Some(whole) = &snap.selection {
+        let _ = write!(
+            text,
+            "; output filter {:?}: {} of them",
+            whole.filter,
+            spans.len()
+        );
+    }
+    text
 }
 
 /// Metadata: what ran, where, how it was profiled, what was left out, the samplers.
@@ -474,7 +488,7 @@ fn tree_section(snap: &Snapshot, tree: &CallTree) -> String {
         return html;
     }
     html.push_str(&flame_graph(snap, tree));
-    html.push_str(&tree_rows(tree));
+    html.push_str(&tree_rows(tree, snap.selection.as_ref().map(|w| w.self_ns)));
     html
 }
 
@@ -546,10 +560,13 @@ const OPEN_PCT: f64 = 5.0;
 /// The tree as nested `<details>` (expandable without JavaScript): a row per call path, its
 /// children below it, widest first; the roots and the paths with [`OPEN_PCT`] or more of all
 /// self time under them open.
-fn tree_rows(tree: &CallTree) -> String {
+///
+/// `whole`: the whole profile's self time where the tree holds the paths to the names an output
+/// filter selected; shares stay of it.
+fn tree_rows(tree: &CallTree, whole: Option<u64>) -> String {
     let total = tree.total_ns();
     let (children, roots) = tree.children();
-    let all: u64 = roots.iter().map(|&r| total[r]).sum();
+    let all: u64 = whole.unwrap_or_else(|| roots.iter().map(|&r| total[r]).sum());
     let mut html = String::with_capacity(512 * tree.nodes.len() + 512);
     html.push_str(
         "<div class=\"tree\" id=\"call-tree\">\n<div class=\"row head\"><span class=\"path\">\
@@ -848,11 +865,8 @@ fn missing() -> Cell {
 
 /// The full table, rendered server-side (it reads without JavaScript): every figure of the
 /// console report per span name, throughput and resource columns where any span has them.
-fn table(spans: &[&SpanStats], overhead: Option<&Overhead>) -> String {
-    let all_self: u128 = spans
-        .iter()
-        .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
-        .sum();
+/// `all_self`: what self % is a share of ([`super::all_self_ns`]).
+fn table(spans: &[&SpanStats], all_self: u128, overhead: Option<&Overhead>) -> String {
     let col = |head, title, numeric| Column {
         head,
         title,
@@ -1073,10 +1087,13 @@ fn escape(s: &str) -> String {
 /// What the script draws, as JSON safe inside a `<script>` element: `<`, `>` and `&` (and the
 /// line separators JavaScript once treated as line ends) as `\u` escapes.
 fn data_json(snap: &Snapshot, spans: &[&SpanStats]) -> String {
-    let all_self: u128 = spans
-        .iter()
-        .map(|s| u128::from(s.entry_self.total_ns))
-        .sum();
+    let all_self: u128 = match &snap.selection {
+        Some(whole) => u128::from(whole.self_ns),
+        None => spans
+            .iter()
+            .map(|s| u128::from(s.entry_self.total_ns))
+            .sum(),
+    };
     let mut names: HashMap<&str, usize> = HashMap::new();
     for s in spans {
         *names.entry(s.name.as_str()).or_default() += 1;

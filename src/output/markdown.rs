@@ -50,24 +50,37 @@ impl Markdown {
     pub fn to_string(&self, snapshot: &Snapshot) -> String {
         let mut spans: Vec<&SpanStats> = snapshot.spans.iter().collect();
         spans.sort_by(|a, b| super::by_self_time(a, b));
-        let all_self: u128 = spans
-            .iter()
-            .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
-            .sum();
+        // Of every span name, also where this is a selection of them.
+        let all_self = super::all_self_ns(snapshot);
         let run = &snapshot.run;
         let mut f = String::new();
         // Writing to a String cannot fail.
+        // A selection of span names: the whole profile's count, then which were selected.
+        let names = snapshot
+            .selection
+            .as_ref()
+            .map_or(spans.len() as u64, |whole| whole.span_names);
         let _ = writeln!(
             f,
             "### spanprof: {} span name{}, run {} on {} (preset {})\n",
-            spans.len(),
-            if spans.len() == 1 { "" } else { "s" },
+            names,
+            if names == 1 { "" } else { "s" },
             format_duration(run.duration_ns),
             escape(&run.host),
             run.preset
         );
+        if let Some(whole) = &snapshot.selection {
+            let _ = writeln!(
+                f,
+                "Output filter `{}`: {} of them shown.\n",
+                escape(&whole.filter),
+                spans.len()
+            );
+        }
         if spans.is_empty() {
-            let _ = writeln!(f, "No span was recorded.");
+            if snapshot.selection.is_none() || names == 0 {
+                let _ = writeln!(f, "No span was recorded.");
+            }
             return f;
         }
         let _ = writeln!(

@@ -125,12 +125,17 @@ pub(crate) fn by_self_time(a: &SpanStats, b: &SpanStats) -> std::cmp::Ordering {
 }
 
 /// The self time of every span name of `snap` (totals of names the back-off sampled scaled to
-/// every call), ns: what self % is a share of. A sum of `u64`s: it does not wrap.
+/// every call), ns: what self % is a share of. For a selection of span names
+/// ([`Selection::apply`]), the whole profile's. A sum of `u64`s: it does not wrap.
 pub(crate) fn all_self_ns(snap: &Snapshot) -> u128 {
-    snap.spans
-        .iter()
-        .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
-        .sum()
+    match &snap.selection {
+        Some(whole) => u128::from(whole.self_ns),
+        None => snap
+            .spans
+            .iter()
+            .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
+            .sum(),
+    }
 }
 
 /// The metrics from events of `snap` in the order every report lists them: by name, kind,

@@ -6,7 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-use crate::profile::{CallTree, Snapshot, SpanStats, Stat, TreeNode};
+use crate::profile::{CallTree, Selected, Snapshot, SpanStats, Stat, TreeNode};
 use crate::record::hist::new_histogram;
 
 /// A selection of span names: the spans whose name matches one of the name globs (all, if
@@ -32,7 +32,13 @@ use crate::record::hist::new_histogram;
 /// - **metrics from events** ([`Snapshot::metrics`]): those recorded inside a selected span
 ///   name, and those recorded outside every span (they belong to no span name, so no
 ///   selection of names leaves them out);
-/// - everything else (run, resources, overhead, back-off steps, sources) as it was.
+/// - everything else (run, resources, overhead, back-off steps, sources) as it was;
+/// - and [`Snapshot::selection`]: this selection's text form and the whole profile's span
+///   names and self time. Self % stays a share of all the self time inside profiled spans,
+///   selected or not, in every output that shows it (the console table and its call tree, CSV
+///   `self_pct`, HTML, Markdown), and a report says when the filter matched no span name
+///   rather than diagnosing a run that recorded none. Applied to a profile that is a selection
+///   already, it keeps the first whole profile's figures.
 ///
 /// The text form (`SPANPROF_OUTPUT_FILTER`, `spanprof report --filter`) is a comma-separated
 /// list of terms: a name glob, `target=GLOB`, or `top=N`:
@@ -101,13 +107,33 @@ impl Selection {
     }
 
     /// The profile of the selected span names only: the selected names, the call paths that
-    /// lead to them and the metrics recorded in them or outside every span; everything else
-    /// (run, resources, sources) as it was. See [`Selection`] for the rules.
+    /// lead to them and the metrics recorded in them or outside every span, with what the
+    /// whole profile held in [`Snapshot::selection`]; everything else (run, resources,
+    /// sources) as it was. See [`Selection`] for the rules. Selecting every name (no globs, no
+    /// top) gives the profile as it is.
     pub fn apply(&self, snapshot: &Snapshot) -> Snapshot {
         let mut selected = snapshot.clone();
         if self.is_all() {
             return selected;
         }
+        // What the whole profile held: kept from the first selection where this is one already
+        // (`spanprof report --filter` on a profile saved with an output filter).
+        let filter = self.to_string();
+        selected.selection = Some(match &snapshot.selection {
+            Some(whole) => Selected {
+                filter: if whole.filter == filter {
+                    filter
+                } else {
+                    format!("{} then {filter}", whole.filter)
+                },
+                ..whole.clone()
+            },
+            None => Selected {
+                filter,
+                span_names: snapshot.spans.len() as u64,
+                self_ns: u64::try_from(super::all_self_ns(snapshot)).unwrap_or(u64::MAX),
+            },
+        });
         let kept = self.selected_names(snapshot);
         let is_kept = |name: &str, target: &str| kept.contains(&(name, target));
         selected.spans.retain(|s| is_kept(&s.name, &s.target));
@@ -392,5 +418,32 @@ mod tests {
         let again = Selection::new().with_name("forward").with_name("backward");
         let once = again.apply(&snapshot);
         assert_eq!(again.apply(&once), once);
+    }
+
+    /// A selection records the filter and the whole profile's span names and self time (what
+    /// self % stays a share of); applied again, it keeps the first whole profile's figures.
+    #[test]
+    fn apply_records_what_the_whole_profile_held() {
+        let snapshot = golden();
+        assert_eq!(Selection::new().apply(&snapshot).selection, None);
+        let selection: Selection = "forward,backward".parse().unwrap();
+        let once = selection.apply(&snapshot);
+        let whole = once.selection.clone().unwrap();
+        assert_eq!(whole.filter, "forward,backward");
+        assert_eq!(whole.span_names, snapshot.spans.len() as u64);
+        assert_eq!(
+            u128::from(whole.self_ns),
+            crate::output::all_self_ns(&snapshot)
+        );
+        assert_eq!(crate::output::all_self_ns(&once), u128::from(whole.self_ns));
+        // Again with the same filter: the same profile; with another: both named.
+        assert_eq!(selection.apply(&once), once);
+        let narrower = Selection::new().with_name("forward").apply(&once);
+        let twice = narrower.selection.unwrap();
+        assert_eq!(twice.filter, "forward,backward then forward");
+        assert_eq!(
+            (twice.span_names, twice.self_ns),
+            (whole.span_names, whole.self_ns)
+        );
     }
 }

@@ -221,6 +221,26 @@ impl<'a> View<'a> {
     /// Why a profile without spans may have none: the filters in the way.
     fn nothing_recorded(&self, f: &mut String) -> fmt::Result {
         let run = &self.snap.run;
+        // Spans were recorded, and the output filter left none of them.
+        if let Some(whole) = self.snap.selection.as_ref().filter(|s| s.span_names > 0) {
+            writeln!(
+                f,
+                "spanprof: no span name shown (run {}, preset {})",
+                format_duration(run.duration_ns),
+                run.preset
+            )?;
+            writeln!(
+                f,
+                "- the output filter {} matches none of the {} span name{} recorded",
+                truncate(&format!("{:?}", whole.filter), 44),
+                whole.span_names,
+                if whole.span_names == 1 { "" } else { "s" },
+            )?;
+            return writeln!(
+                f,
+                "  (SPANPROF_OUTPUT_FILTER, Builder::with_output_filter or spanprof report --filter)"
+            );
+        }
         write!(
             f,
             "spanprof: no span was recorded (run {}, preset {})",
@@ -260,15 +280,35 @@ impl<'a> View<'a> {
 
     /// The header and one row per span name shown.
     fn spans(&self, f: &mut String) -> fmt::Result {
+        // A selection of span names: the header counts the whole profile's, then says which.
+        let names = self
+            .snap
+            .selection
+            .as_ref()
+            .map_or(self.rows.len() as u64, |whole| whole.span_names);
         writeln!(
             f,
             "spanprof: {} span name{}, {} inside spans, run {} (preset {})",
-            self.rows.len(),
-            if self.rows.len() == 1 { "" } else { "s" },
+            names,
+            if names == 1 { "" } else { "s" },
             format_duration(saturate(self.all_self)),
             format_duration(self.snap.run.duration_ns),
             self.snap.run.preset
         )?;
+        if let Some(whole) = &self.snap.selection {
+            let shown: u128 = self
+                .rows
+                .iter()
+                .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
+                .sum();
+            writeln!(
+                f,
+                "output filter {}: {} of them, {:.1}% of the time inside spans",
+                truncate(&format!("{:?}", whole.filter), 50),
+                self.rows.len(),
+                share(shown, self.all_self)
+            )?;
+        }
         if let Some(o) = &self.snap.overhead {
             own_cost(f, o)?;
         }

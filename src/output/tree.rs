@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use super::table::truncate;
 use super::units::{format_count, format_duration};
 use super::Format;
-use crate::profile::{CallTree, Snapshot};
+use crate::profile::{CallTree, Selected, Snapshot};
 
 /// Name of the tree view in an output directory.
 pub const TREE_FILE: &str = "tree.txt";
@@ -65,19 +65,26 @@ impl TreeView {
         let mut out = String::new();
         if let Some(tree) = snapshot.tree.as_ref().filter(|t| !t.nodes.is_empty()) {
             // Writing to a String cannot fail.
-            let _ = self.write(tree, &mut out);
+            let _ = self.write(tree, snapshot.selection.as_ref(), &mut out);
         }
         out
     }
 
-    fn write(&self, tree: &CallTree, f: &mut String) -> fmt::Result {
+    /// The view of `tree`; of the paths to the names an output filter selected where `whole`
+    /// (the whole profile's figures) is given: percentages stay shares of all its self time.
+    fn write(&self, tree: &CallTree, whole: Option<&Selected>, f: &mut String) -> fmt::Result {
         let total = tree.total_ns();
         let (children, roots) = tree.children();
-        let all: u64 = roots.iter().map(|&r| total[r]).sum();
+        let all: u64 = whole.map_or_else(|| roots.iter().map(|&r| total[r]).sum(), |w| w.self_ns);
         writeln!(
             f,
-            "Call tree ({} paths; % of all self time {}, under each path)",
+            "Call tree ({} paths{}; % of all self time {}, under each path)",
             tree.nodes.len(),
+            if whole.is_some() {
+                " to the selected names"
+            } else {
+                ""
+            },
             format_duration(all)
         )?;
         writeln!(

@@ -85,6 +85,8 @@ impl Snapshot {
                 })
                 .collect(),
             sources: self.sources.clone(),
+            // The whole profile's figures are not an interval's: snapshots are whole profiles.
+            selection: None,
         }
     }
 }

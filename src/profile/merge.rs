@@ -71,6 +71,8 @@ impl Snapshot {
                 all
             }),
             sources: merge_sources(profiles, origins),
+            // A sum of whole profiles: a selection of it is made after.
+            selection: None,
         })
     }
 }

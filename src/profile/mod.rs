@@ -103,6 +103,28 @@ pub struct Snapshot {
     /// profile of one run). See [`Snapshot::merge`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<Source>,
+    /// Where this profile holds only the span names an output filter selected
+    /// ([`Selection::apply`](crate::output::Selection::apply)): the filter, and the figures of
+    /// the whole profile that shares stay shares of. Absent for a whole profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<Selected>,
+}
+
+/// The output filter a profile of selected span names was made with, and what the whole
+/// profile held: a report of the selection keeps its self % a share of all the self time
+/// inside profiled spans, and tells a filter that matched nothing from a run that recorded
+/// nothing, live or from a saved profile alike.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Selected {
+    /// The filter, in the syntax of `SPANPROF_OUTPUT_FILTER` (filters applied one after the
+    /// other joined by ` then `).
+    pub filter: String,
+    /// Span names in the whole profile.
+    pub span_names: u64,
+    /// Self time of every span name in the whole profile, ns (totals of names the back-off
+    /// sampled scaled to every call): what self % is a share of.
+    pub self_ns: u64,
 }
 
 /// One run a merged profile was made from: its metadata, what it dropped and its resources,

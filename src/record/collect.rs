@@ -211,6 +211,7 @@ impl Recorder {
             backoff: Vec::new(),
             metrics: self.metrics(&all_shards, &names),
             sources: Vec::new(),
+            selection: None,
         }
     }
 
