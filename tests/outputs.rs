@@ -479,3 +479,39 @@ fn an_output_filter_matching_nothing_is_named_in_the_report() {
     assert!(!md.contains("No span was recorded"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Self times near `u64::MAX` (a crafted or merged profile): every format renders or returns
+/// an error; none panics. The flame graph, which inferno counts in a `usize`, is an error.
+#[test]
+fn self_times_past_what_a_sum_holds_never_panic_an_output() {
+    let mut snapshot = Snapshot::from_json(
+        include_str!("data/golden-profile.json"),
+        "golden-profile.json",
+    )
+    .unwrap();
+    let tree = snapshot.tree.as_mut().unwrap();
+    for node in tree.nodes.iter_mut().take(3) {
+        node.self_time.total_ns = 1 << 63;
+        node.busy.total_ns = u64::MAX;
+    }
+    for span in snapshot.spans.iter_mut().take(2) {
+        span.entry_self.total_ns = 1 << 63;
+    }
+    for name in spanprof::output::FORMAT_NAMES {
+        let format = spanprof::output::format_named(name, 25).unwrap();
+        let mut out = Vec::new();
+        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            format.render(&snapshot, &mut out)
+        }));
+        let rendered = rendered.unwrap_or_else(|_| panic!("{name} panicked"));
+        if *name == "flamegraph" {
+            let e = rendered.unwrap_err();
+            assert!(
+                e.to_string().contains("more than a flame graph can count"),
+                "{e}"
+            );
+        } else {
+            rendered.unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+}

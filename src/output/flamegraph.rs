@@ -57,11 +57,19 @@ impl Format for Flamegraph {
     }
 
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
-        let lines: Vec<String> = snapshot
-            .tree
-            .as_ref()
-            .map(folded_lines)
-            .unwrap_or_default()
+        let folded = snapshot.tree.as_ref().map(folded_lines).unwrap_or_default();
+        // inferno adds the counts up in a `usize`: a total past it (only a crafted profile's
+        // self times reach 584 years) is an error, not a panic in the middle of the drawing.
+        let fits = folded.iter().try_fold(0usize, |sum, (_, ns)| {
+            sum.checked_add(usize::try_from(*ns).ok()?)
+        });
+        if fits.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the call tree's self times add up to more than a flame graph can count",
+            ));
+        }
+        let lines: Vec<String> = folded
             .into_iter()
             .map(|(stack, ns)| format!("{stack} {ns}"))
             .collect();

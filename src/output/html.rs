@@ -566,7 +566,8 @@ const OPEN_PCT: f64 = 5.0;
 fn tree_rows(tree: &CallTree, whole: Option<u64>) -> String {
     let total = tree.total_ns();
     let (children, roots) = tree.children();
-    let all: u64 = whole.unwrap_or_else(|| roots.iter().map(|&r| total[r]).sum());
+    let all: u64 =
+        whole.unwrap_or_else(|| roots.iter().map(|&r| total[r]).fold(0, u64::saturating_add));
     let mut html = String::with_capacity(512 * tree.nodes.len() + 512);
     html.push_str(
         "<div class=\"tree\" id=\"call-tree\">\n<div class=\"row head\"><span class=\"path\">\

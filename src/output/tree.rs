@@ -75,7 +75,10 @@ impl TreeView {
     fn write(&self, tree: &CallTree, whole: Option<&Selected>, f: &mut String) -> fmt::Result {
         let total = tree.total_ns();
         let (children, roots) = tree.children();
-        let all: u64 = whole.map_or_else(|| roots.iter().map(|&r| total[r]).sum(), |w| w.self_ns);
+        let all: u64 = whole.map_or_else(
+            || roots.iter().map(|&r| total[r]).fold(0, u64::saturating_add),
+            |w| w.self_ns,
+        );
         writeln!(
             f,
             "Call tree ({} paths{}; % of all self time {}, under each path)",
@@ -102,7 +105,10 @@ impl TreeView {
             let list = widest_first(list, &total);
             let shown = list.len().min(self.top);
             if list.len() > shown {
-                let rest = list[shown..].iter().map(|&i| total[i]).sum();
+                let rest = list[shown..]
+                    .iter()
+                    .map(|&i| total[i])
+                    .fold(0, u64::saturating_add);
                 stack.push((Line::More(list.len() - shown, rest), depth));
             }
             for &i in list[..shown].iter().rev() {
