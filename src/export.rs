@@ -134,6 +134,12 @@ impl StepSignal {
         }
     }
 
+    /// Step spans closed so far.
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> u64 {
+        self.closed.load(Ordering::Relaxed)
+    }
+
     fn windows(&self) -> u64 {
         self.closed.load(Ordering::Relaxed) / self.every
     }

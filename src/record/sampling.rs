@@ -118,7 +118,12 @@ impl Recorder {
     }
 
     /// Records 1 span in `every` of `name` from now on (1: every span). Called by the back-off.
+    /// Never for the step span's name (`Builder::with_step_span`): its closes count the export
+    /// cadence's steps, and a span left out has no close.
     pub(crate) fn set_sampling(&self, name: u32, every: u32) {
+        if self.is_step_name(name) {
+            return;
+        }
         let i = name as usize;
         let Some(slot) = self.sampling.every.get(i) else {
             return;
@@ -143,6 +148,15 @@ impl Recorder {
             .most
             .get(name as usize)
             .is_some_and(|m| m.load(Relaxed) > 1)
+    }
+
+    /// Whether `name` is the step span's name (every target).
+    fn is_step_name(&self, name: u32) -> bool {
+        self.steps.as_ref().is_some_and(|steps| {
+            self.names
+                .get(name)
+                .is_some_and(|n| *n.name == *steps.name())
+        })
     }
 
     /// (name, target) of a name index.
@@ -173,7 +187,8 @@ impl Recorder {
                 load.self_ns += sum(INSTANCE_SELF);
             }
         }
-        loads.retain(|l| l.entries + l.skipped > 0);
+        // The step span is no candidate for sampling (`set_sampling`).
+        loads.retain(|l| l.entries + l.skipped > 0 && !self.is_step_name(l.name));
         loads
     }
 }
@@ -299,6 +314,43 @@ mod tests {
         // 1 before sampling, then 2 of each callsite's 8.
         assert_eq!(child.busy.count, 1 + 2 + 2);
         assert_eq!(child.sampled.as_ref().map(|s| s.skipped), Some(12));
+    }
+
+    /// The step span of the export cadence counts the steps at its closes: the back-off never
+    /// samples it (a span left out has no close, and the cadence slowed down 1024 times).
+    #[test]
+    fn the_step_span_is_never_sampled() {
+        let (clock, mock) = Clock::mock();
+        let steps = Arc::new(crate::export::StepSignal::new("step".to_string(), 10));
+        let rec = Arc::new(
+            Recorder::standalone(clock, Resources::NONE, Costs::default())
+                .with_steps(Some(steps.clone())),
+        );
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        let run = |n: u64| {
+            tracing::dispatcher::with_default(&dispatch, || {
+                for _ in 0..n {
+                    tracing::info_span!("step").in_scope(|| mock.advance(Duration::from_nanos(10)));
+                    tracing::info_span!("leaf").in_scope(|| mock.advance(Duration::from_nanos(10)));
+                }
+            });
+        };
+        run(16);
+        let index =
+            |name: &str| rec.names.all().iter().position(|n| n.name == name).unwrap() as u32;
+        let (step, leaf) = (index("step"), index("leaf"));
+        let loads = rec.name_loads();
+        assert!(loads.iter().all(|l| l.name != step), "{loads:?}");
+        assert!(loads.iter().any(|l| l.name == leaf), "{loads:?}");
+        rec.set_sampling(step, 8);
+        rec.set_sampling(leaf, 8);
+        assert!(!rec.ever_sampled(step));
+        assert!(rec.ever_sampled(leaf));
+        run(16);
+        let snap = rec.snapshot();
+        assert_eq!(snap.span("step").unwrap().instances, 32);
+        assert_eq!(steps.count(), 32, "every step counted");
     }
 
     #[test]
