@@ -145,7 +145,10 @@ impl ProfileHandle {
     /// number, what shells report for a program the signal ended: 130 for `SIGINT`
     /// ([`CTRLC_EXIT_CODE`](crate::CTRLC_EXIT_CODE)), 143 for `SIGTERM`, 129 for `SIGHUP` (130
     /// for every event on Windows). An interrupted or killed run keeps its profile and complete
-    /// traces; `SIGKILL` cannot be caught.
+    /// traces; `SIGKILL` cannot be caught. On Unix, a second signal while the outputs are being
+    /// finished (one that does not finish: a stuck disk, a collector that does not answer)
+    /// exits at once, with the second signal's status: the files not yet written keep their
+    /// previous version.
     ///
     /// On Unix, a signal is taken over only while it has its default action:
     ///
@@ -373,16 +376,27 @@ mod signals {
         let spawned = std::thread::Builder::new()
             .name("spanprof-signal".to_string())
             .spawn(move || {
-                let mut byte = [0u8];
-                loop {
-                    match reader.read(&mut byte) {
-                        Ok(1) => break,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        // The write end is never closed: not reached.
-                        _ => return,
-                    }
-                }
-                callback(c_int::from(byte[0]));
+                let Some(first) = next_signal(&mut reader) else {
+                    return;
+                };
+                // A second signal while the outputs are being finished (a render, a collector,
+                // a disk that does not answer): the user insists, the process exits at once.
+                // Files being written keep their previous version (written atomically).
+                let again = std::thread::Builder::new()
+                    .name("spanprof-signal".to_string())
+                    .spawn(move || {
+                        if let Some(signal) = next_signal(&mut reader) {
+                            use std::io::Write;
+                            let _ = writeln!(
+                                io::stderr().lock(),
+                                "spanprof: {} again; exiting without waiting for the outputs",
+                                describe(signal)
+                            );
+                            std::process::exit(exit_code(signal));
+                        }
+                    });
+                drop(again);
+                callback(first);
             });
         if let Err(e) = spawned {
             // SAFETY: closing the write end nobody else knows of.
@@ -406,6 +420,19 @@ mod signals {
             }
         }
         Ok(())
+    }
+
+    /// The next signal written to the pipe; `None` if it cannot be read.
+    fn next_signal(reader: &mut File) -> Option<c_int> {
+        let mut byte = [0u8];
+        loop {
+            match reader.read(&mut byte) {
+                Ok(1) => return Some(c_int::from(byte[0])),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // The write end is never closed: not reached.
+                _ => return None,
+            }
+        }
     }
 
     /// What happened, for the message on stderr.

@@ -7,20 +7,27 @@
 //! renders on this thread, so recording goes on while it runs. The server stops when the
 //! session finishes (the guard drops, or `finish` is called).
 //!
+//! The server thread renders; each response is written on a thread of its connection's
+//! (`spanprof-metrics-write`, one at a time per connection, ended once its queue is empty), so
+//! a client that stops reading holds up only itself: other scrapes are answered, and finishing
+//! the session waits at most [`STOP_WAIT`] for the server thread, never for a client.
+//!
 //! Bound to [`Builder::DEFAULT_METRICS_ADDR`](crate::Builder::DEFAULT_METRICS_ADDR)
 //! (127.0.0.1:9464) or the address of [`Builder::with_metrics_addr`](crate::Builder::with_metrics_addr)
 //! / `SPANPROF_METRICS_ADDR`; port 0 takes any free port, which
 //! [`ProfileHandle::metrics_addr`](crate::ProfileHandle::metrics_addr) tells. To let a
 //! Prometheus server on another machine scrape it, bind `0.0.0.0:<port>`.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tiny_http::{Header, Method, Response, Server};
+use tiny_http::{Header, Method, Request, Response, Server};
 
 use crate::output::Prometheus;
 use crate::profile::Snapshot;
@@ -93,13 +100,24 @@ impl MetricsServer {
         self.addr
     }
 
-    /// Stops serving and waits for the thread (unless called on it).
+    /// Stops serving and waits for the thread (unless called on it), at most [`STOP_WAIT`]: it
+    /// renders, and writes nothing itself. Responses still being written to clients are left
+    /// to their threads.
     pub(crate) fn stop(&mut self) {
         self.stopping.store(true, Ordering::Release);
         self.server.unblock();
         if let Some(thread) = self.thread.take() {
-            if thread.thread().id() != std::thread::current().id() {
+            if thread.thread().id() == std::thread::current().id() {
+                return;
+            }
+            let start = Instant::now();
+            while !thread.is_finished() && start.elapsed() < STOP_WAIT {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if thread.is_finished() {
                 let _ = thread.join();
+            } else {
+                tracing::warn!(target: crate::PERF_TARGET, "spanprof's /metrics server did not stop within 1 s; left to finish alone");
             }
         }
     }
@@ -111,14 +129,83 @@ impl Drop for MetricsServer {
     }
 }
 
-/// The server loop: one request at a time until stopped.
+/// The longest [`MetricsServer::stop`] waits for the server thread.
+pub(crate) const STOP_WAIT: Duration = Duration::from_secs(1);
+
+type Answer = (Request, Response<io::Cursor<Vec<u8>>>);
+
+/// The connections with responses being written: each one's queue, which its writer thread
+/// empties.
+#[derive(Default)]
+struct Writers(Mutex<HashMap<SocketAddr, Sender<Answer>>>);
+
+impl Writers {
+    /// Writes `response` to `request`'s client on its connection's writer thread (made if it
+    /// has none): a client that does not read blocks that thread only. tiny_http writes a
+    /// connection's responses in order, so one thread per connection loses nothing.
+    fn send(self: &Arc<Self>, request: Request, response: Response<io::Cursor<Vec<u8>>>) {
+        let Some(peer) = request.remote_addr().copied() else {
+            // Not a TCP client (tiny_http serves TCP here): answered in place.
+            let _ = request.respond(response);
+            return;
+        };
+        let mut queues = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let answer = match queues.get(&peer) {
+            // Queued under the lock: its writer takes it before it may end (`write`).
+            Some(queue) => match queue.send((request, response)) {
+                Ok(()) => return,
+                Err(mpsc::SendError(answer)) => answer,
+            },
+            None => (request, response),
+        };
+        let (queue, answers) = mpsc::channel();
+        let writers = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("spanprof-metrics-write".to_string())
+            .stack_size(64 * 1024)
+            .spawn(move || writers.write(peer, &answers));
+        if spawned.is_ok() {
+            // The writer waits for the lock, held until both are done, before it looks.
+            let _ = queue.send(answer);
+            queues.insert(peer, queue);
+        } else {
+            // No thread to be had: the server thread writes it.
+            drop(queues);
+            let (request, response) = answer;
+            let _ = request.respond(response);
+        }
+    }
+
+    /// A connection's writer: answers what is queued, then ends (removing the queue under the
+    /// lock the server thread queues under, so nothing is queued to a writer that ended).
+    fn write(&self, peer: SocketAddr, answers: &mpsc::Receiver<Answer>) {
+        loop {
+            while let Ok((request, response)) = answers.try_recv() {
+                // A client that went away is its own business.
+                let _ = request.respond(response);
+            }
+            let mut queues = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if let Ok(answer) = answers.try_recv() {
+                drop(queues);
+                let (request, response) = answer;
+                let _ = request.respond(response);
+                continue;
+            }
+            queues.remove(&peer);
+            return;
+        }
+    }
+}
+
+/// The server loop: renders each request's response, and hands it to its connection's writer,
+/// until stopped.
 fn serve(server: &Server, stopping: &AtomicBool, snapshot: &SnapshotSource) {
+    let writers = Arc::new(Writers::default());
     loop {
         match server.recv() {
             Ok(request) => {
                 let response = respond(request.method(), request.url(), snapshot);
-                // A client that went away is its own business.
-                let _ = request.respond(response);
+                writers.send(request, response);
             }
             Err(_) if stopping.load(Ordering::Acquire) => return,
             // An accept error (e.g. out of file descriptors): try again shortly.

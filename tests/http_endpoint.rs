@@ -259,3 +259,39 @@ fn the_endpoint_shows_the_span_names_every_output_shows() {
     // The profile itself keeps every name.
     assert_eq!(guard.snapshot().span("left_out").unwrap().calls, 1);
 }
+
+/// A client that sends scrapes and never reads the answers (its socket's buffers fill) holds
+/// up only itself: another client's scrape is answered, and finishing returns; before, the
+/// server thread blocked writing to it, and `finish` (a guard's drop, a Ctrl-C) never did.
+#[test]
+fn a_client_that_never_reads_holds_up_no_one() {
+    let (dispatch, guard) =
+        support::install(ProfileLayer::builder().with_metrics_addr(([127, 0, 0, 1], 0)));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..10 {
+            tracing::info_span!("work").in_scope(|| {});
+        }
+    });
+    let addr = guard.metrics_addr().unwrap();
+    let mut stalled = TcpStream::connect(addr).unwrap();
+    // Enough pipelined scrapes that their answers outgrow both sockets' buffers.
+    let (_, _, one) = http(addr, "GET", "/metrics").unwrap();
+    let requests = 4 * (8 << 20) / one.len().max(1) + 8;
+    for _ in 0..requests {
+        write!(stalled, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    }
+    stalled.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, _, body) = http(addr, "GET", "/metrics").expect("another client is answered");
+    assert_eq!(status, 200);
+    assert!(body.contains("spanprof_span_calls_total"), "{body}");
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(guard.finish().map(|_| ()));
+    });
+    finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("finish returned")
+        .unwrap();
+    drop(stalled);
+}

@@ -77,7 +77,12 @@ fn child() {
         return;
     };
     let out = PathBuf::from(std::env::var_os("SPANPROF_SIGNALS_OUT").expect("output dir"));
-    let (dispatch, guard) = support::install(ProfileLayer::builder().with_output_dir(out));
+    let mut builder = ProfileLayer::builder().with_output_dir(out.clone());
+    if mode == "term-twice-stuck" {
+        // An output that never finishes: only a second signal ends the process.
+        builder = builder.with_output(Stuck, spanprof::output::Destination::Dir(out.clone()));
+    }
+    let (dispatch, guard) = support::install(builder);
     let ignored_at_start = disposition(libc::SIGINT) == libc::SIG_IGN;
     // Never an error for an ignored signal: the program must start.
     guard.handle().install_signal_handler().unwrap();
@@ -92,6 +97,7 @@ fn child() {
     let signals: &[libc::c_int] = match mode.as_str() {
         "int-then-term" => &[libc::SIGINT, libc::SIGTERM],
         "term" => &[libc::SIGTERM],
+        "term-twice-stuck" => &[libc::SIGTERM, libc::SIGTERM],
         "hup" => &[libc::SIGHUP],
         other => panic!("unknown child mode {other}"),
     };
@@ -114,6 +120,45 @@ fn child() {
     });
     eprintln!("no signal ended the process");
     std::process::exit(3);
+}
+
+/// An output whose render never returns (a stuck disk or network file system).
+#[cfg(feature = "ctrlc")]
+#[derive(Debug)]
+struct Stuck;
+
+#[cfg(feature = "ctrlc")]
+impl spanprof::output::Format for Stuck {
+    fn name(&self) -> &'static str {
+        "stuck"
+    }
+    fn file_name(&self) -> &'static str {
+        "stuck.txt"
+    }
+    fn action(&self) -> &'static str {
+        "writing a stuck output"
+    }
+    fn render(&self, _: &spanprof::Snapshot, _: &mut dyn std::io::Write) -> std::io::Result<()> {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+}
+
+/// A second SIGTERM while the outputs are finished (one never finishes) ends the process at
+/// once, 143, saying so; the first one alone would wait for ever.
+#[cfg(feature = "ctrlc")]
+#[test]
+fn a_second_signal_exits_at_once() {
+    let out = support::temp_dir("signals-twice");
+    let output = run_child("term-twice-stuck", Start::Default, &out);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(143), "child stderr:\n{stderr}");
+    assert!(
+        stderr.contains("terminated (SIGTERM) again; exiting without waiting for the outputs"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[cfg(feature = "ctrlc")]
