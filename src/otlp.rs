@@ -511,8 +511,16 @@ impl Pusher {
         };
         let deadline = Instant::now() + self.options.timeout;
         let mut backoff = Duration::from_millis(100);
+        // The last try's failure: what the warning names once the time is up (not "timed
+        // out", which only says that the retries ended).
+        let mut last = None;
         let error = loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                if let Some(error) = last {
+                    break error;
+                }
+            }
             let (error, retry) = match self.send(&body, remaining) {
                 Ok(()) => {
                     if self.failing {
@@ -527,6 +535,7 @@ impl Pusher {
             if !retry || remaining.is_zero() {
                 break error;
             }
+            last = Some(error);
             std::thread::sleep(backoff.min(remaining));
             backoff *= 2;
         };

@@ -399,6 +399,21 @@ fn a_collector_that_is_down_costs_a_bounded_retry_and_one_warning() {
     wait_until("failed pushes", || unavailable.received().len() >= 8);
     guard.finish().unwrap();
     assert_eq!(warnings(), 1, "one warning while it stays down");
+    // It names the collector's answer, not the end of the retries.
+    let warning = |events: &Mutex<Vec<HashMap<String, String>>>| {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|e| e["message"].contains("could not push OTLP metrics"))
+            .map(|e| e["message"].clone())
+            .unwrap()
+    };
+    let told = warning(&events);
+    assert!(
+        told.contains("503") && !told.contains("timed out"),
+        "{told}"
+    );
 
     // A closed port: the connection is refused at once; finishing still returns promptly.
     let port = TcpListener::bind("127.0.0.1:0")
@@ -423,6 +438,8 @@ fn a_collector_that_is_down_costs_a_bounded_retry_and_one_warning() {
         start.elapsed()
     );
     assert_eq!(warnings(), 1);
+    let told = warning(&events);
+    assert!(!told.contains("timed out"), "{told}");
 }
 
 #[test]
