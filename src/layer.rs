@@ -347,15 +347,17 @@ where
         }
     }
 
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         if self.mode == Mode::Off {
             return;
         }
         if *event.metadata().level() == Level::ERROR {
-            self.error_event(event);
+            self.error_event(event, ctx.clone());
         }
         // Metric fields (`counter.`, `histogram.`, ...): one cache probe for events without.
-        self.recorder.event(event);
+        if self.recorder.has_metrics(event.metadata()) {
+            self.metric_event(event, ctx);
+        }
     }
 }
 
@@ -363,11 +365,52 @@ impl ProfileLayer {
     /// An `error`-level event: counted for the span it occurs in (out of line, so that
     /// `on_event` stays small for every other event).
     #[inline(never)]
-    fn error_event(&self, event: &Event<'_>) {
+    fn error_event<S>(&self, event: &Event<'_>, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
         self.recorder.error_event(
             event.parent().map(|id| id.into_u64()),
             event.is_contextual(),
+            self.left_out(event, ctx),
         );
+    }
+
+    /// An event with metric fields: recorded under the span it occurs in.
+    #[inline(never)]
+    fn metric_event<S>(&self, event: &Event<'_>, ctx: Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        self.recorder.metric_event(event, self.left_out(event, ctx));
+    }
+
+    /// The name of the span `event` occurs in if the back-off left that span out (it has no
+    /// slot and no frame, so it is looked up in the registry); `None` until a name is sampled.
+    #[inline(always)]
+    fn left_out<S>(&self, event: &Event<'_>, ctx: Context<'_, S>) -> Option<u32>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        if !self.recorder.any_sampled() {
+            return None;
+        }
+        self.left_out_span(event, ctx)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn left_out_span<S>(&self, event: &Event<'_>, ctx: Context<'_, S>) -> Option<u32>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let span = match event.parent() {
+            Some(id) => ctx.span(id),
+            None if event.is_contextual() => ctx.lookup_current(),
+            None => None,
+        }?;
+        self.recorder
+            .left_out_name(span.id().into_u64(), span.metadata())
     }
 }
 

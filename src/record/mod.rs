@@ -1029,9 +1029,39 @@ impl Recorder {
         self.tree_close(local, c);
     }
 
+    /// Whether an event's callsite has metric fields (one cache probe).
+    #[inline(always)]
+    pub(crate) fn has_metrics(&self, meta: &'static Metadata<'static>) -> bool {
+        !self.events.has_none(meta)
+    }
+
+    /// The name of span `id` (of callsite `meta`) if the back-off left it out: a name sampled,
+    /// and no slot for the span.
+    #[cold]
+    pub(crate) fn left_out_name(&self, id: u64, meta: &'static Metadata<'static>) -> Option<u32> {
+        let decision = self.cached(meta)?;
+        if decision.is_skip() || decision.is_drop() || !self.ever_sampled(decision.name()) {
+            return None;
+        }
+        self.table
+            .with(id, |_| ())
+            .is_none()
+            .then_some(decision.name())
+    }
+
     /// An error-level event: counted for its explicit parent if recorded, else (`contextual`)
     /// for the span this thread is in; that span instance is marked as having had an error.
-    pub(crate) fn error_event(&self, parent: Option<u64>, contextual: bool) {
+    ///
+    /// `left_out`: the name of the span it occurs in where the back-off left that span out (it
+    /// has no slot and no frame): counted for that name (no instance to mark).
+    pub(crate) fn error_event(&self, parent: Option<u64>, contextual: bool, left_out: Option<u32>) {
+        if let Some(name) = left_out {
+            let count = |stats: &NameStats| bump(&stats.errors, 1);
+            if self.local(|local| count(local.stats(name))).is_none() {
+                self.shards.with_orphan(name, count);
+            }
+            return;
+        }
         self.local(|local| {
             let id = match parent {
                 Some(id) => Some(id),
@@ -1053,16 +1083,11 @@ impl Recorder {
     /// An event: records its metric fields, if its callsite has any (one cache probe when it
     /// has none), into this thread's cells of the span it occurs in: its explicit parent if
     /// recorded, else (`contextual`) the innermost span this thread is in that spanprof
-    /// records; events elsewhere are kept under no span.
+    /// records; events elsewhere are kept under no span ([`Recorder::has_metrics`] first).
+    /// `left_out`: as for [`Recorder::error_event`], the name the event is kept under.
+    /// (Inlined in the layer's one caller, itself out of line.)
     #[inline(always)]
-    pub(crate) fn event(&self, event: &Event<'_>) {
-        if !self.events.has_none(event.metadata()) {
-            self.metric_event(event);
-        }
-    }
-
-    #[inline(never)]
-    fn metric_event(&self, event: &Event<'_>) {
+    pub(crate) fn metric_event(&self, event: &Event<'_>, left_out: Option<u32>) {
         let Some(fields) = self.events.fields_of(event.metadata()) else {
             return;
         };
@@ -1070,10 +1095,12 @@ impl Recorder {
             return;
         }
         let now = || self.clock.raw();
-        let explicit = event.parent().map(|id| {
-            self.table
-                .with(id.into_u64(), |slot| u32::from(slot.name.load(Relaxed)))
-                .unwrap_or(NO_SPAN)
+        let explicit = left_out.or_else(|| {
+            event.parent().map(|id| {
+                self.table
+                    .with(id.into_u64(), |slot| u32::from(slot.name.load(Relaxed)))
+                    .unwrap_or(NO_SPAN)
+            })
         });
         let done = self.local(|local| {
             let span = match explicit {

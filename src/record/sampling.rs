@@ -45,6 +45,8 @@ pub(crate) struct Sampling {
     /// Cleared by a layer whose span filter follows spans (span or field directives): a span
     /// left out would still go to the filter, under its lock, costing more than recording it.
     allowed: AtomicBool,
+    /// Set once any name is sampled: events then look for a span left out (`Recorder::left_out_name`).
+    any: AtomicBool,
 }
 
 impl Sampling {
@@ -55,6 +57,7 @@ impl Sampling {
             most: u32s(),
             since: (0..MAX_SPAN_NAMES).map(|_| AtomicU64::new(0)).collect(),
             allowed: AtomicBool::new(true),
+            any: AtomicBool::new(false),
         }
     }
 
@@ -134,12 +137,19 @@ impl Recorder {
         self.sampling.most[i].fetch_max(every, Relaxed);
         slot.store(every, Relaxed);
         if every > 1 {
+            self.sampling.any.store(true, Relaxed);
             // Its callsites' spans leave the common path (which does not look at N) for good.
             // A callsite decided meanwhile marks itself (`Recorder::decide`): with a fence on
             // both sides, one of the two sees the other's write.
             std::sync::atomic::fence(SeqCst);
             self.names.mark_sampled(name);
         }
+    }
+
+    /// Whether any name was ever sampled.
+    #[inline(always)]
+    pub(crate) fn any_sampled(&self) -> bool {
+        self.sampling.any.load(Relaxed)
     }
 
     /// Whether `name` was ever sampled (its callsites' decisions are marked so).
@@ -314,6 +324,47 @@ mod tests {
         // 1 before sampling, then 2 of each callsite's 8.
         assert_eq!(child.busy.count, 1 + 2 + 2);
         assert_eq!(child.sampled.as_ref().map(|s| s.skipped), Some(12));
+    }
+
+    /// Error and metric events inside spans the back-off left out are kept under their span's
+    /// name, as inside recorded ones: errors were lost, metrics went to "no span".
+    #[test]
+    fn events_in_spans_left_out_count_for_their_name() {
+        let (rec, _mock, dispatch) = mocked();
+        let run = |n: u64| {
+            tracing::dispatcher::with_default(&dispatch, || {
+                for _ in 0..n {
+                    tracing::info_span!("outer").in_scope(|| {
+                        tracing::info_span!("work").in_scope(|| {
+                            tracing::info!(monotonic_counter.samples = 1u64);
+                            tracing::error!("failed");
+                        });
+                    });
+                }
+            });
+        };
+        run(8);
+        let work = rec
+            .names
+            .all()
+            .iter()
+            .position(|n| n.name == "work")
+            .unwrap() as u32;
+        rec.set_sampling(work, 4);
+        run(56);
+        let snap = rec.snapshot();
+        let w = snap.span("work").unwrap();
+        assert_eq!(w.sampled.as_ref().expect("marked sampled").skipped, 42);
+        assert_eq!(w.errors, 64);
+        assert_eq!(snap.span("outer").unwrap().errors, 0);
+        let samples: Vec<_> = snap
+            .metrics
+            .iter()
+            .filter(|m| m.name == "samples")
+            .collect();
+        assert_eq!(samples.len(), 1, "{samples:?}");
+        assert_eq!(samples[0].span.as_deref(), Some("work"));
+        assert_eq!(samples[0].records, 64);
     }
 
     /// The step span of the export cadence counts the steps at its closes: the back-off never
