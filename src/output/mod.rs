@@ -75,7 +75,7 @@ pub use markdown::{Markdown, MARKDOWN_FILE};
 pub use pprof::{Pprof, PPROF_FILE};
 pub use select::Selection;
 pub(crate) use select::{glob_match, SELECTION_EXPECTED};
-pub use table::{Table, REPORT_FILE};
+pub use table::{escape_controls, Table, REPORT_FILE};
 pub use tree::{TreeView, TREE_FILE};
 pub use units::{format_bytes, format_count, format_duration};
 

@@ -1226,8 +1226,14 @@ pub(super) fn truncate(text: &str, width: usize) -> String {
 
 /// `text` with its control characters ([`char::is_control`]) and U+2028, U+2029 (line and
 /// paragraph separators) escaped by [`char::escape_default`]; the other characters as they
-/// are.
-pub(super) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+/// are. How every text report prints a span or metric name, so that a name stays on its row:
+///
+/// ```
+/// use spanprof::output::escape_controls;
+/// assert_eq!(escape_controls("load\nbatch\t3"), r"load\nbatch\t3");
+/// assert_eq!(escape_controls("ünï 名前"), "ünï 名前");
+/// ```
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     let escaped = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
     if !text.chars().any(escaped) {
         return std::borrow::Cow::Borrowed(text);

@@ -112,8 +112,7 @@ fn heading(f: &mut String, format: TextFormat, text: &str) {
 /// A span name, call path or host as printed: its control characters (and the Unicode line
 /// and paragraph separators) as visible escapes (`\n`, `\r`, `\t`, `\u{1b}`), so a name
 /// stays on its line and in its table row; Markdown puts it in a code span, its backticks as
-/// `'` (a table escapes its `|`). The library's own Markdown report keeps its escape to
-/// itself, hence this one.
+/// `'` (a table escapes its `|`).
 fn code(format: TextFormat, name: &str) -> String {
     let name = visible(name);
     match format {
@@ -122,21 +121,10 @@ fn code(format: TextFormat, name: &str) -> String {
     }
 }
 
-/// `text` with each control character (and U+2028, U+2029) as its escape.
+/// `text` with each control character (and U+2028, U+2029) as its escape, as the library's
+/// reports print names.
 fn visible(text: &str) -> String {
-    let escaped = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
-    if !text.chars().any(escaped) {
-        return text.to_string();
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if escaped(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    spanprof::output::escape_controls(text).into_owned()
 }
 
 fn plural(n: usize, word: &str) -> String {
