@@ -327,3 +327,57 @@ fn steps_need_a_step_span() {
             .unwrap_err();
     assert!(e.to_string().contains("10 ms"), "{e}");
 }
+
+/// Two `step` spans of two targets, each with a `work` child: their paths are two in each
+/// interval (the earlier tree's nodes matched by the whole path, targets included), and the
+/// intervals add up to the run. They were matched by names and the leaf's target only: one
+/// path's figures went out of the other's interval.
+#[test]
+fn intervals_tell_call_paths_apart_by_their_ancestors_targets() {
+    let (dispatch, guard, clock) = support::mock();
+    let handle = guard.handle();
+    let round = |a: u64, b: u64| {
+        tracing::dispatcher::with_default(&dispatch, || {
+            for (n, in_a) in [(a, true), (b, false)] {
+                for _ in 0..n {
+                    let step = if in_a {
+                        tracing::info_span!(target: "app::a", "step")
+                    } else {
+                        tracing::info_span!(target: "app::b", "step")
+                    };
+                    step.in_scope(|| {
+                        tracing::info_span!("work")
+                            .in_scope(|| clock.advance(Duration::from_nanos(100)));
+                    });
+                }
+            }
+        });
+        handle.interval_snapshot()
+    };
+    let intervals = [round(3, 1), round(5, 2), round(0, 4)];
+    // The calls of `work` under the `step` of `target`, in a snapshot.
+    let work_under = |snap: &spanprof::Snapshot, target: &str| {
+        let tree = snap.tree.as_ref().unwrap();
+        tree.nodes
+            .iter()
+            .filter(|n| n.name == "work")
+            .find(|n| {
+                n.parent
+                    .is_some_and(|p| tree.nodes[p as usize].target == target)
+            })
+            .map_or((0, 0), |n| (n.calls, n.self_time.total_ns))
+    };
+    let expected = [(3, 1), (5, 2), (0, 4)];
+    for (i, (snap, (a, b))) in intervals.iter().zip(expected).enumerate() {
+        assert_eq!(
+            work_under(snap, "app::a"),
+            (a, a * 100),
+            "interval {i}, app::a"
+        );
+        assert_eq!(
+            work_under(snap, "app::b"),
+            (b, b * 100),
+            "interval {i}, app::b"
+        );
+    }
+}

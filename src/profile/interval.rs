@@ -296,25 +296,38 @@ impl ResourceInfo {
 
 impl CallTree {
     /// This tree since `earlier` (an earlier tree of the same run): each path's counters and
-    /// histograms minus those of the same path in `earlier`.
+    /// histograms minus those of the same path in `earlier`. A path is its nodes' names and
+    /// targets from the root (two `step` spans of two targets have two `step;work` paths), as
+    /// [`CallTree::merge`] matches them.
     fn since(&self, earlier: Option<&CallTree>) -> CallTree {
         let Some(earlier) = earlier else {
             return self.clone();
         };
-        let paths: HashMap<(Vec<&str>, &str, bool), &TreeNode> = (0..earlier.nodes.len())
-            .map(|i| {
-                let n = &earlier.nodes[i];
-                ((earlier.path(i), n.target.as_str(), n.other), n)
-            })
+        fn key(n: &TreeNode, parent: Option<usize>) -> (Option<usize>, &str, &str, bool) {
+            (parent, n.name.as_str(), n.target.as_str(), n.other)
+        }
+        let index: HashMap<_, usize> = earlier
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (key(n, n.parent.map(|p| p as usize)), i))
             .collect();
+        // Each node's node in `earlier` (parents come before their children).
+        let mut at: Vec<Option<usize>> = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            let found = match node.parent.map(|p| p as usize) {
+                None => index.get(&key(node, None)).copied(),
+                Some(p) => at
+                    .get(p)
+                    .copied()
+                    .flatten()
+                    .and_then(|e| index.get(&key(node, Some(e))).copied()),
+            };
+            at.push(found);
+        }
         let mut tree = self.clone();
-        for (i, node) in tree.nodes.iter_mut().enumerate() {
-            let key = (
-                self.path(i),
-                self.nodes[i].target.as_str(),
-                self.nodes[i].other,
-            );
-            if let Some(e) = paths.get(&key) {
+        for (node, e) in tree.nodes.iter_mut().zip(at) {
+            if let Some(e) = e.map(|e| &earlier.nodes[e]) {
                 node.calls = node.calls.saturating_sub(e.calls);
                 node.instances = node.instances.saturating_sub(e.instances);
                 node.wall_ns = node.wall_ns.saturating_sub(e.wall_ns);
