@@ -317,7 +317,8 @@ fn instrumentation_cost(snapshot: &Snapshot, s: &SpanStats) -> (f64, CostSource)
     }
 }
 
-/// The call path with the most self time, where the profile has a call tree.
+/// The call path with the most self time, where the profile has a call tree. An `[other]`
+/// node (the spans past the tree's bounds under a parent, many paths together) is no path.
 fn hot_path(snapshot: &Snapshot) -> Option<Finding> {
     let tree = snapshot.tree.as_ref()?;
     let all = u128::from(tree.self_ns());
@@ -325,7 +326,7 @@ fn hot_path(snapshot: &Snapshot) -> Option<Finding> {
         .nodes
         .iter()
         .enumerate()
-        .filter(|(_, n)| n.self_time.total_ns > 0)
+        .filter(|(_, n)| n.self_time.total_ns > 0 && !n.other)
         .max_by_key(|(_, n)| n.self_time.total_ns)?;
     Some(Finding::HotPath {
         path: tree.path(index).join(";"),
@@ -347,6 +348,32 @@ mod tests {
 
     fn detailed() -> Snapshot {
         crate::profile::detailed_test_profile()
+    }
+
+    /// An `[other]` node holding the most self time (a tree past its bounds) is many paths,
+    /// not the hot one: the hottest real path is named.
+    #[test]
+    fn the_hot_path_is_never_an_overflow_node() {
+        let mut s = Snapshot::from_json(
+            include_str!("../../tests/data/golden-profile.json"),
+            "golden-profile.json",
+        )
+        .unwrap();
+        let tree = s.tree.as_mut().unwrap();
+        let hottest = (0..tree.nodes.len())
+            .max_by_key(|&i| tree.nodes[i].self_time.total_ns)
+            .unwrap();
+        let mut other = tree.nodes[hottest].clone();
+        other.name = "[other]".to_string();
+        other.other = true;
+        other.self_time.total_ns *= 10;
+        tree.nodes.push(other);
+        let expected = tree.path(hottest).join(";");
+        let found = hot_path(&s).unwrap();
+        let Finding::HotPath { path, .. } = found else {
+            panic!("{found:?}")
+        };
+        assert_eq!(path, expected);
     }
 
     #[test]
