@@ -190,3 +190,38 @@ fn a_snapshot_allocates_within_its_stated_bound() {
     // Four times the names: about four times the memory past the fixed part.
     assert!(measured[1] > 3 * measured[0], "{measured:?}");
 }
+
+/// spanprof's own memory is not a span's: a span that allocates nothing, the first one
+/// entered on a fresh thread with the heap readings on, shows no allocation (the readings'
+/// own buffer, made at that first enter, was counted: 256 bytes, 1 allocation, kept).
+#[test]
+fn a_span_that_allocates_nothing_shows_no_allocation() {
+    use spanprof::{ProfileLayer, Resources};
+    let (dispatch, guard) =
+        support::install(ProfileLayer::builder().with_resources(Resources::HEAP));
+    std::thread::spawn(move || {
+        tracing::dispatcher::with_default(&dispatch, || {
+            for _ in 0..3 {
+                tracing::info_span!("nothing").in_scope(|| black_box(0u64));
+            }
+        });
+    })
+    .join()
+    .unwrap();
+    let snap = guard.snapshot();
+    let heap = support::span(&snap, "nothing")
+        .resources
+        .as_ref()
+        .and_then(|r| r.heap.clone())
+        .expect("heap figures");
+    assert_eq!(heap.entries, 3);
+    assert_eq!(
+        (
+            heap.allocated_bytes,
+            heap.allocations,
+            heap.self_retained_bytes
+        ),
+        (0, 0, 0),
+        "{heap:?}"
+    );
+}

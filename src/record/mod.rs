@@ -602,12 +602,12 @@ impl Recorder {
         let heap = resources.contains(Resources::HEAP);
         if !cpu {
             if heap {
-                local.marks.push(EntryMark::read_some(false, true));
+                local.push_mark(EntryMark::read_some(false, true));
             }
             return (self.clock.raw(), heap);
         }
         let before = self.clock.raw();
-        local.marks.push(EntryMark::read_some(cpu, heap));
+        local.push_mark(EntryMark::read_some(cpu, heap));
         let marked = true;
         self.readings_taken();
         let now = self.clock.raw();

@@ -513,6 +513,16 @@ impl Local {
             .store(self.stack.len() as u32, Release);
     }
 
+    /// Pushes the resource readings of a marked frame's enter. Its growth is spanprof's memory,
+    /// not counted by `CountingAlloc` (the readings are taken: it would land in the span).
+    #[inline(always)]
+    pub(crate) fn push_mark(&mut self, mark: EntryMark) {
+        if self.marks.len() == self.marks.capacity() {
+            crate::alloc::untracked(|| self.marks.reserve(self.marks.len().max(4)));
+        }
+        self.marks.push(mark);
+    }
+
     /// Removes the frame at `pos` (the top, mostly) and publishes the stack.
     #[inline(always)]
     pub(crate) fn remove(&mut self, pos: usize) -> Option<Frame> {
@@ -759,7 +769,7 @@ fn slow_local<'a>(
             metrics: Vec::new(),
             shard,
             stack: Vec::with_capacity(32),
-            marks: Vec::new(),
+            marks: Vec::with_capacity(32),
             token: thread_token(),
             bracketed_ns: 0,
             last_cpu_read: 0,
