@@ -501,3 +501,38 @@ fn past_eight_gpus_later_devices_are_sampled_but_not_followed_per_span() {
         assert_eq!(g.mean_utilization_pct, Some(10.0 + f64::from(g.device)));
     }
 }
+
+/// A GPU whose every NVML call starts failing (fallen off the bus): the spans after it have
+/// no GPU energy, not 0 J (its last counter was published as if nothing were spent since).
+#[test]
+fn a_gpu_that_stops_answering_gives_no_energy_not_zero() {
+    let fake = fake!("stops_answering");
+    fake.configure("POWER_MW=150000\nUTIL=37\n");
+    let builder = spanprof::ProfileLayer::builder()
+        .with_preset(spanprof::Preset::Full)
+        .with_sample_interval(Duration::from_millis(10))
+        .with_gpu_source(fake.source());
+    let (dispatch, guard) = support::install(builder);
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("before").in_scope(|| std::thread::sleep(Duration::from_millis(100)));
+        fake.configure("FAIL=all\n");
+        // A few samples of the failing device first.
+        std::thread::sleep(Duration::from_millis(100));
+        tracing::info_span!("after").in_scope(|| std::thread::sleep(Duration::from_millis(100)));
+    });
+    let snap = support::finish_snapshot(guard);
+    let gpu = |name: &str| {
+        support::span(&snap, name)
+            .resources
+            .as_ref()
+            .and_then(|r| r.gpus.first().cloned())
+    };
+    assert!(gpu("before").and_then(|g| g.energy_j).unwrap() > 5.0);
+    let after = gpu("after");
+    assert_eq!(after.as_ref().and_then(|g| g.energy_j), None, "{after:?}");
+    let energy = support::span(&snap, "after")
+        .resources
+        .as_ref()
+        .and_then(|r| r.energy_j);
+    assert_eq!(energy, None);
+}

@@ -296,21 +296,20 @@ struct GpuEnergy {
 impl GpuEnergy {
     /// Energy since the sampler started, mJ: from the device's counter if its first reading has
     /// one, else the integral of power (trapezoid between consecutive power readings, bridging
-    /// samples without one).
+    /// samples without one). `None` for a sample without the reading: the last figure would
+    /// read as no energy spent since (a device whose calls all fail, fallen off the bus, made
+    /// every later span claim 0 J).
     fn update(&mut self, s: &GpuSample, at: Instant) -> Option<u64> {
         if self.counter_base.is_none() && self.last_power.is_none() && s.energy_mj.is_some() {
             self.counter_base = s.energy_mj;
         }
         if let Some(base) = self.counter_base {
-            if let Some(e) = s.energy_mj {
-                self.counter_mj = Some(e.saturating_sub(base));
-            }
+            let e = s.energy_mj?;
+            self.counter_mj = Some(e.saturating_sub(base));
             return self.counter_mj;
         }
-        let Some(power) = s.power_mw else {
-            // No reading this time: the next one bridges the gap.
-            return self.last_power.map(|_| self.integrated_mj as u64);
-        };
+        // No reading this time: none published; the next one bridges the gap.
+        let power = s.power_mw?;
         if let Some((p0, t0)) = self.last_power {
             let dt = at.saturating_duration_since(t0).as_secs_f64();
             self.integrated_mj += (f64::from(p0) + f64::from(power)) / 2.0 * dt;
@@ -915,15 +914,17 @@ mod tests {
         let mut e = GpuEnergy::default();
         assert_eq!(e.update(&power(100_000), at(0)), Some(0));
         assert_eq!(e.update(&power(300_000), at(1000)), Some(200_000));
-        // A sample without power: the next reading bridges the gap.
-        assert_eq!(e.update(&GpuSample::default(), at(2000)), Some(200_000));
+        // A sample without power: no figure (not the last one); the next reading bridges the
+        // gap.
+        assert_eq!(e.update(&GpuSample::default(), at(2000)), None);
         assert_eq!(e.update(&power(300_000), at(2500)), Some(650_000));
         // Without any power reading yet: nothing.
         assert_eq!(
             GpuEnergy::default().update(&GpuSample::default(), at(0)),
             None
         );
-        // Counter mode sticks once chosen; a missing reading keeps the last value.
+        // Counter mode sticks once chosen; a missing reading is no figure (a failing device's
+        // stale counter read as 0 J spent).
         let counter = |mj| GpuSample {
             energy_mj: Some(mj),
             power_mw: Some(1),
@@ -931,7 +932,8 @@ mod tests {
         };
         let mut e = GpuEnergy::default();
         assert_eq!(e.update(&counter(1_000), at(0)), Some(0));
-        assert_eq!(e.update(&power(5), at(100)), Some(0));
+        assert_eq!(e.update(&power(5), at(100)), None);
+        assert_eq!(e.update(&GpuSample::default(), at(150)), None);
         assert_eq!(e.update(&counter(1_500), at(200)), Some(500));
     }
 
