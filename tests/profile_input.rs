@@ -920,3 +920,70 @@ fn histograms_of_more_than_u64_max_samples_together_merge() {
     assert_eq!((merged.min_ns, merged.max_ns), (1_000, 2_000));
     assert_eq!(merged.total_ns, u64::MAX);
 }
+
+// ---- Crafted profiles the reader accepts (a fuzzer's) ----
+
+fn crafted(name: &str) -> (String, Snapshot) {
+    let path = format!("{}/tests/data/crafted/{name}", env!("CARGO_MANIFEST_DIR"));
+    let snap = Snapshot::read_json(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+    (name.to_string(), snap)
+}
+
+/// Merges of histograms whose samples add up past what a profile holds (a bucket past
+/// `i64::MAX`, HdrHistogram's encoding limit: the merge panicked writing it; all of them past
+/// `u64::MAX`: the merged file could not be read back) saturate, and read back.
+#[test]
+fn merges_of_the_largest_histograms_saturate_and_read_back() {
+    for (a, b) in [
+        ("bucket_2pow62.json", "bucket_2pow62.json"),
+        ("metric_bucket_2pow62.json", "metric_bucket_2pow62.json"),
+        ("sum_a.json", "sum_b.json"),
+    ] {
+        let (a, b) = (crafted(a), crafted(b));
+        let merged = Snapshot::merge(&[a.1, b.1], &[&a.0, &b.0]).unwrap();
+        let json = merged.to_json();
+        let back = Snapshot::from_json(&json, "merged.json")
+            .unwrap_or_else(|e| panic!("{} + {}: {e}", a.0, b.0));
+        for s in &back.spans {
+            assert_eq!(s.busy.count, s.busy.histogram.len(), "{}", s.name);
+        }
+    }
+}
+
+/// A GPU device index past any a profile holds (one CSV column group per index: the CSV
+/// report of `u32::MAX` ran out of memory), and a call path thousands deep (every analysis of
+/// paths is quadratic in it: `compare` ran out of memory), are refused by name.
+#[test]
+fn a_gpu_index_or_a_call_path_past_the_bounds_is_refused() {
+    let json = std::fs::read_to_string(format!(
+        "{}/tests/data/crafted/gpu_device_max.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    rejected(
+        &json,
+        "gpu.json",
+        "spans[0].resources.gpus: device 4294967295",
+    );
+
+    let mut v: serde_json::Value =
+        serde_json::from_str(include_str!("data/golden-profile.json")).unwrap();
+    let nodes = v["tree"]["nodes"].as_array_mut().unwrap();
+    let template = nodes[0].clone();
+    let first = nodes.len();
+    for i in 0..300 {
+        let mut node = template.clone();
+        node["name"] = format!("deep{i}").into();
+        node["parent"] = if i == 0 {
+            serde_json::Value::Null
+        } else {
+            (first + i - 1).into()
+        };
+        nodes.push(node);
+    }
+    rejected(
+        &v.to_string(),
+        "deep.json",
+        &format!("tree.nodes[{}]: a call path 257 deep", first + 256),
+    );
+}

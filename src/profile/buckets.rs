@@ -289,9 +289,28 @@ impl Buckets {
             .collect()
     }
 
-    /// Adds `other`'s samples to these: the histogram of both sets of samples, exactly.
+    /// Adds `other`'s samples to these: the histogram of both sets of samples, exactly, up to
+    /// what a profile can hold: a bucket saturates at `i64::MAX` samples (the most HdrHistogram's
+    /// encoding writes) and all of them together at `u64::MAX`, the highest buckets giving way
+    /// (only sums of crafted profiles come near).
     pub fn add(&mut self, other: &Buckets) {
-        let merged = combine(&self.counts(), &other.counts(), |a, b| a.saturating_add(b));
+        let most = i64::MAX as u64;
+        let mut merged = combine(&self.counts(), &other.counts(), |a, b| {
+            a.saturating_add(b).min(most)
+        });
+        let mut total: u128 = merged.iter().map(|&(_, n)| u128::from(n)).sum();
+        let mut excess = total.saturating_sub(u128::from(u64::MAX));
+        for (_, n) in merged.iter_mut().rev() {
+            if excess == 0 {
+                break;
+            }
+            let cut = u64::try_from(excess.min(u128::from(*n))).unwrap_or(*n);
+            *n -= cut;
+            excess -= u128::from(cut);
+            total -= u128::from(cut);
+        }
+        debug_assert!(total <= u128::from(u64::MAX));
+        merged.retain(|&(_, n)| n > 0);
         *self = Self(Repr::Counts(merged));
     }
 

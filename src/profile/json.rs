@@ -247,13 +247,31 @@ fn check_stats(snapshot: &Snapshot) -> Result<(), String> {
                 .map_err(|(field, what)| format!("spans[{i}].{name}.{field}: {what}"))?;
         }
     }
+    for (i, span) in snapshot.spans.iter().enumerate() {
+        let gpus = span.resources.as_ref().map_or(&[][..], |r| &r.gpus[..]);
+        if let Some(g) = gpus.iter().find(|g| g.device >= MAX_GPU_DEVICE) {
+            return Err(format!(
+                "spans[{i}].resources.gpus: device {} (a device index is below {MAX_GPU_DEVICE})",
+                g.device
+            ));
+        }
+    }
     let nodes = snapshot.tree.as_ref().map_or(&[][..], |t| &t.nodes[..]);
+    let mut depths: Vec<usize> = Vec::with_capacity(nodes.len());
     for (i, node) in nodes.iter().enumerate() {
         if let Some(parent) = node.parent.filter(|&p| p as usize >= i) {
             return Err(format!(
                 "tree.nodes[{i}].parent: {parent} is not the index of an earlier node"
             ));
         }
+        let depth = node.parent.map_or(1, |p| depths[p as usize] + 1);
+        if depth > MAX_TREE_DEPTH_READ {
+            return Err(format!(
+                "tree.nodes[{i}]: a call path {depth} deep (a tree is at most \
+                 {MAX_TREE_DEPTH_READ} deep)"
+            ));
+        }
+        depths.push(depth);
         for (name, stat) in [("busy", &node.busy), ("self", &node.self_time)] {
             check_stat(stat)
                 .map_err(|(field, what)| format!("tree.nodes[{i}].{name}.{field}: {what}"))?;
@@ -287,6 +305,15 @@ fn check_stats(snapshot: &Snapshot) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The deepest call path a profile may hold: spanprof records 32 levels
+/// (`MAX_TREE_DEPTH`); a reader of later profiles allows more, but not a crafted chain of
+/// thousands, which every analysis of paths would take quadratic time and memory for.
+const MAX_TREE_DEPTH_READ: usize = 256;
+
+/// The GPU device indices a profile may hold: spanprof samples at most 8 devices; one column
+/// group per index in the CSV report.
+const MAX_GPU_DEVICE: u32 = 64;
 
 /// One entry per key: span names by (name, target) (what [`Snapshot::merge`] and the
 /// comparison match on), metrics by (name, kind, span name, target) ([`Metric::same_key`]),

@@ -348,27 +348,13 @@ pub fn merge(into: &mut Vec<Metric>, from: &[Metric]) {
     }
 }
 
-/// Adds one histogram's statistics to another's, exactly (buckets added, sums, extremes and
-/// clamped counts combined).
+/// Adds one histogram's statistics to another's, as [`Stat::merged`] does (buckets added,
+/// sums, extremes and clamped counts combined).
 fn merge_stat(into: &mut Option<Stat>, from: &Option<Stat>) {
     let Some(from) = from else { return };
     let Some(stat) = into else {
         *into = Some(from.clone());
         return;
     };
-    let mut histogram = stat.histogram.to_histogram();
-    // Histograms of one layout always add (both resize themselves).
-    let _ = histogram.add(from.histogram.to_histogram());
-    let (min, max) = match (stat.count, from.count) {
-        (0, _) => (from.min_ns, from.max_ns),
-        (_, 0) => (stat.min_ns, stat.max_ns),
-        _ => (stat.min_ns.min(from.min_ns), stat.max_ns.max(from.max_ns)),
-    };
-    *stat = Stat::new(
-        histogram,
-        stat.total_ns.saturating_add(from.total_ns),
-        min,
-        max,
-        stat.clamped.saturating_add(from.clamped),
-    );
+    *stat = Stat::merged([&*stat, from]);
 }
