@@ -469,6 +469,16 @@ fn full_preset_finds_the_fake_on_the_loader_path() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
 }
 
+/// A profiler at `full`, sampling every 10 ms, with `fake` as its GPU backend.
+fn install_full(fake: &Fake) -> (tracing::Dispatch, spanprof::ProfileGuard) {
+    support::install(
+        spanprof::ProfileLayer::builder()
+            .with_preset(spanprof::Preset::Full)
+            .with_sample_interval(Duration::from_millis(10))
+            .with_gpu_source(fake.source()),
+    )
+}
+
 /// Past the bound of 8 GPUs followed per span (`MAX_GPUS`): a machine of 10 devices has all 10
 /// in the profile's device list and timeline, and per span the first 8, each its own figures.
 #[test]
@@ -476,11 +486,7 @@ fn past_eight_gpus_later_devices_are_sampled_but_not_followed_per_span() {
     let fake = fake!("ten_devices");
     let utils: String = (0..10).map(|i| format!("UTIL_{i}={}\n", 10 + i)).collect();
     fake.configure(&format!("DEVICES=10\nPOWER_MW=100000\n{utils}"));
-    let builder = spanprof::ProfileLayer::builder()
-        .with_preset(spanprof::Preset::Full)
-        .with_sample_interval(Duration::from_millis(10))
-        .with_gpu_source(fake.source());
-    let (dispatch, guard) = support::install(builder);
+    let (dispatch, guard) = install_full(&fake);
     tracing::dispatcher::with_default(&dispatch, || {
         tracing::info_span!("step").in_scope(|| std::thread::sleep(Duration::from_millis(100)));
     });
@@ -508,11 +514,7 @@ fn past_eight_gpus_later_devices_are_sampled_but_not_followed_per_span() {
 fn a_gpu_that_stops_answering_gives_no_energy_not_zero() {
     let fake = fake!("stops_answering");
     fake.configure("POWER_MW=150000\nUTIL=37\n");
-    let builder = spanprof::ProfileLayer::builder()
-        .with_preset(spanprof::Preset::Full)
-        .with_sample_interval(Duration::from_millis(10))
-        .with_gpu_source(fake.source());
-    let (dispatch, guard) = support::install(builder);
+    let (dispatch, guard) = install_full(&fake);
     tracing::dispatcher::with_default(&dispatch, || {
         tracing::info_span!("before").in_scope(|| std::thread::sleep(Duration::from_millis(100)));
         fake.configure("FAIL=all\n");
