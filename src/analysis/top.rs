@@ -144,10 +144,32 @@ pub enum Finding {
         /// The span's share of the run's wall time (its instances' wall time over the run), %.
         wall_share_pct: f64,
     },
+    /// A kind had more findings than [`FINDINGS_PER_KIND`]: how many more, after its last.
+    More {
+        /// The kind: `self time`, `heavy tail`, `instrumentation`, `allocations`, `GPU idle`.
+        kind: &'static str,
+        /// Findings of that kind left out.
+        left_out: usize,
+    },
+}
+
+/// Adds the first [`FINDINGS_PER_KIND`] of `all` (the largest first), and a [`Finding::More`]
+/// where there were more.
+fn most(
+    findings: &mut Vec<Finding>,
+    kind: &'static str,
+    all: impl ExactSizeIterator<Item = Finding>,
+) {
+    let left_out = all.len().saturating_sub(FINDINGS_PER_KIND);
+    findings.extend(all.take(FINDINGS_PER_KIND));
+    if left_out > 0 {
+        findings.push(Finding::More { kind, left_out });
+    }
 }
 
 /// The bottlenecks of `snapshot`, by kind (self time, the hottest call path, tails,
-/// instrumentation, allocations, leaks, idle GPUs), the largest first within a kind, at most [`FINDINGS_PER_KIND`] each.
+/// instrumentation, allocations, leaks, idle GPUs), the largest first within a kind, at most
+/// [`FINDINGS_PER_KIND`] each, then a [`Finding::More`] saying how many more there were.
 ///
 /// ```
 /// use spanprof::analysis::{top, Finding};
@@ -173,15 +195,19 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         .filter(|s| all_self > 0 && share(self_ns(s), all_self) >= DOMINANT_SELF_SHARE_PCT)
         .collect();
     dominant.sort_by_key(|s| std::cmp::Reverse(self_ns(s)));
-    findings.extend(dominant.iter().take(FINDINGS_PER_KIND).map(|s| {
-        let (name, target) = key(s);
-        Finding::SelfTime {
-            name,
-            target,
-            self_ns: self_ns(s),
-            share_pct: share(self_ns(s), all_self),
-        }
-    }));
+    most(
+        &mut findings,
+        "self time",
+        dominant.iter().map(|s| {
+            let (name, target) = key(s);
+            Finding::SelfTime {
+                name,
+                target,
+                self_ns: self_ns(s),
+                share_pct: share(self_ns(s), all_self),
+            }
+        }),
+    );
 
     findings.extend(hot_path(snapshot));
 
@@ -192,17 +218,21 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         .filter(|(r, _)| *r >= HEAVY_TAIL_RATIO)
         .collect();
     tails.sort_by(|a, b| b.0.total_cmp(&a.0));
-    findings.extend(tails.iter().take(FINDINGS_PER_KIND).map(|(ratio, s)| {
-        let (name, target) = key(s);
-        Finding::HeavyTail {
-            name,
-            target,
-            calls: s.calls,
-            p50_ns: s.entry_busy.p50_ns,
-            p99_ns: s.entry_busy.p99_ns,
-            ratio: *ratio,
-        }
-    }));
+    most(
+        &mut findings,
+        "heavy tail",
+        tails.iter().map(|(ratio, s)| {
+            let (name, target) = key(s);
+            Finding::HeavyTail {
+                name,
+                target,
+                calls: s.calls,
+                p50_ns: s.entry_busy.p50_ns,
+                p99_ns: s.entry_busy.p99_ns,
+                ratio: *ratio,
+            }
+        }),
+    );
 
     let mut cheap: Vec<(f64, f64, CostSource, &SpanStats)> = spans
         .iter()
@@ -221,23 +251,22 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         .filter(|(pct, ..)| *pct >= INSTRUMENTATION_MIN_SHARE_PCT)
         .collect();
     cheap.sort_by(|a, b| b.0.total_cmp(&a.0));
-    findings.extend(
-        cheap
-            .iter()
-            .take(FINDINGS_PER_KIND)
-            .map(|&(pct, per_span, source, s)| {
-                let (name, target) = key(s);
-                Finding::Instrumentation {
-                    name,
-                    target,
-                    calls: s.calls,
-                    mean_ns: s.entry_busy.mean_ns,
-                    cost_per_span_ns: per_span,
-                    cost_source: source,
-                    cost_share_pct: pct,
-                    sampled_every: s.sampled.as_ref().map(|x| x.every),
-                }
-            }),
+    most(
+        &mut findings,
+        "instrumentation",
+        cheap.iter().map(|&(pct, per_span, source, s)| {
+            let (name, target) = key(s);
+            Finding::Instrumentation {
+                name,
+                target,
+                calls: s.calls,
+                mean_ns: s.entry_busy.mean_ns,
+                cost_per_span_ns: per_span,
+                cost_source: source,
+                cost_share_pct: pct,
+                sampled_every: s.sampled.as_ref().map(|x| x.every),
+            }
+        }),
     );
 
     let mut allocating: Vec<(f64, f64, u64, &SpanStats)> = spans
@@ -256,18 +285,22 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         })
         .collect();
     allocating.sort_by(|a, b| b.0.total_cmp(&a.0));
-    findings.extend(allocating.iter().take(FINDINGS_PER_KIND).map(
-        |&(per_call, bytes_per_call, entries, s)| {
-            let (name, target) = key(s);
-            Finding::Allocations {
-                name,
-                target,
-                entries,
-                per_call,
-                bytes_per_call,
-            }
-        },
-    ));
+    most(
+        &mut findings,
+        "allocations",
+        allocating
+            .iter()
+            .map(|&(per_call, bytes_per_call, entries, s)| {
+                let (name, target) = key(s);
+                Finding::Allocations {
+                    name,
+                    target,
+                    entries,
+                    per_call,
+                    bytes_per_call,
+                }
+            }),
+    );
 
     findings.extend(leaks(snapshot).into_iter().map(Finding::Leak));
 
@@ -303,7 +336,7 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         ) => y.total_cmp(x),
         _ => std::cmp::Ordering::Equal,
     });
-    findings.extend(idle.into_iter().take(FINDINGS_PER_KIND));
+    most(&mut findings, "GPU idle", idle.into_iter());
     findings
 }
 
@@ -348,6 +381,39 @@ mod tests {
 
     fn detailed() -> Snapshot {
         crate::profile::detailed_test_profile()
+    }
+
+    /// Eight names of 12.5 % each: five self-time findings, then one saying three more.
+    #[test]
+    fn findings_past_the_bound_are_counted() {
+        let mut s = Snapshot::from_json(
+            include_str!("../../tests/data/golden-profile.json"),
+            "golden-profile.json",
+        )
+        .unwrap();
+        let template = s.spans[0].clone();
+        s.spans = (0..8)
+            .map(|i| {
+                let mut span = template.clone();
+                span.name = format!("w{i}");
+                span.entry_self.total_ns = 1_000_000;
+                span.sampled = None;
+                span
+            })
+            .collect();
+        let found = top(&s);
+        let self_time = found
+            .iter()
+            .filter(|f| matches!(f, Finding::SelfTime { .. }))
+            .count();
+        assert_eq!(self_time, FINDINGS_PER_KIND);
+        assert!(
+            found.contains(&Finding::More {
+                kind: "self time",
+                left_out: 3
+            }),
+            "{found:?}"
+        );
     }
 
     /// An `[other]` node holding the most self time (a tree past its bounds) is many paths,

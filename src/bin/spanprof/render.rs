@@ -436,6 +436,10 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding], format: TextFo
                 "GPU idle: GPU {device} at {utilization_pct:.0} % while {} ran ({wall_share_pct:.0} % of the run)",
                 code(format, name)
             ),
+            Finding::More { kind, left_out } => format!(
+                "… and {} more",
+                plural(*left_out, &format!("{kind} finding"))
+            ),
             _ => continue,
         };
         let _ = writeln!(f, "{bullet}{line}");
