@@ -479,24 +479,23 @@ impl Recorder {
     #[cold]
     #[inline(never)]
     fn opened_throughput(&self, id: u64, stats: &NameStats, fields: u32, attrs: &Attributes<'_>) {
-        let kept = self.table.with(id, |slot| {
-            slot.with_mark(|m| {
-                for last in &m.throughput {
-                    last.store(0, Relaxed);
-                }
-                attrs.record(&mut Throughput {
-                    stats,
-                    fields,
-                    last: Some(&m.throughput),
-                });
-            })
-        });
-        if kept.flatten().is_none() {
+        let record = |last: Option<&[AtomicU64; 3]>| {
+            for value in last.into_iter().flatten() {
+                value.store(0, Relaxed);
+            }
             attrs.record(&mut Throughput {
                 stats,
                 fields,
-                last: None,
+                last,
             });
+        };
+        // The slot was just made, so it is found; were it not, the values are added as they are.
+        if self
+            .table
+            .with(id, |slot| record(slot.mark().map(|m| &m.throughput)))
+            .is_none()
+        {
+            record(None);
         }
     }
 
@@ -511,21 +510,11 @@ impl Recorder {
     fn record_fields_of(&self, slot: &SlotIn<'_, MarkCell>, values: &Record<'_>) {
         let name = u32::from(slot.name.load(Relaxed));
         let record = |stats: &NameStats| {
-            let fields = FIELD_ITEMS | FIELD_BYTES | FIELD_FLOPS;
-            let replaced = slot.with_mark(|m| {
-                values.record(&mut Throughput {
-                    stats,
-                    fields,
-                    last: Some(&m.throughput),
-                });
+            values.record(&mut Throughput {
+                stats,
+                fields: FIELD_ITEMS | FIELD_BYTES | FIELD_FLOPS,
+                last: slot.mark().map(|m| &m.throughput),
             });
-            if replaced.is_none() {
-                values.record(&mut Throughput {
-                    stats,
-                    fields,
-                    last: None,
-                });
-            }
         };
         // On a thread being torn down: the orphan shard's stats, as for a close.
         if self.local(|local| record(local.stats(name))).is_none() {

@@ -294,12 +294,19 @@ impl<M> std::ops::Deref for SlotIn<'_, M> {
     }
 }
 
-impl<M: Default> SlotIn<'_, M> {
+impl<'a, M: Default> SlotIn<'a, M> {
     /// Runs `f` on what is kept beside the slot, in place (no copy of it); `None` only if it
     /// could not be made.
     #[inline]
     pub(crate) fn with_mark<R>(&self, f: impl FnOnce(&M) -> R) -> Option<R> {
-        Some(f(self.marks.get(self.slot.index as usize)?))
+        self.mark().map(f)
+    }
+
+    /// What is kept beside the slot, for as long as the slot is borrowed; `None` only if it
+    /// could not be made.
+    #[inline]
+    pub(crate) fn mark(&self) -> Option<&'a M> {
+        self.marks.get(self.slot.index as usize)
     }
 }
 
