@@ -289,18 +289,21 @@ impl Shards {
     }
 
     /// Runs `f` with the parked state of this thread (its token), if there is one; drops the
-    /// state once its stack is empty. `None` when there is none, or the parked states are in
-    /// use (a callback made inside `f`, on this thread, or a snapshot on another).
+    /// state once its stack is empty. `None` when there is none, or when called inside `f`
+    /// (a callback made by it: this thread holds the lock already).
     #[cold]
     #[inline(never)]
     pub(crate) fn with_parked<R>(&self, f: impl FnOnce(&mut Local) -> R) -> Option<R> {
-        if self.parked_len.load(Relaxed) == 0 {
+        if self.parked_len.load(Relaxed) == 0 || IN_PARKED.with(Cell::get) {
             return None;
         }
         let token = thread_token();
-        let mut parked = self.parked.try_lock().ok()?;
+        // A snapshot's sweep holds the lock briefly: waited for, not given up on.
+        let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
         let pos = parked.iter().position(|l| l.token == token)?;
+        IN_PARKED.with(|p| p.set(true));
         let r = f(&mut parked[pos]);
+        IN_PARKED.with(|p| p.set(false));
         if parked[pos].stack.is_empty() {
             let done = parked.swap_remove(pos);
             self.parked_len.store(parked.len(), Relaxed);
@@ -503,9 +506,7 @@ impl Local {
             live.start.store(frame.start, Relaxed);
             live.name.store(frame.name, Release);
         }
-        if self.stack.len() == self.stack.capacity() {
-            crate::alloc::untracked(|| self.stack.reserve(self.stack.len()));
-        }
+        reserve_untracked(&mut self.stack);
         self.stack.push(frame);
         self.shard
             .live
@@ -517,9 +518,7 @@ impl Local {
     /// not counted by `CountingAlloc` (the readings are taken: it would land in the span).
     #[inline(always)]
     pub(crate) fn push_mark(&mut self, mark: EntryMark) {
-        if self.marks.len() == self.marks.capacity() {
-            crate::alloc::untracked(|| self.marks.reserve(self.marks.len().max(4)));
-        }
+        reserve_untracked(&mut self.marks);
         self.marks.push(mark);
     }
 
@@ -596,6 +595,15 @@ impl Local {
     }
 }
 
+/// Makes room for one more in `v`, doubling it, outside `CountingAlloc`'s counts: spanprof's
+/// own memory, grown inside the program's spans.
+#[inline(always)]
+fn reserve_untracked<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        crate::alloc::untracked(|| v.reserve(v.len().max(4)));
+    }
+}
+
 impl Drop for Local {
     fn drop(&mut self) {
         // Frames of a state that is gone are not in progress (a thread adopting the shard
@@ -657,6 +665,8 @@ thread_local! {
     static FAST_INSTANCE: Cell<u64> = const { Cell::new(NO_INSTANCE) };
     static FAST_LOCAL: Cell<*mut Local> = const { Cell::new(std::ptr::null_mut()) };
     static TOKEN: Cell<u32> = const { Cell::new(0) };
+    /// Set while this thread runs a callback with its parked state (`Shards::with_parked`).
+    static IN_PARKED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// This thread's token: non-zero and unique among live threads. Marks the spans a thread owns.
