@@ -10,8 +10,8 @@ use spanprof::profile::{CallTree, TreeNode};
 use spanprof::{ProfileLayer, Snapshot};
 use tracing::info_span;
 
-/// Every closed span is in exactly one node: per name, the nodes' self totals and instances
-/// are the name's.
+/// Every entry is in exactly one node, every closed span counted in one: per name, the nodes'
+/// calls and self totals are the name's entries', their instances the name's.
 fn assert_tree_matches_names(snap: &Snapshot) {
     let tree = snap.tree.as_ref().expect("tree recorded");
     for span in &snap.spans {
@@ -19,13 +19,14 @@ fn assert_tree_matches_names(snap: &Snapshot) {
             .nodes
             .iter()
             .filter(|n| n.name == span.name && n.target == span.target);
-        let (self_ns, instances) = nodes.fold((0, 0), |(s, i), n| {
-            (s + n.self_time.total_ns, i + n.instances)
+        let (calls, self_ns, instances) = nodes.fold((0, 0, 0), |(c, s, i), n| {
+            (c + n.calls, s + n.self_ns(), i + n.instances)
         });
-        assert_eq!(self_ns, span.self_time.total_ns, "self of {}", span.name);
+        assert_eq!(calls, span.calls, "calls of {}", span.name);
+        assert_eq!(self_ns, span.entry_self.total_ns, "self of {}", span.name);
         assert_eq!(instances, span.instances, "instances of {}", span.name);
     }
-    let names_self: u64 = snap.spans.iter().map(|s| s.self_time.total_ns).sum();
+    let names_self: u64 = snap.spans.iter().map(|s| s.entry_self.total_ns).sum();
     assert_eq!(tree.self_ns(), names_self);
 }
 
@@ -103,9 +104,12 @@ fn async_spans_keep_their_path_on_every_thread_that_polls_them() {
         for task in tasks {
             task.await.unwrap();
         }
-        // An explicit parent wins over the span this thread is in.
+        // The path follows the entry: a span with an explicit parent entered inside another
+        // span on this thread is under that span (its time is inside that span's entry); one
+        // never entered stays where it opened, under its explicit parent.
         let other = info_span!("other_root");
         server.in_scope(|| info_span!(parent: &other, "adopted").in_scope(|| {}));
+        drop(info_span!(parent: &other, "never_entered"));
     });
     drop(runtime);
     let snap = guard.snapshot();
@@ -119,7 +123,10 @@ fn async_spans_keep_their_path_on_every_thread_that_polls_them() {
         request.calls
     );
     assert_eq!(node(tree, "server;request;db").instances, 48);
-    assert_eq!(node(tree, "other_root;adopted").instances, 1);
+    assert_eq!(node(tree, "server;adopted").calls, 1);
+    assert_eq!(node(tree, "server;adopted").instances, 1);
+    assert_eq!(node(tree, "other_root;never_entered").instances, 1);
+    assert!(!(0..tree.nodes.len()).any(|i| tree.path(i).join(";") == "other_root;adopted"));
 }
 
 /// Nests one span per name given, the innermost doing `$leaf`.
@@ -442,4 +449,129 @@ fn go_tool_pprof_reads_the_profile_with_matching_totals() {
     for name in ["train", "step", "forward", "backward", "eval"] {
         assert!(text.contains(&format!(" {name} ")), "{name} in\n{text}");
     }
+}
+
+/// For every node: busy = self + the children's busy − what the children ran detached from
+/// it (`TreeNode::detached_ns`), exactly (no sampling, no recursion, within the bounds).
+fn assert_nodes_add_up(tree: &CallTree) {
+    let (children, _) = tree.children();
+    for (i, n) in tree.nodes.iter().enumerate() {
+        let inside: u64 = children[i]
+            .iter()
+            .map(|&c| tree.nodes[c].busy_ns() - tree.nodes[c].detached_ns)
+            .sum();
+        assert_eq!(
+            n.busy_ns(),
+            n.self_ns() + inside,
+            "busy = self + children at {}",
+            tree.path(i).join(";")
+        );
+    }
+}
+
+/// A model's layers: spans created once with the model, outside any pass, and entered inside
+/// every `forward`, in training and in evaluation (the mission's central case).
+#[test]
+fn a_layer_created_once_sits_under_each_pass_that_enters_it() {
+    use std::time::Duration;
+    let (dispatch, guard, clock) = support::mock();
+    tracing::dispatcher::with_default(&dispatch, || {
+        let layers: Vec<_> = (0..3)
+            .map(|layer| tracing::debug_span!("linear", layer))
+            .collect();
+        let forward = |clock: &spanprof::clock::MockClock| {
+            info_span!("forward").in_scope(|| {
+                clock.advance(Duration::from_micros(5));
+                for layer in &layers {
+                    let _e = layer.enter();
+                    clock.advance(Duration::from_micros(100));
+                }
+            })
+        };
+        info_span!("train").in_scope(|| {
+            for _ in 0..4 {
+                info_span!("train_step").in_scope(|| {
+                    forward(&clock);
+                    info_span!("backward").in_scope(|| clock.advance(Duration::from_micros(300)));
+                });
+            }
+            info_span!("evaluate").in_scope(|| forward(&clock));
+        });
+        drop(layers);
+    });
+    let snap = guard.snapshot();
+    let tree = snap.tree.as_ref().unwrap();
+    let paths: Vec<String> = (0..tree.nodes.len())
+        .map(|i| tree.path(i).join(";"))
+        .collect();
+    assert!(
+        !paths.iter().any(|p| p == "linear"),
+        "no layer at the root: {paths:?}"
+    );
+    let train = node(tree, "train;train_step;forward;linear");
+    assert_eq!((train.calls, train.busy_ns()), (12, 1_200_000));
+    let eval = node(tree, "train;evaluate;forward;linear");
+    assert_eq!((eval.calls, eval.busy_ns()), (3, 300_000));
+    // Each layer's one instance is counted once, in the path of its last entry.
+    assert_eq!(eval.instances + train.instances, 3);
+    let forward = node(tree, "train;train_step;forward");
+    assert_eq!((forward.busy_ns(), forward.self_ns()), (4 * 305_000, 4 * 5_000));
+    assert_nodes_add_up(tree);
+    // The table agrees: calls and self per name are the nodes' sums.
+    let linear = support::span(&snap, "linear");
+    assert_eq!(linear.calls, 15);
+    assert_eq!(linear.entry_self.total_ns, 1_500_000);
+    // The folded stacks put the layers under the passes too.
+    let folded = spanprof::output::Folded.to_string(&snap);
+    assert!(
+        folded.contains("train;train_step;forward;linear 1200000"),
+        "{folded}"
+    );
+    assert!(!folded.lines().any(|l| l.starts_with("linear ")), "{folded}");
+}
+
+/// A spawned task keeps the path it was created in, and its time, run detached from its
+/// creator's entries, is said so: every node still adds up.
+#[test]
+fn spawned_tasks_keep_their_creation_path_and_every_node_adds_up() {
+    let (dispatch, guard) = support::install(ProfileLayer::builder());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let _d = tracing::dispatcher::set_default(&dispatch);
+    runtime.block_on(async {
+        use tracing::instrument::WithSubscriber;
+        use tracing::Instrument;
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let request = info_span!("request");
+            let dispatch = dispatch.clone();
+            let task = request.in_scope(|| {
+                tokio::spawn(
+                    async move {
+                        for _ in 0..3 {
+                            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                            info_span!("db").in_scope(|| std::hint::black_box(1));
+                        }
+                    }
+                    .instrument(info_span!("handler"))
+                    .with_subscriber(dispatch),
+                )
+            });
+            tasks.push(task);
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    drop(runtime);
+    let snap = guard.snapshot();
+    let tree = snap.tree.as_ref().unwrap();
+    let handler = node(tree, "request;handler");
+    assert!(handler.calls >= 8 * 4, "entered at every poll");
+    assert!(handler.detached_ns > 0, "polled outside `request`");
+    assert_eq!(node(tree, "request;handler;db").calls, 24);
+    assert_nodes_add_up(tree);
 }

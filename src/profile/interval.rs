@@ -158,6 +158,9 @@ impl SpanStats {
                 skipped: s
                     .skipped
                     .saturating_sub(earlier.sampled.as_ref().map_or(0, |e| e.skipped)),
+                skipped_ns: s
+                    .skipped_ns
+                    .saturating_sub(earlier.sampled.as_ref().map_or(0, |e| e.skipped_ns)),
                 ..s.clone()
             }),
             errored_instances: self
@@ -331,6 +334,9 @@ impl CallTree {
                 node.calls = node.calls.saturating_sub(e.calls);
                 node.instances = node.instances.saturating_sub(e.instances);
                 node.wall_ns = node.wall_ns.saturating_sub(e.wall_ns);
+                node.skipped = node.skipped.saturating_sub(e.skipped);
+                node.detached_ns = node.detached_ns.saturating_sub(e.detached_ns);
+                node.skipped_ns = node.skipped_ns.saturating_sub(e.skipped_ns);
                 node.busy = node.busy.since(&e.busy);
                 node.self_time = node.self_time.since(&e.self_time);
             }

@@ -68,6 +68,23 @@ impl CpuUse {
         self.skipped_entries > 0
     }
 
+    /// Whether any entry's CPU time was read (`false`: every entry was sampled out, and the
+    /// figures say nothing of the name's CPU use).
+    pub fn any_read(&self) -> bool {
+        self.entries > 0
+    }
+
+    /// A name none of whose `skipped` entries got a CPU read.
+    pub(crate) fn none_read(skipped: u64) -> Self {
+        Self {
+            entries: 0,
+            cpu_ns: 0,
+            busy_ns: 0,
+            utilization_pct: 0.0,
+            skipped_entries: skipped,
+        }
+    }
+
     /// For a sample: `busy_ns` from the mean busy time of all the name's entries (`entry_busy`),
     /// and the utilisation from it (at most 100%: a sample's CPU time over its share of busy
     /// time).

@@ -50,22 +50,72 @@ pub struct TreeNode {
     /// Index of the parent node in [`CallTree::nodes`]; `None` for a root (a span with no
     /// recorded parent).
     pub parent: Option<u32>,
-    /// Completed entries (enter→exit intervals).
+    /// Completed entries (enter→exit intervals) at this path, spans the back-off left out
+    /// included.
     pub calls: u64,
-    /// Instances closed.
+    /// Instances closed whose last entry was at this path (or, never entered, that opened
+    /// there).
     pub instances: u64,
-    /// Busy time of each closed instance.
+    /// Busy time of each entry recorded at this path. A span's path follows its entries: a
+    /// span entered while another is entered on its thread is under that span for that entry,
+    /// so a node's busy time is its self time plus its children's busy time.
     pub busy: Stat,
-    /// Self time of each closed instance.
+    /// Self time of each entry recorded at this path.
     #[serde(rename = "self")]
     pub self_time: Stat,
-    /// Total wall time of the closed instances (creation to close), ns.
+    /// Total wall time of the instances counted in `instances` (creation to close), ns.
     pub wall_ns: u64,
+    /// Busy time of the entries at this path made with nothing entered below them on their
+    /// thread (a spawned task polled on its own: it keeps the path it was created in), ns.
+    /// Those entries ran outside their parent's entries: they are in this node's busy time
+    /// and not in the parent's (absent when none). For every node, busy = self + the
+    /// children's busy − the children's `detached_ns`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub detached_ns: u64,
+    /// Spans at this path the back-off left out ([`SpanStats::sampled`](super::SpanStats)):
+    /// counted in [`TreeNode::calls`], in no histogram (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped: u64,
+    /// The estimated busy time of the spans left out, ns: what their parents' child time got
+    /// for them (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_ns: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TreeNode {
     /// The name of an other node.
     pub const OTHER: &'static str = "[other]";
+
+    /// Busy time at this path, ns: the entries recorded, plus the estimate for the spans the
+    /// back-off left out ([`TreeNode::skipped_ns`]). The figure every output shows.
+    pub fn busy_ns(&self) -> u64 {
+        self.busy.total_ns.saturating_add(self.skipped_ns)
+    }
+
+    /// Self time at this path, ns: the entries recorded, plus the spans the back-off left out
+    /// at the recorded entries' ratio of self to busy time. The figure every output shows.
+    pub fn self_ns(&self) -> u64 {
+        self.self_time
+            .total_ns
+            .saturating_add(scale(self.skipped_ns, self.self_time.total_ns, self.busy.total_ns))
+    }
+
+    /// Whether this node's times hold an estimate for spans the back-off left out.
+    pub fn is_estimate(&self) -> bool {
+        self.skipped > 0
+    }
+}
+
+/// `n × part / whole` (`n` when `whole` is 0), without overflow.
+pub(crate) fn scale(n: u64, part: u64, whole: u64) -> u64 {
+    if whole == 0 {
+        return n;
+    }
+    (u128::from(n) * u128::from(part.min(whole)) / u128::from(whole)) as u64
 }
 
 impl CallTree {
@@ -107,7 +157,7 @@ impl CallTree {
     /// Self time of each node and its descendants, ns (the width of its frame in a
     /// flamegraph).
     pub fn total_ns(&self) -> Vec<u64> {
-        let mut total: Vec<u64> = self.nodes.iter().map(|n| n.self_time.total_ns).collect();
+        let mut total: Vec<u64> = self.nodes.iter().map(TreeNode::self_ns).collect();
         for i in (0..self.nodes.len()).rev() {
             if let Some(p) = self.nodes[i].parent.map(|p| p as usize).filter(|&p| p < i) {
                 total[p] = total[p].saturating_add(total[i]);
@@ -120,7 +170,7 @@ impl CallTree {
     pub fn self_ns(&self) -> u64 {
         self.nodes
             .iter()
-            .map(|n| n.self_time.total_ns)
+            .map(TreeNode::self_ns)
             .fold(0, u64::saturating_add)
     }
 
@@ -158,6 +208,9 @@ impl CallTree {
                     mine.calls = mine.calls.saturating_add(node.calls);
                     mine.instances = mine.instances.saturating_add(node.instances);
                     mine.wall_ns = mine.wall_ns.saturating_add(node.wall_ns);
+                    mine.skipped = mine.skipped.saturating_add(node.skipped);
+                    mine.detached_ns = mine.detached_ns.saturating_add(node.detached_ns);
+                    mine.skipped_ns = mine.skipped_ns.saturating_add(node.skipped_ns);
                     mine.busy = merge_stats(&mine.busy, &node.busy);
                     mine.self_time = merge_stats(&mine.self_time, &node.self_time);
                     i

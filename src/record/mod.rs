@@ -318,7 +318,7 @@ impl Recorder {
     pub(crate) fn open(&self, id: u64, decision: Decision, attrs: &Attributes<'_>) -> bool {
         let name = decision.name();
         let every = self.sampling.every(name);
-        if every > 1 && self.sample_out(name, every) {
+        if every > 1 && self.sample_out(name, every, attrs) {
             return false;
         }
         self.open_unsampled(id, decision, attrs)
@@ -543,7 +543,7 @@ impl Recorder {
             }
             let resources = self.switches.get().resources();
             let name = u32::from(slot.name.load(Relaxed));
-            let node = slot.node.load(Relaxed);
+            let node = self.entry_node(local, slot, name);
             if resources.entries() {
                 return self.enter_marked(local, id, name, node, resources);
             }
@@ -708,8 +708,12 @@ impl Recorder {
                 .clock
                 .delta_ns(frame.start, now)
                 .saturating_sub(frame.own_ns);
-            let (name, node, own_ns) = (frame.name, frame.node, frame.own_ns);
-            let self_ns = busy.saturating_sub(frame.child_ns);
+            let (name, node, own_ns, child_ns) =
+                (frame.name, frame.node, frame.own_ns, frame.child_ns);
+            let self_ns = busy.saturating_sub(child_ns);
+            if child_ns > busy {
+                self.overshot(local, node, child_ns - busy);
+            }
             local.remove(top);
             self.exited(local, slot, top, name, node, busy, self_ns, own_ns);
         }
@@ -735,7 +739,7 @@ impl Recorder {
             parent.child_ns += busy;
             parent.own_ns += own_ns;
         }
-        self.tree_call(local, node);
+        self.tree_entry(local, node, busy, self_ns, top == 0);
         let owner = local.token;
         let stats = local.stats(name);
         // The name's running mean: which entries get the CPU clock, and what a span left
@@ -771,6 +775,9 @@ impl Recorder {
                 .saturating_sub(frame.own_ns),
         };
         let self_ns = busy.saturating_sub(frame.child_ns);
+        if frame.child_ns > busy {
+            self.overshot(local, frame.node, frame.child_ns - busy);
+        }
         if let Some(mut figures) = figures {
             // One thread runs an entry: its CPU time is at most its busy time. Over it is what
             // the readings' subtraction left (a read slower than its bracket's cap, a
@@ -978,20 +985,12 @@ impl Recorder {
     /// Records a closed span in this thread's stats (`local`), or the orphan shard's.
     #[inline(always)]
     fn close_in(&self, local: Option<&mut Local>, c: &Closed, figures: Option<&InstanceFigures>) {
-        // An instance in a node of its name is recorded there only: the name's instance
-        // histograms are the sum of its nodes' (`collect`). Without the tree, or in an other
-        // node (of several names), per name. One path for each, each with its kinds known.
-        if self.tree.as_ref().is_some_and(|t| t.is_named(c.node)) {
-            self.close_instance::<false>(local, c, figures);
-        } else {
-            self.close_instance::<true>(local, c, figures);
-        }
+        self.close_instance(local, c, figures);
     }
 
-    /// [`Recorder::close_in`]: the instance's busy and self time per name (`PER_NAME`) or only
-    /// in its node; the rest per name.
+    /// [`Recorder::close_in`]: the instance per name; its count in its node.
     #[inline(always)]
-    fn close_instance<const PER_NAME: bool>(
+    fn close_instance(
         &self,
         mut local: Option<&mut Local>,
         c: &Closed,
@@ -999,9 +998,7 @@ impl Recorder {
     ) {
         let name = c.name;
         self.in_stats(local.as_deref_mut(), name, |stats| {
-            if PER_NAME {
-                c.each(|kind, value| self.record(stats, name, kind, value));
-            }
+            c.each(|kind, value| self.record(stats, name, kind, value));
             self.record(stats, name, Kind::Wall, c.wall);
             if let Some((busy, self_ns)) = c.first {
                 self.record(stats, name, Kind::EntryBusy, busy);
@@ -1533,6 +1530,28 @@ mod tests {
         // 0.1 ms after the first short entry's read, within the gap.
         let long = cpu("long");
         assert_eq!((long.entries, long.skipped_entries), (3, 1), "{long:?}");
+    }
+
+    #[test]
+    fn a_name_none_of_whose_entries_got_a_cpu_read_says_so() {
+        // Where reads switch threads out: `first` takes the thread's one read of the gap,
+        // `starved`'s few short entries come right after it and get none.
+        let (clock, mock) = Clock::mock();
+        let costs = Costs::from_reads(50.0, 1000.0).switching_reads();
+        let rec = Arc::new(Recorder::standalone(clock, Resources::CPU, costs));
+        let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        tracing::dispatcher::with_default(&dispatch, || {
+            tracing::info_span!("first").in_scope(|| mock.advance(std::time::Duration::from_micros(10)));
+            for _ in 0..3 {
+                tracing::info_span!("starved")
+                    .in_scope(|| mock.advance(std::time::Duration::from_micros(10)));
+            }
+        });
+        let snap = rec.snapshot();
+        let starved = cpu_use(&snap, "starved");
+        assert_eq!((starved.entries, starved.skipped_entries), (0, 3));
+        assert!(!starved.any_read() && starved.sampled());
     }
 
     #[test]

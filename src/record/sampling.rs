@@ -30,6 +30,7 @@ use std::sync::atomic::{
 };
 
 use super::names::{Kind, INSTANCE_BUSY, INSTANCE_SELF, MAX_SPAN_NAMES};
+use super::shards::{bump, Local};
 use super::Recorder;
 
 /// Per span name: the N the back-off set, and what the profile says about it.
@@ -95,19 +96,47 @@ impl Recorder {
     /// Whether this span of a sampled name is left out (N − 1 in N, counted per thread). Its
     /// name's mean busy time goes to the enclosing frame's child time (see the module docs).
     #[inline(never)]
-    pub(super) fn sample_out(&self, name: u32, every: u32) -> bool {
+    pub(super) fn sample_out(
+        &self,
+        name: u32,
+        every: u32,
+        attrs: &tracing_core::span::Attributes<'_>,
+    ) -> bool {
         self.local(|local| {
-            let cost = &local.stats(name).cost;
-            if !cost.sample_out(every) {
+            let stats = local.stats(name);
+            if !stats.cost.sample_out(every) {
                 return false;
             }
-            let mean = cost.mean_ns();
+            let mean = stats.cost.mean_ns();
+            // The estimate the parent's child time gets is the name's estimate for the span:
+            // the profile's totals and the parents' self times add up.
+            bump(&stats.sampled_out_ns, mean);
             if let Some(frame) = local.stack.last_mut() {
                 frame.child_ns += mean;
             }
+            local.last_sampled_out = name;
+            self.tree_sampled_out(local, name, attrs, mean);
             true
         })
         .unwrap_or(false)
+    }
+
+    /// An entry in `node` exited whose child time, estimates for spans left out included, is
+    /// `over` ns past its busy time: its self time is 0, not negative, so the estimates
+    /// overshot by `over`. Taken back from the name last left out on this thread (in its
+    /// totals and its node under `node`), so the names' self times still add up to the roots'
+    /// busy time.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn overshot(&self, local: &mut Local, node: u16, over: u64) {
+        let name = local.last_sampled_out;
+        if name == u32::MAX {
+            return;
+        }
+        let stats = local.stats(name);
+        let back = over.min(stats.sampled_out_ns.load(Relaxed));
+        stats.sampled_out_ns.fetch_sub(back, Relaxed);
+        self.tree_overshot(local, node, name, back);
     }
 
     /// Never sample: the layer's span filter follows spans (see [`Sampling`]).
@@ -253,6 +282,57 @@ mod tests {
 
     use crate::profile::Snapshot;
     use tracing_subscriber::prelude::*;
+
+    #[test]
+    fn the_back_off_reads_every_names_instances_with_the_tree_on() {
+        // The tree is on (the default): a long name and a step with children must show their
+        // busy time to the back-off, or they look like short leaves and get sampled.
+        let (rec, mock, dispatch) = mocked();
+        tracing::dispatcher::with_default(&dispatch, || {
+            for _ in 0..4 {
+                tracing::info_span!("step").in_scope(|| {
+                    mock.advance(Duration::from_micros(10));
+                    tracing::info_span!("long").in_scope(|| {
+                        mock.advance(Duration::from_micros(358));
+                    });
+                });
+            }
+        });
+        let loads = rec.name_loads();
+        let of = |name: &str| {
+            let i = rec.names.all().iter().position(|n| *n.name == *name).unwrap() as u32;
+            *loads.iter().find(|l| l.name == i).unwrap()
+        };
+        let long = of("long");
+        assert_eq!((long.closed, long.busy_ns, long.self_ns), (4, 4 * 358_000, 4 * 358_000));
+        let step = of("step");
+        assert_eq!((step.busy_ns, step.self_ns), (4 * 368_000, 4 * 10_000));
+    }
+
+    #[test]
+    fn sampled_estimates_add_up_to_the_roots_busy_time_in_the_table_and_the_tree() {
+        // Children of 1 to 5 µs in a scrambled order, sampled 1 in 8 after the first parent.
+        let dur = |i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) % 5 + 1;
+        let snap = run(8, 20, 16, dur);
+        let parent = snap.span("parent").unwrap();
+        let child = snap.span("child").unwrap();
+        assert!(child.sampled.as_ref().unwrap().skipped > 0);
+        // The names' self times add up to the root's busy time: the estimate a child left
+        // out adds to its name is what its parent's child time got.
+        let names_self: u64 = snap
+            .spans
+            .iter()
+            .map(|s| s.scaled_total_ns(&s.self_time))
+            .sum();
+        assert_eq!(names_self, parent.busy.total_ns);
+        // The tree counts every call, and its estimates are the table's.
+        let tree = snap.tree.as_ref().unwrap();
+        let node = tree.nodes.iter().find(|n| n.name == "child").unwrap();
+        assert_eq!(node.calls, child.calls);
+        assert_eq!(node.skipped, child.sampled.as_ref().unwrap().skipped);
+        assert_eq!(node.self_ns(), child.scaled_total_ns(&child.entry_self));
+        assert_eq!(tree.self_ns(), names_self);
+    }
 
     #[test]
     fn a_sampled_name_records_one_span_in_n_and_counts_every_one() {

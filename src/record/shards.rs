@@ -47,6 +47,9 @@ pub(crate) struct NameStats {
     /// `parent << 16 | node` (`u32::MAX`: none; no node is a parent's `0xFFFF`). A pair's node
     /// never changes, so a loop's spans skip the tree's table (`tree::Tree::child`).
     pub(crate) tree_memo: AtomicU32,
+    /// The estimated busy time of the spans of this name the back-off left out on this
+    /// thread, ns: what their parents' child time got (`Recorder::sample_out`).
+    pub(crate) sampled_out_ns: AtomicU64,
 }
 
 /// Never recorded into in practice (see [`LocalList::get`]).
@@ -120,6 +123,7 @@ impl NameStats {
             res: ResourceSlot::new(),
             cost: EntryCost::new(),
             tree_memo: AtomicU32::new(u32::MAX),
+            sampled_out_ns: AtomicU64::new(0),
         }
     }
 
@@ -435,6 +439,10 @@ pub(crate) struct Local {
     /// Where a close computes an instance's resource figures (made on first use, once per
     /// thread; `None` while in use).
     pub(crate) scratch: Option<Box<InstanceFigures>>,
+    /// The name of the last span the back-off left out on this thread (`u32::MAX`: none):
+    /// where a parent's estimated child time overshoots its busy time, the excess is taken
+    /// back from that name's estimate (`Recorder::overshot`).
+    pub(crate) last_sampled_out: u32,
     _owner: Weak<Shards>,
 }
 
@@ -787,6 +795,7 @@ fn slow_local<'a>(
             region: None,
             region_tried: false,
             scratch: None,
+            last_sampled_out: u32::MAX,
             _owner: Arc::downgrade(shards),
         };
         locals.insert(0, Box::new(local));

@@ -1,9 +1,13 @@
 //! The call tree on the hot path: each span's call path (its name under the chain of its
 //! parents' names) as a node index, and per-thread statistics per node.
 //!
-//! A span's node is decided when it opens, from its parent: the explicit parent
-//! (`Attributes::parent`) or, for a contextual span, the span this thread is in. So an async
-//! span keeps its path on whatever thread polls it. The node of (parent node, name) is found
+//! The path follows each **entry**: a span entered while another span is entered on the same
+//! thread is, for that entry, under that span's node (a model's layer created once and entered
+//! in every forward pass sits under `forward`, and under `evaluate;forward` when evaluation
+//! runs it); a span entered with nothing entered on its thread (a spawned task being polled)
+//! keeps the node it was given when it opened: under its explicit parent
+//! (`Attributes::parent`) or, for a contextual span, the span its thread was in. So every
+//! node's busy time is its self time plus its children's busy time, entry by entry. The node of (parent node, name) is found
 //! in a lock-free open-addressing table (64 KiB, made when the tree is on); the first span of a
 //! new (parent, name) pair makes its node under the tree's lock (once per pair, like the first
 //! span of a callsite). The table caches up to 4096 pairs: past that (more distinct pairs than
@@ -16,18 +20,17 @@
 //!   when first needed, so at most `2 × MAX_TREE_NODES + 1` nodes in all); an other node's
 //!   descendants are counted in it. Nothing is lost.
 //!
-//! Per node and per thread that records it ([`NodeStats`]): calls (entries), instances
-//! (closes), wall total, and single-writer HDR histograms of the closed instances' busy and
-//! self time with their exact sums (the same [`AtomicHist`] as the per-name statistics), of the
-//! per-name statistics' instance kinds ([`NODE_KINDS`]). A node of a span name is where its
-//! instances are recorded: the name's instance histograms are the sum of its nodes' (see
-//! `collect`), so a close records its busy and self time once, not per name and per node. An
-//! other node's instances, of several names, are recorded per name as well. About 300 bytes
-//! per node and thread, plus about 9 KiB per histogram once it holds a sample.
+//! Per node and per thread that records it ([`NodeStats`]): calls (entries), single-writer
+//! HDR histograms of the entries' busy and self time with their exact sums (the same
+//! [`AtomicHist`] as the per-name statistics; one record for an entry with no child time, two
+//! otherwise: [`NODE_KINDS`]), the instances closed and their wall time (in the node of the
+//! instance's last entry), and the spans the back-off left out at this path with their
+//! estimated busy time. About 300 bytes per node and thread, plus about 9 KiB per histogram
+//! once it holds a sample.
 
 use std::collections::HashMap;
 use std::sync::atomic::{
-    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+    AtomicU16, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 use std::sync::{Arc, Mutex};
 
@@ -39,7 +42,7 @@ use super::collect::Merged;
 use super::hist::{new_histogram, AtomicHist, Exact};
 use super::names::{Kind, NameInfo, INSTANCE_BUSY, INSTANCE_SELF, KINDS};
 use super::shards::{bump, Local, LocalList, OpenView, Shard, Unused};
-use super::{Closed, Recorder};
+use super::{Closed, Recorder, Slot};
 use crate::profile::{CallTree, TreeNode};
 
 /// Most nodes of span names in the call tree; beyond, spans are counted in their parent's
@@ -61,31 +64,15 @@ const _: () = assert!(TABLE_LEN.is_power_of_two());
 const _: () = assert!(2 * MAX_TREE_NODES + 1 < u16::MAX as usize);
 const _: () = assert!(super::names::MAX_SPAN_NAMES < u16::MAX as usize);
 
-/// The instance kinds of the per-name statistics, kept per node: each closed instance is one
-/// record of `SingleLeaf` (entered once, no child time), two of `SingleBusy` and `SingleSelf`
-/// (entered once), or two of `Busy` and `SelfTime`.
-pub(crate) const NODE_KINDS: [Kind; NODE_HISTS] = [
-    Kind::Busy,
-    Kind::SelfTime,
-    Kind::SingleBusy,
-    Kind::SingleSelf,
-    Kind::SingleLeaf,
-];
-const NODE_HISTS: usize = 5;
-
-/// The index of an instance kind among a node's histograms ([`NODE_KINDS`]).
-#[inline(always)]
-const fn node_hist(kind: Kind) -> usize {
-    match kind {
-        Kind::Busy => 0,
-        Kind::SelfTime => 1,
-        Kind::SingleBusy => 2,
-        Kind::SingleSelf => 3,
-        // `SingleLeaf`: the five instance kinds are the only ones recorded per node
-        // (`Closed::each`).
-        _ => 4,
-    }
-}
+/// A node's histograms of entries, as the per-name kinds they are merged like: an entry with
+/// child time is one record of its busy time (`Busy`) and one of its self time (`SelfTime`);
+/// an entry without (a leaf) one record of both (`SingleLeaf`, counted in the busy and the
+/// self time).
+pub(crate) const NODE_KINDS: [Kind; NODE_HISTS] = [Kind::Busy, Kind::SelfTime, Kind::SingleLeaf];
+const NODE_HISTS: usize = 3;
+const NODE_BUSY: usize = 0;
+const NODE_SELF: usize = 1;
+const NODE_LEAF: usize = 2;
 
 #[derive(Debug, Clone, Copy)]
 struct NodeInfo {
@@ -114,9 +101,10 @@ pub(crate) struct Tree {
     /// (parent, name) → node, packed as `1 << 63 | parent << 32 | name << 16 | node`; 0 is an
     /// empty entry. Entries are only ever added.
     table: Box<[AtomicU64]>,
-    /// Whether each node is a span name's (not the root, not an other node): its instances are
-    /// recorded there only. Set before the node is published (in the table, with `Release`).
-    named: Box<[AtomicBool]>,
+    /// Each node's parent, set before the node is published (in the table, with `Release`):
+    /// an entry whose node's parent is the node of the span entered below it keeps its node
+    /// without a table lookup (`Recorder::entry_node`).
+    parents: Box<[AtomicU16]>,
     state: Mutex<State>,
     /// Histogram counts drained from the threads' node histograms (rare), per node.
     spill: Mutex<Vec<[Option<Histogram<u64>>; NODE_HISTS]>>,
@@ -142,8 +130,8 @@ impl Tree {
     pub(crate) fn new() -> Self {
         crate::alloc::untracked(|| Self {
             table: (0..TABLE_LEN).map(|_| AtomicU64::new(0)).collect(),
-            named: (0..2 * MAX_TREE_NODES + 2)
-                .map(|_| AtomicBool::new(false))
+            parents: (0..2 * MAX_TREE_NODES + 2)
+                .map(|_| AtomicU16::new(ROOT))
                 .collect(),
             state: Mutex::new(State {
                 nodes: vec![NodeInfo {
@@ -190,10 +178,8 @@ impl Tree {
                 return node;
             }
             let node = state.node_of(parent, name);
-            if node != ROOT && state.nodes[usize::from(node)].name != OTHER {
-                if let Some(named) = self.named.get(usize::from(node)) {
-                    named.store(true, Release);
-                }
+            if let Some(p) = self.parents.get(usize::from(node)) {
+                p.store(state.nodes[usize::from(node)].parent, Release);
             }
             state.pairs.insert((parent, name), node);
             if state.entries < MAX_ENTRIES {
@@ -230,30 +216,45 @@ impl Tree {
         });
     }
 
-    /// Whether `node` is a span name's: its instances are recorded there only.
+    /// The parent of `node` (the root for the root, or for a node not yet visible here).
     #[inline(always)]
-    pub(crate) fn is_named(&self, node: u16) -> bool {
-        self.named
+    fn parent_of(&self, node: u16) -> u16 {
+        self.parents
             .get(usize::from(node))
-            .is_some_and(|n| n.load(Relaxed))
+            .map_or(ROOT, |p| p.load(Relaxed))
     }
 
-    /// Records a closed instance in its node's stats, in the instance kinds its per-name
-    /// statistics would record ([`Closed::each`]).
+    /// Records an entry of `node` that completed: a call, and its busy and self time
+    /// (`detached`: entered with nothing entered below it on its thread).
     #[inline(always)]
-    pub(crate) fn close(&self, node: u16, stats: &NodeStats, c: &Closed) {
+    fn entry(&self, node: u16, stats: &NodeStats, busy: u64, self_ns: u64, detached: bool) {
+        bump(&stats.calls, 1);
+        if detached && self.parent_of(node) != ROOT {
+            bump(&stats.detached_ns, busy);
+        }
+        if busy == self_ns {
+            self.record(node, stats, NODE_LEAF, busy);
+        } else {
+            self.record(node, stats, NODE_BUSY, busy);
+            self.record(node, stats, NODE_SELF, self_ns);
+        }
+    }
+
+    #[inline(always)]
+    fn record(&self, node: u16, stats: &NodeStats, which: usize, value: u64) {
+        if stats.hists[which].record(value) {
+            self.drain(node, stats, which);
+        }
+    }
+
+    /// Records a closed instance in the node of its last entry: its count and wall time.
+    #[inline(always)]
+    fn close(stats: &NodeStats, c: &Closed) {
         bump(&stats.instances, 1);
         bump(&stats.wall, c.wall);
-        c.each(|kind, value| {
-            if stats.hists[node_hist(kind)].record(value) {
-                self.drain(node, stats, node_hist(kind));
-            }
-        });
     }
 
-    /// Every node's figures merged over every shard (index 0: the root), for a snapshot: the
-    /// tree's nodes, and the per-name statistics' instance histograms (the sum of each name's
-    /// nodes').
+    /// Every node's figures merged over every shard (index 0: the root), for a snapshot.
     pub(super) fn merged(&self, shards: &[Arc<Shard>]) -> Vec<MergedNode> {
         let infos = self
             .state
@@ -273,6 +274,7 @@ impl Tree {
             });
             let mut exact = [Exact::default(); NODE_HISTS];
             let (mut calls, mut instances, mut wall) = (0u64, 0u64, 0u64);
+            let (mut skipped, mut skipped_ns, mut detached_ns) = (0u64, 0u64, 0u64);
             for shard in &per_shard {
                 let Some(Some(stats)) = shard.get(index) else {
                     continue;
@@ -280,6 +282,9 @@ impl Tree {
                 calls += stats.calls.load(Relaxed);
                 instances += stats.instances.load(Relaxed);
                 wall = wall.saturating_add(stats.wall.load(Relaxed));
+                skipped += stats.skipped.load(Relaxed);
+                detached_ns = detached_ns.saturating_add(stats.detached_ns.load(Relaxed));
+                skipped_ns = skipped_ns.saturating_add(stats.skipped_ns.load(Relaxed));
                 for k in 0..NODE_HISTS {
                     stats.hists[k].add_to(&mut hists[k]);
                     exact[k].merge(&stats.hists[k].exact());
@@ -300,6 +305,9 @@ impl Tree {
                 calls,
                 instances,
                 wall,
+                skipped,
+                skipped_ns,
+                detached_ns,
                 kinds,
             });
         }
@@ -309,10 +317,30 @@ impl Tree {
     /// The tree as the profile model, from [`Tree::merged`]: every node of a span name or an
     /// other node, parents before children.
     pub(super) fn snapshot(&self, merged: &[MergedNode], names: &[Arc<NameInfo>]) -> CallTree {
+        // A node nothing was recorded in, nor below it (the path a span opened in and left
+        // for its entries' paths before any entry there), is not reported. Parents come before
+        // children: one pass from the leaves marks the nodes kept.
+        let mut used: Vec<bool> = merged
+            .iter()
+            .map(|n| n.calls > 0 || n.instances > 0 || n.skipped > 0)
+            .collect();
+        for i in (1..merged.len()).rev() {
+            if used[i] {
+                if let Some(p) = used.get_mut(usize::from(merged[i].parent)) {
+                    *p = true;
+                }
+            }
+        }
+        // Each kept node's index in the profile's tree (the root, node 0, is not reported).
+        let mut index = vec![None; merged.len()];
         let mut nodes = Vec::with_capacity(merged.len().saturating_sub(1));
-        for node in merged.iter().skip(1) {
+        for (i, node) in merged.iter().enumerate().skip(1) {
+            if !used[i] {
+                continue;
+            }
+            index[i] = Some(nodes.len() as u32);
             // Busy time: every kind's busy; self time: every kind's self (a leaf's counts in
-            // both), as for a name.
+            // both), as for a name's entries.
             let busy = node.kinds.sum(&INSTANCE_BUSY);
             let self_time = node.kinds.sum(&INSTANCE_SELF);
             let (name, target) = match node.name.and_then(|n| names.get(n as usize)) {
@@ -323,13 +351,15 @@ impl Tree {
                 name,
                 target,
                 other: node.name.is_none(),
-                // Node 0 is the root, not reported: indices shift by one.
-                parent: (node.parent != ROOT).then(|| u32::from(node.parent) - 1),
+                parent: index.get(usize::from(node.parent)).copied().flatten(),
                 calls: node.calls,
                 instances: node.instances,
                 busy: busy.stat(),
                 self_time: self_time.stat(),
                 wall_ns: node.wall,
+                detached_ns: node.detached_ns,
+                skipped: node.skipped,
+                skipped_ns: node.skipped_ns,
             });
         }
         CallTree::new(nodes, MAX_TREE_NODES as u32, MAX_TREE_DEPTH as u32)
@@ -345,7 +375,10 @@ pub(super) struct MergedNode {
     calls: u64,
     instances: u64,
     wall: u64,
-    /// The instance kinds' histograms ([`NODE_KINDS`]), indexed by kind as a name's are.
+    skipped: u64,
+    skipped_ns: u64,
+    detached_ns: u64,
+    /// The entries' histograms ([`NODE_KINDS`]), indexed by kind as a name's are.
     pub(super) kinds: Merged,
 }
 
@@ -396,11 +429,17 @@ impl State {
 pub(crate) struct NodeStats {
     /// Entries completed.
     pub(crate) calls: AtomicU64,
-    /// Instances closed.
+    /// Instances closed (in the node of their last entry).
     instances: AtomicU64,
     /// Wall time of closed instances, ns.
     wall: AtomicU64,
-    /// The closed instances' busy and self time, by instance kind ([`NODE_KINDS`]).
+    /// Busy time of the entries made with nothing entered below them on their thread, ns.
+    detached_ns: AtomicU64,
+    /// Spans the back-off left out at this path.
+    skipped: AtomicU64,
+    /// Their estimated busy time, ns (what their parents' child time got).
+    skipped_ns: AtomicU64,
+    /// The entries' busy and self time ([`NODE_KINDS`]).
     hists: [AtomicHist; NODE_HISTS],
 }
 
@@ -410,6 +449,9 @@ impl NodeStats {
             calls: AtomicU64::new(0),
             instances: AtomicU64::new(0),
             wall: AtomicU64::new(0),
+            detached_ns: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            skipped_ns: AtomicU64::new(0),
             hists: [const { AtomicHist::new() }; NODE_HISTS],
         }
     }
@@ -512,26 +554,97 @@ impl Recorder {
         node
     }
 
-    /// An entry of a span in `node` completed on this thread.
+    /// The node of an entry of the span in `slot` (named `name`) on this thread: under the
+    /// node of the span entered below it (the top of `local`'s stack), else the node the span
+    /// has (its last entry's, or the one it opened in). A span entered under another parent
+    /// than last time takes the node of that path, and keeps it for its instance and for its
+    /// children with an explicit parent.
     #[inline(always)]
-    pub(super) fn tree_call(&self, local: &mut Local, node: u16) {
-        if self.tree.is_some() {
-            bump(&local.node_stats(node).calls, 1);
+    pub(super) fn entry_node(&self, local: &Local, slot: &Slot, name: u32) -> u16 {
+        let node = slot.node.load(Relaxed);
+        let Some(tree) = &self.tree else {
+            return node;
+        };
+        match local.stack.last() {
+            Some(top) if tree.parent_of(node) != top.node => {
+                Self::entry_node_moved(tree, slot, top.node, name, node)
+            }
+            _ => node,
         }
     }
 
-    /// A span closed on this thread (`local`: its state; `None` while it is torn down: the
-    /// orphan shard): its instance, recorded in its node's stats.
+    /// [`Recorder::entry_node`] for an entry under another parent than the span's node (or in
+    /// a recursion, whose node is an ancestor's): a table lookup.
+    #[inline(never)]
+    fn entry_node_moved(tree: &Tree, slot: &Slot, parent: u16, name: u32, node: u16) -> u16 {
+        let moved = tree.child(parent, name);
+        if moved != node {
+            slot.node.store(moved, Relaxed);
+        }
+        moved
+    }
+
+    /// An entry of a span in `node` completed on this thread: its call, busy and self time
+    /// (`detached`: it was the bottom of this thread's stack).
     #[inline(always)]
-    pub(super) fn tree_close(&self, local: Option<&mut Local>, c: &Closed) {
+    pub(super) fn tree_entry(
+        &self,
+        local: &mut Local,
+        node: u16,
+        busy: u64,
+        self_ns: u64,
+        detached: bool,
+    ) {
+        if let Some(tree) = &self.tree {
+            tree.entry(node, local.node_stats(node), busy, self_ns, detached);
+        }
+    }
+
+    /// A span of `name` the back-off left out (`attrs`: its attributes) with `mean_ns`, its
+    /// estimated busy time: a call of its node, counted as left out with that estimate.
+    pub(super) fn tree_sampled_out(
+        &self,
+        local: &mut Local,
+        name: u32,
+        attrs: &Attributes<'_>,
+        mean_ns: u64,
+    ) {
+        if self.tree.is_none() {
+            return;
+        }
+        let node = {
+            let view = local.open_view(name);
+            self.tree_node(name, attrs, Some(&view))
+        };
+        let stats = local.node_stats(node);
+        bump(&stats.calls, 1);
+        bump(&stats.skipped, 1);
+        bump(&stats.skipped_ns, mean_ns);
+    }
+
+    /// [`Recorder::overshot`] in the tree: `back` ns taken from the estimate of `name`'s node
+    /// under `parent`.
+    pub(super) fn tree_overshot(&self, local: &mut Local, parent: u16, name: u32, back: u64) {
         let Some(tree) = &self.tree else {
             return;
         };
+        let stats = local.node_stats(tree.child(parent, name));
+        let back = back.min(stats.skipped_ns.load(Relaxed));
+        stats.skipped_ns.fetch_sub(back, Relaxed);
+    }
+
+    /// A span closed on this thread (`local`: its state; `None` while it is torn down: the
+    /// orphan shard): its instance, counted in its node.
+    #[inline(always)]
+    pub(super) fn tree_close(&self, local: Option<&mut Local>, c: &Closed) {
+        if self.tree.is_none() {
+            return;
+        }
         match local {
-            Some(local) => tree.close(c.node, local.node_stats(c.node), c),
+            Some(local) => Tree::close(local.node_stats(c.node), c),
             None => self
                 .shards
-                .with_orphan_node(c.node, |stats| tree.close(c.node, stats, c)),
+                .with_orphan_node(c.node, |stats| Tree::close(stats, c)),
         }
     }
 }
