@@ -31,6 +31,7 @@
 
 pub mod buckets;
 mod combine;
+pub mod figures;
 mod hdr;
 mod interval;
 mod json;
@@ -43,6 +44,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 pub use buckets::Buckets;
+pub use figures::{Figure, Kind, Totals, Value};
 pub use metrics::{Metric, MetricKind, MetricValue};
 pub use resources::{
     CpuUse, GpuDevice, GpuSample, GpuUse, HeapUse, MemoryUse, ResourceInfo, Sample, SpanResources,
