@@ -77,7 +77,7 @@ pub use select::Selection;
 pub(crate) use select::{glob_match, SELECTION_EXPECTED};
 pub use table::{escape_controls, Table, REPORT_FILE};
 pub use tree::{TreeView, TREE_FILE};
-pub use units::{format_bytes, format_count, format_duration};
+pub use units::{format_bytes, format_count, format_duration, format_duration_f64};
 
 use crate::error::{Error, Result};
 use crate::profile::{Snapshot, SpanStats};

@@ -38,8 +38,17 @@ const SI_PREFIXES: [Unit; 6] = [
 /// Seconds go up to `999 s`, minutes to `999 min` and hours to `999 h`, then days: at most 8
 /// characters up to `u64::MAX` ns (`213504 d`).
 pub fn format_duration(ns: u64) -> String {
-    // Whole nanoseconds: no decimals in the base unit.
-    let (text, unit) = scale(ns as f64, &TIME_UNITS, 1000.0, 0);
+    format_duration_f64(ns as f64)
+}
+
+/// Formats a duration of `ns` nanoseconds that need not be whole (a mean), as
+/// [`format_duration`] does: rounded once, to what is printed (3,304.9 ns is `3.30 µs`; rounded
+/// to whole nanoseconds first, 3,305 ns, it would print `3.31 µs`). Negative and NaN values
+/// print as `0 ns`.
+pub fn format_duration_f64(ns: f64) -> String {
+    let ns = if ns > 0.0 { ns } else { 0.0 };
+    // No decimals in the base unit.
+    let (text, unit) = scale(ns, &TIME_UNITS, 1000.0, 0);
     format!("{text} {unit}")
 }
 
@@ -80,7 +89,7 @@ pub fn format_count(n: u64) -> String {
 pub(crate) fn format_metric(value: f64, unit: Option<&str>) -> String {
     let time = |ns: f64| {
         if ns >= 0.0 && ns.is_finite() {
-            format_duration(ns.round() as u64)
+            format_duration_f64(ns)
         } else {
             format!("{} s", format_number(ns / 1e9))
         }
@@ -234,6 +243,40 @@ mod tests {
         for (ns, text) in cases {
             assert_eq!(format_duration(ns), text, "{ns} ns");
         }
+    }
+
+    /// A duration that is not a whole number of nanoseconds (a mean) is rounded once, to what
+    /// is printed: 3,304.9 ns is 3.30 µs (rounded to 3,305 ns first, it read 3.31 µs).
+    #[test]
+    fn fractional_durations_are_rounded_once() {
+        for (ns, text) in [
+            (3_304.9, "3.30 µs"),
+            (3_304.999, "3.30 µs"),
+            (3_305.0, "3.31 µs"),
+            (3_305.1, "3.31 µs"),
+            (3_295.0, "3.30 µs"),
+            (3_294.9, "3.29 µs"),
+            (999.4, "999 ns"),
+            (999.5, "1.00 µs"),
+            (0.4, "0 ns"),
+            (0.5, "1 ns"),
+            (9_994.9, "9.99 µs"),
+            (9_995.0, "10.0 µs"),
+            (99_949.9, "99.9 µs"),
+            (999_499.9, "999 µs"),
+            (999_500.0, "1.00 ms"),
+            (-1.0, "0 ns"),
+            (f64::NAN, "0 ns"),
+        ] {
+            assert_eq!(format_duration_f64(ns), text, "{ns} ns");
+        }
+        // Whole values as format_duration prints them.
+        for ns in [0, 999, 1_004, 9_995, 3_304, 3_305, 999_500, 123_456_789] {
+            assert_eq!(format_duration_f64(ns as f64), format_duration(ns), "{ns}");
+        }
+        // A metric in nanoseconds too.
+        assert_eq!(format_metric(3_304.9, Some("nanoseconds")), "3.30 µs");
+        assert_eq!(format_metric(3.3049e-6, Some("seconds")), "3.30 µs");
     }
 
     #[test]
