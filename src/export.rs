@@ -15,6 +15,7 @@ use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use crate::output::units::{format_count, format_duration};
+use crate::profile::figures::SELF_SHARE;
 use crate::profile::{Snapshot, SpanStats};
 use crate::session::ProfileSession;
 use crate::PERF_TARGET;
@@ -399,27 +400,22 @@ impl Worker {
     }
 }
 
-/// The span names of `interval` with the most self time, at most `top`, busiest first.
+/// The span names of `interval` with self time recorded, at most `top`, in the order of every
+/// report ([`Snapshot::by_self_time`]: totals of names the back-off sampled scaled to every
+/// call).
 pub(crate) fn top_by_self(interval: &Snapshot, top: usize) -> Vec<&SpanStats> {
-    let mut active: Vec<&SpanStats> = interval
-        .spans
-        .iter()
-        .filter(|s| s.entry_self.count > 0)
-        .collect();
-    active.sort_by(|a, b| {
-        b.entry_self
-            .total_ns
-            .cmp(&a.entry_self.total_ns)
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    let mut active = interval.by_self_time();
+    active.retain(|s| s.entry_self.count > 0);
     active.truncate(top);
     active
 }
 
 /// The summary of one window at [`PERF_TARGET`]: structured fields for the window and each of
-/// its top span names by self time (`top1_name`, `top1_calls`, `top1_self_ns`, `top1_p99_ns`,
-/// … up to `top5`), and a readable message.
-fn summary_event(interval: &Snapshot, window: u64, last: bool, step_span: Option<&str>) {
+/// its top span names by self time (`top1_name`, `top1_calls`, `top1_self_ns`,
+/// `top1_self_pct`, `top1_p99_ns`, … up to `top5`), and a readable message. Self times and
+/// shares are the reports' ([`SpanStats::self_ns`], [`Snapshot::totals`]): of names the back-off
+/// sampled, scaled to every call (marked `≈` in the message).
+pub(crate) fn summary_event(interval: &Snapshot, window: u64, last: bool, step_span: Option<&str>) {
     let steps = step_span.map(|name| {
         interval
             .spans
@@ -429,6 +425,7 @@ fn summary_event(interval: &Snapshot, window: u64, last: bool, step_span: Option
             .sum::<u64>()
     });
     let top = top_by_self(interval, SUMMARY_TOP);
+    let totals = interval.totals();
     let active = interval.spans.iter().filter(|s| s.calls > 0).count();
     let window_ms = interval.run.duration_ns / 1_000_000;
     let mut message = format!("spanprof window {window}");
@@ -452,10 +449,12 @@ fn summary_event(interval: &Snapshot, window: u64, last: bool, step_span: Option
             .iter()
             .map(|s| {
                 format!(
-                    "{} {}× self {} p99 {}",
+                    "{} {}× self {}{} ({:.1}%) p99 {}",
                     s.name,
                     format_count(s.calls),
-                    format_duration(s.entry_self.total_ns),
+                    if s.is_estimate() { "≈" } else { "" },
+                    format_duration(s.self_ns()),
+                    totals.self_share_pct(s.self_ns()),
                     format_duration(s.entry_self.p99_ns)
                 )
             })
@@ -464,7 +463,14 @@ fn summary_event(interval: &Snapshot, window: u64, last: bool, step_span: Option
     }
     let name = |i: usize| top.get(i).map(|s| s.name.as_str());
     let calls = |i: usize| top.get(i).map(|s| s.calls);
-    let self_ns = |i: usize| top.get(i).map(|s| s.entry_self.total_ns);
+    let self_ns = |i: usize| top.get(i).map(|s| s.self_ns());
+    // Rounded to 0.1 as the message shows it (an unrounded f64 reads 48.59549388387226).
+    let self_pct = |i: usize| {
+        top.get(i).map(|s| {
+            let pct = SELF_SHARE.value(s, &totals).map_or(0.0, |v| v.as_f64());
+            (pct * 10.0).round() / 10.0
+        })
+    };
     let p99_ns = |i: usize| top.get(i).map(|s| s.entry_self.p99_ns);
     tracing::info!(
         target: PERF_TARGET,
@@ -476,22 +482,27 @@ fn summary_event(interval: &Snapshot, window: u64, last: bool, step_span: Option
         top1_name = name(0),
         top1_calls = calls(0),
         top1_self_ns = self_ns(0),
+        top1_self_pct = self_pct(0),
         top1_p99_ns = p99_ns(0),
         top2_name = name(1),
         top2_calls = calls(1),
         top2_self_ns = self_ns(1),
+        top2_self_pct = self_pct(1),
         top2_p99_ns = p99_ns(1),
         top3_name = name(2),
         top3_calls = calls(2),
         top3_self_ns = self_ns(2),
+        top3_self_pct = self_pct(2),
         top3_p99_ns = p99_ns(2),
         top4_name = name(3),
         top4_calls = calls(3),
         top4_self_ns = self_ns(3),
+        top4_self_pct = self_pct(3),
         top4_p99_ns = p99_ns(3),
         top5_name = name(4),
         top5_calls = calls(4),
         top5_self_ns = self_ns(4),
+        top5_self_pct = self_pct(4),
         top5_p99_ns = p99_ns(4),
         "{message}"
     );

@@ -26,6 +26,11 @@
 //! | `spanprof.span.instances` | monotonic sum | `{instance}` | closed instances |
 //! | `spanprof.span.errors` | monotonic sum | `{error}` | `error`-level events inside the spans |
 //! | `spanprof.span.items`, `.bytes`, `.flops` | monotonic sum | `{item}`, `By`, `{flop}` | throughput fields, for names that have them |
+//! | `spanprof.span.busy_time`, `.self_time` | monotonic sum | `s` | busy and self time of all calls, the report's `total` and `self`: where the back-off sampled the name, scaled to every call (the histograms' sums hold the spans recorded) |
+//! | `spanprof.span.self_share` | gauge | `1` | self time as a share of every span name's (0 to 1), the report's self % |
+//!
+//! The metrics of single values are figures of the catalogue ([`crate::profile::figures`]):
+//! their names, units and descriptions come from its entries, as in the Prometheus text.
 //!
 //! Histograms have explicit bounds: [`crate::profile::buckets::export_bounds_ns`]
 //! in seconds (1 µs to 100 s in a 1-2.5-5 series, each at the top of one of spanprof's
@@ -132,8 +137,9 @@ use prost::Message;
 
 use crate::error::{Error, Result};
 use crate::profile::buckets::{bucket_top, export_bounds_ns};
+use crate::profile::figures::{self as fig, Figure, Kind, Value};
 use crate::profile::metrics::{HistogramValue, MetricKind, MetricValue, FLOAT_SCALE};
-use crate::profile::{Snapshot, SpanStats, Stat};
+use crate::profile::{Snapshot, SpanStats, Stat, Totals};
 use crate::PERF_TARGET;
 
 /// Where and how to push OTLP metrics ([`Builder::with_otlp`](crate::Builder::with_otlp)); the
@@ -676,26 +682,6 @@ fn request(
             .collect();
         otlp_metric(name, description, "s", cumulative_histogram(points))
     };
-    let sum = |name: &str, description: &str, unit: &str, value: fn(&SpanStats) -> Option<u64>| {
-        let data_points: Vec<NumberDataPoint> = snapshot
-            .spans
-            .iter()
-            .filter_map(|s| {
-                // Counts above i64::MAX cannot be sent as OTLP integers.
-                value(s).map(|v| {
-                    let v = i64::try_from(v).unwrap_or(i64::MAX);
-                    number_point(
-                        attributes(s),
-                        start,
-                        now,
-                        number_data_point::Value::AsInt(v),
-                    )
-                })
-            })
-            .collect();
-        (!data_points.is_empty())
-            .then(|| otlp_metric(name, description, unit, cumulative_sum(data_points, true)))
-    };
     let mut metrics = vec![
         histogram(
             "spanprof.span.busy",
@@ -713,45 +699,21 @@ fn request(
             |s| &s.wall,
         ),
     ];
+    let totals = snapshot.totals();
     metrics.extend(
-        [
-            sum("spanprof.span.calls", "Completed entries", "{call}", |s| {
-                Some(s.calls)
-            }),
-            sum(
-                "spanprof.span.instances",
-                "Closed instances",
-                "{instance}",
-                |s| Some(s.instances),
-            ),
-            sum(
-                "spanprof.span.errors",
-                "error-level events inside the spans",
-                "{error}",
-                |s| Some(s.errors),
-            ),
-            sum(
-                "spanprof.span.items",
-                "Sum of the items field",
-                "{item}",
-                |s| s.items,
-            ),
-            sum("spanprof.span.bytes", "Sum of the bytes field", "By", |s| {
-                s.bytes
-            }),
-            sum(
-                "spanprof.span.flops",
-                "Sum of the flops field",
-                "{flop}",
-                |s| s.flops,
-            ),
-        ]
-        .into_iter()
-        .flatten(),
+        SPAN_FIGURES
+            .iter()
+            .filter_map(|f| figure_metric(snapshot, &totals, f, start, now)),
     );
     metrics.extend(event_metrics(snapshot, start, now));
-    metrics.extend(overhead_metrics(snapshot, start, now));
-    metrics.extend(sampling_metric(snapshot, start, now));
+    metrics.extend(overhead_metrics(snapshot, &totals, start, now));
+    metrics.extend(figure_metric(
+        snapshot,
+        &totals,
+        &fig::SAMPLE_EVERY,
+        start,
+        now,
+    ));
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
             resource: Some(resource(snapshot, options)),
@@ -767,6 +729,65 @@ fn request(
             ..Default::default()
         }],
     }
+}
+
+/// The figures of each span name pushed after the histograms, in order (each a metric named by
+/// [`Figure::otlp_name`]).
+const SPAN_FIGURES: &[&Figure] = &[
+    &fig::CALLS,
+    &fig::INSTANCES,
+    &fig::ERRORS,
+    &fig::ITEMS,
+    &fig::BYTES,
+    &fig::FLOPS,
+    &fig::BUSY,
+    &fig::SELF,
+    &fig::SELF_SHARE,
+];
+
+/// The metric of a figure of the catalogue: its name, unit and description from the entry, a
+/// cumulative monotonic sum where it is cumulative, else a gauge; one data point per span name
+/// that has it, in the base unit (counts as integers). `None` where no span name has it.
+fn figure_metric(
+    snapshot: &Snapshot,
+    totals: &Totals,
+    figure: &Figure,
+    start: u64,
+    now: u64,
+) -> Option<Metric> {
+    let data_points: Vec<NumberDataPoint> = snapshot
+        .spans
+        .iter()
+        .filter_map(|s| {
+            let value = match figure.value(s, totals)? {
+                // Counts above i64::MAX cannot be sent as OTLP integers.
+                Value::Int(n) if matches!(figure.kind, Kind::Count | Kind::Quantity) => {
+                    number_data_point::Value::AsInt(i64::try_from(n).unwrap_or(i64::MAX))
+                }
+                v => number_data_point::Value::AsDouble(figure.in_base_unit(v)),
+            };
+            Some(number_point(
+                span_attributes(&s.name, &s.target),
+                start,
+                now,
+                value,
+            ))
+        })
+        .collect();
+    if data_points.is_empty() {
+        return None;
+    }
+    let data = if figure.cumulative {
+        cumulative_sum(data_points, true)
+    } else {
+        metric::Data::Gauge(Gauge { data_points })
+    };
+    Some(otlp_metric(
+        &figure.otlp_name(),
+        figure.help,
+        figure.otlp_unit(),
+        data,
+    ))
 }
 
 /// One histogram data point with exact bucket counts: the samples in (bound i-1, bound i],
@@ -1074,7 +1095,7 @@ fn value_histogram_point(
 
 /// spanprof's own cost, where the profile has its estimate: the share of the process's CPU
 /// time, the estimate in seconds, the back-off's steps and the cost per span name.
-fn overhead_metrics(snapshot: &Snapshot, start: u64, now: u64) -> Vec<Metric> {
+fn overhead_metrics(snapshot: &Snapshot, totals: &Totals, start: u64, now: u64) -> Vec<Metric> {
     let Some(overhead) = &snapshot.overhead else {
         return Vec::new();
     };
@@ -1120,57 +1141,8 @@ fn overhead_metrics(snapshot: &Snapshot, start: u64, now: u64) -> Vec<Metric> {
             cumulative_sum(vec![steps(false), steps(true)], true),
         ),
     ];
-    let per_span: Vec<NumberDataPoint> = snapshot
-        .spans
-        .iter()
-        .filter_map(|s| {
-            s.overhead_ns.map(|ns| {
-                number_point(
-                    span_attributes(&s.name, &s.target),
-                    start,
-                    now,
-                    number_data_point::Value::AsDouble(ns as f64 / 1e9),
-                )
-            })
-        })
-        .collect();
-    if !per_span.is_empty() {
-        metrics.push(otlp_metric(
-            "spanprof.span.overhead",
-            "spanprof's estimated cost in spans of this name",
-            "s",
-            cumulative_sum(per_span, true),
-        ));
-    }
+    metrics.extend(figure_metric(snapshot, totals, &fig::OVERHEAD, start, now));
     metrics
-}
-
-/// The N of each span name the automatic back-off sampled, where any was.
-fn sampling_metric(snapshot: &Snapshot, start: u64, now: u64) -> Option<Metric> {
-    let sampled: Vec<NumberDataPoint> = snapshot
-        .spans
-        .iter()
-        .filter_map(|s| {
-            let every = s.sampled.as_ref()?.every;
-            Some(number_point(
-                span_attributes(&s.name, &s.target),
-                start,
-                now,
-                number_data_point::Value::AsInt(i64::from(every)),
-            ))
-        })
-        .collect();
-    (!sampled.is_empty()).then(|| {
-        otlp_metric(
-            "spanprof.span.sample_every",
-            "N where the automatic back-off sampled this span name: its histograms hold at \
-             least 1 span in N, its counts every span",
-            "1",
-            metric::Data::Gauge(Gauge {
-                data_points: sampled,
-            }),
-        )
-    })
 }
 
 #[cfg(test)]

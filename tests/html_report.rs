@@ -800,13 +800,8 @@ fn the_call_tree_rows_hold_each_paths_figures() {
     let rows = tree_rows(&html);
     assert_eq!(rows.len(), tree.nodes.len());
     let total = tree.total_ns();
-    let all: u64 = tree
-        .nodes
-        .iter()
-        .zip(&total)
-        .filter(|(n, _)| n.parent.is_none())
-        .map(|(_, t)| t)
-        .sum();
+    // Shares of the self time of every span name, as the table's self %.
+    let all = snap.totals().self_ns;
     for (i, parent, values, pct) in &rows {
         let node = &tree.nodes[*i];
         // Nested under its parent's row.
@@ -816,8 +811,8 @@ fn the_call_tree_rows_hold_each_paths_figures() {
             &[
                 total[*i] as f64,
                 node.calls as f64,
-                node.self_time.total_ns as f64,
-                node.busy.total_ns as f64,
+                node.self_ns() as f64,
+                node.busy_ns() as f64,
                 node.busy.p99_ns as f64
             ],
             "node {i}"

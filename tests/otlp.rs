@@ -473,13 +473,14 @@ fn encoding_a_push_of_100_span_names_is_cheap_enough_to_measure() {
         .collect();
     assert_eq!(
         span_metrics.len(),
-        6,
-        "3 histograms, calls, instances, errors"
+        9,
+        "3 histograms, calls, instances, errors, busy and self time, self share"
     );
     for m in span_metrics {
         let points = match &m.data {
             Some(metric::Data::Histogram(h)) => h.data_points.len(),
             Some(metric::Data::Sum(s)) => s.data_points.len(),
+            Some(metric::Data::Gauge(g)) => g.data_points.len(),
             other => panic!("{other:?}"),
         };
         assert_eq!(points, 100, "{}", m.name);

@@ -440,7 +440,7 @@ fn self_pct_of_a_selection_stays_a_share_of_all_self_time() {
         assert_eq!(sort.split(',').nth(col), Some("50"), "{csv}");
     }
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(row(&md, "| `sort` |").contains("| 50.0 % |"), "{md}");
+    assert!(row(&md, "| `sort` |").contains("| 50.0% |"), "{md}");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains(">50.0%<"), "the HTML table's self %");
     assert!(!html.contains(">100.0%<"), "the HTML table's self %");

@@ -2,10 +2,10 @@
 
 use std::io::{self, Write};
 
-use super::table::{clamped_spans, report_order};
 use super::{metrics_in_order, Format};
+use crate::profile::figures::{self as fig, Figure};
 use crate::profile::metrics::FLOAT_SCALE;
-use crate::profile::{CpuUse, GpuUse, HeapUse, MemoryUse, Snapshot, SpanResources, SpanStats};
+use crate::profile::{GpuUse, Snapshot, SpanResources, SpanStats, Totals};
 use crate::profile::{Metric, MetricValue};
 
 /// Name of the CSV report in an output directory.
@@ -21,7 +21,8 @@ pub const METRICS_CSV_FILE: &str = "metrics.csv";
 /// Rows come in the report's order (self time, highest first). Headers carry the unit
 /// (`_ns`, `_bytes`, `_pct`, `_per_s`, `_j`, `_g`); cells hold plain numbers (integers for
 /// counts, nanoseconds and bytes, shortest round-trip decimals for the rest) and are empty
-/// where the profile has no such figure. The columns:
+/// where the profile has no such figure. Each column but the names and the GPU devices' is a
+/// figure of the catalogue ([`crate::profile::figures`]), headed by its key. The columns:
 ///
 /// - `name`, `target`, `calls`, `instances`, `open`, `calls_per_instance`, `errors`,
 ///   `errored_instances`;
@@ -45,8 +46,9 @@ pub const METRICS_CSV_FILE: &str = "metrics.csv";
 ///   profile has no estimate;
 /// - `sample_every` and `sampled_out`: set where the automatic back-off sampled the name (1
 ///   span in `sample_every` recorded at most, `sampled_out` spans left out): `calls` is exact,
-///   the per-call figures come from the spans recorded, and `total_ns`, `self_ns` and
-///   `self_pct` are scaled to every call (mean × calls);
+///   the per-call figures come from the spans recorded, and `total_ns`, `self_ns`,
+///   `self_pct`, `wall_total_ns` and `overhead_pct` are computed from totals scaled to every
+///   call ([`SpanStats::scaled_total_ns`], as in every other output);
 /// - `clamped`: spans with a time over the histograms' highest value (the report's note).
 ///
 /// The metrics from events are in a file of their own, [`CsvMetrics`] (`metrics.csv`): one
@@ -95,10 +97,11 @@ impl Format for Csv {
 
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
         let columns = columns(snapshot);
+        let totals = snapshot.totals();
         let mut writer = ::csv::Writer::from_writer(out);
         writer.write_record(columns.iter().map(|c| c.header.as_str()))?;
-        for s in report_order(snapshot) {
-            writer.write_record(columns.iter().map(|c| (c.cell)(s)))?;
+        for s in snapshot.by_self_time() {
+            writer.write_record(columns.iter().map(|c| (c.cell)(s, &totals)))?;
         }
         writer.flush()
     }
@@ -111,17 +114,96 @@ fn render_to_string(format: &dyn Format, snapshot: &Snapshot) -> io::Result<Stri
     String::from_utf8(bytes).map_err(io::Error::other)
 }
 
+/// The figures of `report.csv` before the columns of each GPU device, in order.
+const BEFORE_GPUS: &[&Figure] = &[
+    &fig::CALLS,
+    &fig::INSTANCES,
+    &fig::OPEN,
+    &fig::CALLS_PER_INSTANCE,
+    &fig::ERRORS,
+    &fig::ERRORED_INSTANCES,
+    &fig::BUSY,
+    &fig::SELF,
+    &fig::SELF_SHARE,
+    &fig::MEAN,
+    &fig::MIN,
+    &fig::P50,
+    &fig::P90,
+    &fig::P99,
+    &fig::P999,
+    &fig::MAX,
+    &fig::STDDEV,
+    &fig::SELF_MEAN,
+    &fig::SELF_P50,
+    &fig::SELF_P99,
+    &fig::SELF_MAX,
+    &fig::WALL_TOTAL,
+    &fig::WALL_P50,
+    &fig::WALL_P90,
+    &fig::WALL_P99,
+    &fig::WALL_MAX,
+    &fig::INSTANCE_BUSY_P50,
+    &fig::INSTANCE_BUSY_P90,
+    &fig::INSTANCE_BUSY_P99,
+    &fig::INSTANCE_BUSY_MAX,
+    &fig::BUSY_WALL,
+    &fig::IN_PROGRESS,
+    &fig::ITEMS,
+    &fig::ITEMS_RATE,
+    &fig::BYTES,
+    &fig::BYTES_RATE,
+    &fig::FLOPS,
+    &fig::FLOPS_RATE,
+    &fig::CPU,
+    &fig::CPU_PCT,
+    &fig::CPU_SKIPPED,
+    &fig::RSS_DELTA,
+    &fig::PEAK_RSS,
+    &fig::PEAK_HEAP,
+    &fig::ALLOC_PER_ENTRY,
+    &fig::ALLOCS_PER_ENTRY,
+    &fig::KEPT_PER_ENTRY,
+    &fig::SELF_KEPT_PER_ENTRY,
+];
+
+/// The figures of `report.csv` after the columns of each GPU device, in order.
+const AFTER_GPUS: &[&Figure] = &[
+    &fig::ENERGY,
+    &fig::CO2E,
+    &fig::OVERHEAD,
+    &fig::OVERHEAD_PCT,
+    &fig::SAMPLE_EVERY,
+    &fig::SAMPLED_OUT,
+    &fig::CLAMPED,
+];
+
+/// How a span name's cell of a column is written.
+type CellFn<'a> = Box<dyn Fn(&SpanStats, &Totals) -> String + 'a>;
+
 /// One column: its header and how a span name's cell is written.
 struct Column<'a> {
     header: String,
-    cell: Box<dyn Fn(&SpanStats) -> String + 'a>,
+    cell: CellFn<'a>,
 }
 
-fn column<'a>(header: impl Into<String>, cell: impl Fn(&SpanStats) -> String + 'a) -> Column<'a> {
+fn column<'a>(
+    header: impl Into<String>,
+    cell: impl Fn(&SpanStats, &Totals) -> String + 'a,
+) -> Column<'a> {
     Column {
         header: header.into(),
         cell: Box::new(cell),
     }
+}
+
+/// The column of a figure: its key, its value in plain digits (empty where the name has none).
+fn figure(figure: &'static Figure) -> Column<'static> {
+    column(figure.key, move |s, totals| {
+        figure
+            .value(s, totals)
+            .map(|v| v.to_string())
+            .unwrap_or_default()
+    })
 }
 
 fn int(v: impl Into<i128>) -> String {
@@ -141,15 +223,6 @@ fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map(f).unwrap_or_default()
 }
 
-/// `part` as a percentage of `whole`, empty when `whole` is 0.
-fn pct(part: f64, whole: f64) -> String {
-    if whole == 0.0 {
-        String::new()
-    } else {
-        real(100.0 * part / whole)
-    }
-}
-
 /// `total / n`, empty when `n` is 0.
 fn per(total: f64, n: u64) -> String {
     if n == 0 {
@@ -163,92 +236,12 @@ fn resources(s: &SpanStats) -> Option<&SpanResources> {
     s.resources.as_ref()
 }
 
-fn cpu(s: &SpanStats) -> Option<&CpuUse> {
-    resources(s)?.cpu.as_ref()
-}
-
-fn memory(s: &SpanStats) -> Option<&MemoryUse> {
-    resources(s)?.memory.as_ref()
-}
-
-/// A heap column: `figure` of the entries' heap use, per entry.
-fn heap_per_entry(header: &str, figure: fn(&HeapUse) -> f64) -> Column<'static> {
-    column(header, move |s| {
-        opt(resources(s).and_then(|r| r.heap.as_ref()), |h| {
-            per(figure(h), h.entries)
-        })
-    })
-}
-
 fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
-    // Of every span name, also where this is a selection of them.
-    let all_self = super::all_self_ns(snap) as f64;
     let mut c = vec![
-        column("name", |s| s.name.clone()),
-        column("target", |s| s.target.clone()),
-        column("calls", |s| int(s.calls)),
-        column("instances", |s| int(s.instances)),
-        column("open", |s| int(s.open)),
-        column("calls_per_instance", |s| per(s.calls as f64, s.created)),
-        column("errors", |s| int(s.errors)),
-        column("errored_instances", |s| int(s.errored_instances)),
-        column("total_ns", |s| int(s.scaled_total_ns(&s.entry_busy))),
-        column("self_ns", |s| int(s.scaled_total_ns(&s.entry_self))),
-        column("self_pct", move |s| {
-            pct(s.scaled_total_ns(&s.entry_self) as f64, all_self)
-        }),
-        column("mean_ns", |s| real(s.entry_busy.mean_ns)),
-        column("min_ns", |s| int(s.entry_busy.min_ns)),
-        column("p50_ns", |s| int(s.entry_busy.p50_ns)),
-        column("p90_ns", |s| int(s.entry_busy.p90_ns)),
-        column("p99_ns", |s| int(s.entry_busy.p99_ns)),
-        column("p999_ns", |s| int(s.entry_busy.p999_ns)),
-        column("max_ns", |s| int(s.entry_busy.max_ns)),
-        column("stddev_ns", |s| real(s.entry_busy.stddev_ns)),
-        column("self_mean_ns", |s| real(s.entry_self.mean_ns)),
-        column("self_p50_ns", |s| int(s.entry_self.p50_ns)),
-        column("self_p99_ns", |s| int(s.entry_self.p99_ns)),
-        column("self_max_ns", |s| int(s.entry_self.max_ns)),
-        column("wall_total_ns", |s| int(s.wall.total_ns)),
-        column("wall_p50_ns", |s| int(s.wall.p50_ns)),
-        column("wall_p90_ns", |s| int(s.wall.p90_ns)),
-        column("wall_p99_ns", |s| int(s.wall.p99_ns)),
-        column("wall_max_ns", |s| int(s.wall.max_ns)),
-        column("instance_busy_p50_ns", |s| int(s.busy.p50_ns)),
-        column("instance_busy_p90_ns", |s| int(s.busy.p90_ns)),
-        column("instance_busy_p99_ns", |s| int(s.busy.p99_ns)),
-        column("instance_busy_max_ns", |s| int(s.busy.max_ns)),
-        column("busy_wall_pct", |s| {
-            pct(s.busy.total_ns as f64, s.wall.total_ns as f64)
-        }),
-        column("in_progress_ns", |s| int(s.in_progress_ns)),
-        column("items", |s| opt(s.items, int)),
-        column("items_per_s", |s| opt(s.rate(s.items), real)),
-        column("bytes", |s| opt(s.bytes, int)),
-        column("bytes_per_s", |s| opt(s.rate(s.bytes), real)),
-        column("flops", |s| opt(s.flops, int)),
-        column("flops_per_s", |s| opt(s.rate(s.flops), real)),
-        column("cpu_ns", |s| opt(cpu(s), |c| int(c.cpu_ns))),
-        column("cpu_pct", |s| opt(cpu(s), |c| real(c.utilization_pct))),
-        column("cpu_skipped_entries", |s| {
-            opt(cpu(s), |c| int(c.skipped_entries))
-        }),
-        column("rss_delta_per_instance_bytes", |s| {
-            opt(memory(s), |m| per(m.rss_delta_bytes as f64, m.instances))
-        }),
-        column("peak_rss_bytes", |s| {
-            opt(memory(s), |m| int(m.peak_rss_bytes))
-        }),
-        column("peak_heap_bytes", |s| {
-            opt(memory(s).and_then(|m| m.peak_heap_bytes), int)
-        }),
-        heap_per_entry("alloc_per_entry_bytes", |h| h.allocated_bytes as f64),
-        heap_per_entry("allocs_per_entry", |h| h.allocations as f64),
-        heap_per_entry("kept_per_entry_bytes", |h| h.net_retained_bytes as f64),
-        heap_per_entry("self_kept_per_entry_bytes", |h| {
-            h.self_retained_bytes as f64
-        }),
+        column("name", |s, _| s.name.clone()),
+        column("target", |s, _| s.target.clone()),
     ];
+    c.extend(BEFORE_GPUS.iter().map(|f| figure(f)));
     // One group of columns per GPU device of the profile (or seen in a span).
     let devices = snap
         .spans
@@ -266,39 +259,21 @@ fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
                 .find(|g| g.device as usize == i)
                 .cloned()
         };
-        c.push(column(format!("gpu{i}_util_pct"), move |s| {
+        c.push(column(format!("gpu{i}_util_pct"), move |s, _| {
             opt(gpu(s).and_then(|g| g.mean_utilization_pct), real)
         }));
         c.push(column(
             format!("gpu{i}_mem_delta_per_instance_bytes"),
-            move |s| opt(gpu(s), |g| per(g.memory_delta_bytes as f64, g.instances)),
+            move |s, _| opt(gpu(s), |g| per(g.memory_delta_bytes as f64, g.instances)),
         ));
-        c.push(column(format!("gpu{i}_peak_mem_bytes"), move |s| {
+        c.push(column(format!("gpu{i}_peak_mem_bytes"), move |s, _| {
             opt(gpu(s), |g| int(g.peak_memory_bytes))
         }));
-        c.push(column(format!("gpu{i}_energy_j"), move |s| {
+        c.push(column(format!("gpu{i}_energy_j"), move |s, _| {
             opt(gpu(s).and_then(|g| g.energy_j), real)
         }));
     }
-    c.push(column("energy_j", |s| {
-        opt(resources(s).and_then(|r| r.energy_j), real)
-    }));
-    c.push(column("co2e_g", |s| {
-        opt(resources(s).and_then(|r| r.co2e_g), real)
-    }));
-    c.push(column("overhead_ns", |s| opt(s.overhead_ns, int)));
-    c.push(column("overhead_pct", |s| {
-        opt(s.overhead_ns, |ns| {
-            pct(ns as f64, s.scaled_total_ns(&s.entry_busy) as f64)
-        })
-    }));
-    c.push(column("sample_every", |s| {
-        opt(s.sampled.as_ref(), |x| int(x.every))
-    }));
-    c.push(column("sampled_out", |s| {
-        opt(s.sampled.as_ref(), |x| int(x.skipped))
-    }));
-    c.push(column("clamped", |s| int(clamped_spans(s))));
+    c.extend(AFTER_GPUS.iter().map(|f| figure(f)));
     c
 }
 

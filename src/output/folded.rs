@@ -54,10 +54,10 @@ pub(crate) fn folded_lines(tree: &CallTree) -> Vec<(String, u64)> {
     tree.nodes
         .iter()
         .enumerate()
-        .filter(|(_, node)| node.self_time.total_ns > 0)
+        .filter(|(_, node)| node.self_ns() > 0)
         .map(|(i, node)| {
             let frames: Vec<String> = tree.path(i).into_iter().map(frame).collect();
-            (frames.join(";"), node.self_time.total_ns)
+            (frames.join(";"), node.self_ns())
         })
         .collect()
 }

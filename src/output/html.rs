@@ -20,15 +20,16 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::table::{
-    backoff_cost, clamped_spans, costly_share, cpu_pct, multi_entry, own_cost_text, report_order,
-    sample_rule, sampled_names_note, sampled_note, sampling_step, scaled_total, share, COSTLY_PCT,
+    backoff_cost, costly_share, cpu_pct, multi_entry, own_cost_text, sample_rule,
+    sampled_names_note, sampled_note, sampling_step, share, COSTLY_PCT,
 };
-use super::tree::widest_first;
-use super::units::{format_bytes, format_count, format_duration, format_metric, format_si};
-use super::Format;
+use super::tree::{node_cell, widest_first};
+use super::units::{format_bytes, format_count, format_duration, format_metric, format_value};
+use super::{shown, Format};
+use crate::profile::figures::{self as fig, clamped_spans, Figure};
 use crate::profile::{
-    CallTree, Metric, MetricKind, MetricValue, Overhead, ResourceInfo, Sample, Snapshot,
-    SpanResources, SpanStats, Stat,
+    CallTree, Metric, MetricKind, MetricValue, Overhead, ResourceInfo, Sample, Snapshot, SpanStats,
+    Stat, Totals,
 };
 
 /// Name of the HTML report in an output directory.
@@ -90,7 +91,8 @@ struct Section {
 
 /// The whole page.
 fn page(snap: &Snapshot) -> String {
-    let spans = report_order(snap);
+    let spans = snap.by_self_time();
+    let totals = snap.totals();
     let mut html = String::with_capacity(64 * 1024 + 2048 * spans.len());
     html.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     html.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
@@ -103,10 +105,10 @@ fn page(snap: &Snapshot) -> String {
          <p class=\"nojs\">The charts and the table's sorting need JavaScript; every figure is in \
          the table below.</p></header>",
         escape(&program),
-        escape(&summary(snap, &spans))
+        escape(&summary(snap, &totals, spans.len()))
     );
     html.push_str("<main>\n");
-    for section in sections(snap, &spans) {
+    for section in sections(snap, &spans, &totals) {
         let _ = writeln!(
             html,
             "<section id=\"{}\">\n<h2>{}</h2>\n{}</section>",
@@ -117,7 +119,7 @@ fn page(snap: &Snapshot) -> String {
     let _ = writeln!(
         html,
         "<script type=\"application/json\" id=\"spanprof-data\">{}</script>",
-        data_json(snap, &spans)
+        data_json(snap, &spans, &totals)
     );
     let _ = writeln!(html, "<script>\n{SCRIPT}</script>\n</body>\n</html>");
     html
@@ -125,7 +127,7 @@ fn page(snap: &Snapshot) -> String {
 
 /// The sections of the page, in order. A chart section holds an element the script draws into
 /// (`chart-…`), found by id.
-fn sections(snap: &Snapshot, spans: &[&SpanStats]) -> Vec<Section> {
+fn sections(snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) -> Vec<Section> {
     let mut sections = vec![Section {
         id: "run",
         title: "Run",
@@ -186,7 +188,7 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats]) -> Vec<Section> {
         sections.push(Section {
             id: "tree",
             title: "Call tree",
-            body: tree_section(snap, tree),
+            body: tree_section(snap, tree, totals),
         });
     }
     if let Some(info) = snap.resources.as_ref().filter(|r| !r.timeline.is_empty()) {
@@ -204,7 +206,7 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats]) -> Vec<Section> {
     sections.push(Section {
         id: "spans",
         title: "All span names",
-        body: table(spans, super::all_self_ns(snap), snap.overhead.as_ref()),
+        body: table(spans, totals, snap.overhead.as_ref()),
     });
     sections
 }
@@ -219,32 +221,20 @@ fn program_name(snap: &Snapshot) -> String {
         .unwrap_or_else(|| "profile".to_string())
 }
 
-/// The headline, as the console report's first line.
-fn summary(snap: &Snapshot, spans: &[&SpanStats]) -> String {
-    let all_self: u128 = spans
-        .iter()
-        .map(|s| u128::from(s.entry_self.total_ns))
-        .sum();
-    // A selection of span names: the whole profile's figures, then which were selected.
-    let (names, all_self) = match &snap.selection {
-        Some(whole) => (whole.span_names, u128::from(whole.self_ns)),
-        None => (spans.len() as u64, all_self),
-    };
+/// The headline, as the console report's first line: span names and the self time of all of
+/// them (the whole profile's, for a selection of `shown` of them).
+fn summary(snap: &Snapshot, totals: &Totals, shown: usize) -> String {
+    let names = totals.span_names;
     let mut text = format!(
         "{} span name{}, {} inside spans, run {} (preset {})",
         names,
         if names == 1 { "" } else { "s" },
-        format_duration(u64::try_from(all_self).unwrap_or(u64::MAX)),
+        format_duration(totals.self_ns),
         format_duration(snap.run.duration_ns),
         snap.run.preset
     );
     if let Some(whole) = &snap.selection {
-        let _ = write!(
-            text,
-            "; output filter {:?}: {} of them",
-            whole.filter,
-            spans.len()
-        );
+        let _ = write!(text, "; output filter {:?}: {shown} of them", whole.filter);
     }
     text
 }
@@ -476,7 +466,7 @@ fn figures_table(id: &str, heads: &[&str], rows: Vec<Vec<Cell>>) -> String {
 
 /// The call tree: the flame graph (feature `flamegraph`) and the tree as nested, expandable
 /// rows.
-fn tree_section(snap: &Snapshot, tree: &CallTree) -> String {
+fn tree_section(snap: &Snapshot, tree: &CallTree, totals: &Totals) -> String {
     let mut html = String::from(
         "<p class=\"hint\">Statistics per call path: each span is counted under its name and \
          its parents' names (recursion collapsed). A path's share is the self time of the path \
@@ -488,7 +478,7 @@ fn tree_section(snap: &Snapshot, tree: &CallTree) -> String {
         return html;
     }
     html.push_str(&flame_graph(snap, tree));
-    html.push_str(&tree_rows(tree, snap.selection.as_ref().map(|w| w.self_ns)));
+    html.push_str(&tree_rows(tree, totals.self_ns));
     html
 }
 
@@ -561,13 +551,12 @@ const OPEN_PCT: f64 = 5.0;
 /// children below it, widest first; the roots and the paths with [`OPEN_PCT`] or more of all
 /// self time under them open.
 ///
-/// `whole`: the whole profile's self time where the tree holds the paths to the names an output
-/// filter selected; shares stay of it.
-fn tree_rows(tree: &CallTree, whole: Option<u64>) -> String {
+/// `all`: the self time of every span name ([`Totals::self_ns`], the whole profile's where the
+/// tree holds the paths to the names an output filter selected), what shares are of, as in the
+/// table.
+fn tree_rows(tree: &CallTree, all: u64) -> String {
     let total = tree.total_ns();
     let (children, roots) = tree.children();
-    let all: u64 =
-        whole.unwrap_or_else(|| roots.iter().map(|&r| total[r]).fold(0, u64::saturating_add));
     let mut html = String::with_capacity(512 * tree.nodes.len() + 512);
     html.push_str(
         "<div class=\"tree\" id=\"call-tree\">\n<div class=\"row head\"><span class=\"path\">\
@@ -641,13 +630,11 @@ fn tree_cells(tree: &CallTree, i: usize, depth: usize, pct: f64, under_ns: u64) 
          <span class=\"pct\" style=\"--p:{pct:.1}%\" data-v=\"{under_ns}\">{pct:.1}%</span>",
         escape(&tip)
     );
+    // A node's times hold an estimate where the back-off left spans of its path out.
     for (v, shown) in [
         (node.calls, format_count(node.calls)),
-        (
-            node.self_time.total_ns,
-            format_duration(node.self_time.total_ns),
-        ),
-        (node.busy.total_ns, format_duration(node.busy.total_ns)),
+        (node.self_ns(), node_cell(node, node.self_ns())),
+        (node.busy_ns(), node_cell(node, node.busy_ns())),
         (node.busy.p99_ns, format_duration(node.busy.p99_ns)),
     ] {
         let _ = write!(cells, "<span data-v=\"{v}\">{shown}</span>");
@@ -864,10 +851,64 @@ fn missing() -> Cell {
     }
 }
 
+/// The figures of the table, after the name and target: every span name has them.
+const TABLE_FIGURES: [&Figure; 13] = [
+    &fig::CALLS,
+    &fig::BUSY,
+    &fig::SELF,
+    &fig::SELF_SHARE,
+    &fig::MEAN,
+    &fig::P50,
+    &fig::P90,
+    &fig::P99,
+    &fig::P999,
+    &fig::MAX,
+    &fig::INSTANCES,
+    &fig::OPEN,
+    &fig::ERRORS,
+];
+
+/// The figures of the table shown where any span name has them: throughput rates, CPU, memory,
+/// heap and energy.
+const OPTIONAL_FIGURES: [&Figure; 9] = [
+    &fig::ITEMS_RATE,
+    &fig::BYTES_RATE,
+    &fig::FLOPS_RATE,
+    &fig::CPU_PCT,
+    &fig::RSS_DELTA,
+    &fig::PEAK_RSS,
+    &fig::ALLOC_PER_ENTRY,
+    &fig::KEPT_PER_ENTRY,
+    &fig::ENERGY,
+];
+
+/// A figure's cell: its value as the text reports show it, sorting by the value; `-` (sorting
+/// last) where the span name has none. CPU keeps its own mark (`~` where sampled).
+fn figure_cell(figure: &Figure, s: &SpanStats, totals: &Totals) -> Cell {
+    match figure.value(s, totals) {
+        None => missing(),
+        Some(v) if figure.key == fig::CPU_PCT.key => {
+            let c = s.resources.as_ref().and_then(|r| r.cpu.as_ref());
+            number(
+                v.as_f64(),
+                c.map_or_else(|| format_value(figure.kind, v), cpu_pct),
+            )
+        }
+        Some(v) => number(v.as_f64(), shown(figure, s, totals)),
+    }
+}
+
 /// The full table, rendered server-side (it reads without JavaScript): every figure of the
-/// console report per span name, throughput and resource columns where any span has them.
-/// `all_self`: what self % is a share of ([`super::all_self_ns`]).
-fn table(spans: &[&SpanStats], all_self: u128, overhead: Option<&Overhead>) -> String {
+/// console report per span name ([`TABLE_FIGURES`]), and those of [`OPTIONAL_FIGURES`] that
+/// any span name has; headings are the figures' labels, tooltips their help.
+fn table(spans: &[&SpanStats], totals: &Totals, overhead: Option<&Overhead>) -> String {
+    let mut figures: Vec<&Figure> = TABLE_FIGURES.to_vec();
+    figures.extend(
+        OPTIONAL_FIGURES
+            .iter()
+            .copied()
+            .filter(|f| spans.iter().any(|s| f.value(s, totals).is_some())),
+    );
     let col = |head, title, numeric| Column {
         head,
         title,
@@ -876,70 +917,8 @@ fn table(spans: &[&SpanStats], all_self: u128, overhead: Option<&Overhead>) -> S
     let mut columns = vec![
         col("name", "span name", false),
         col("target", "span target (module path unless set)", false),
-        col("calls", "completed entries (enter→exit)", true),
-        col("total", "busy time of all calls", true),
-        col(
-            "self",
-            "self time of all calls (busy minus child spans)",
-            true,
-        ),
-        col("self %", "share of all self time", true),
-        col("mean", "mean busy time per call", true),
-        col("p50", "median busy time per call", true),
-        col("p90", "90th percentile of busy time per call", true),
-        col("p99", "99th percentile of busy time per call", true),
-        col("p99.9", "99.9th percentile of busy time per call", true),
-        col("max", "longest call", true),
-        col("instances", "instances closed", true),
-        col("open", "instances still open", true),
-        col("errors", "error-level events inside the span", true),
     ];
-    let throughput = [
-        ("items/s", "items field ÷ busy time", 0),
-        ("bytes/s", "bytes field ÷ busy time", 1),
-        ("FLOP/s", "flops field ÷ busy time", 2),
-    ];
-    let fields = |s: &SpanStats| [s.items, s.bytes, s.flops];
-    let shown_throughput: Vec<_> = throughput
-        .iter()
-        .filter(|(_, _, i)| spans.iter().any(|s| fields(s)[*i].is_some()))
-        .collect();
-    for (head, title, _) in &shown_throughput {
-        columns.push(col(head, title, true));
-    }
-    let any = |has: fn(&SpanResources) -> bool| {
-        spans.iter().any(|s| s.resources.as_ref().is_some_and(has))
-    };
-    let has_cpu = any(|r| r.cpu.is_some());
-    let has_memory = any(|r| r.memory.is_some());
-    let has_heap = any(|r| r.heap.is_some());
-    let has_energy = any(|r| r.energy_j.is_some());
-    if has_cpu {
-        columns.push(col("cpu %", "thread CPU time ÷ busy time", true));
-    }
-    if has_memory {
-        columns.push(col(
-            "rss Δ/ins",
-            "RSS at close − RSS at creation, mean per instance",
-            true,
-        ));
-        columns.push(col(
-            "peak rss",
-            "highest RSS while an instance was open",
-            true,
-        ));
-    }
-    if has_heap {
-        columns.push(col("alloc", "heap bytes allocated per call", true));
-        columns.push(col(
-            "kept",
-            "heap allocated minus freed per call, children included",
-            true,
-        ));
-    }
-    if has_energy {
-        columns.push(col("energy", "CPU package plus GPU energy, J", true));
-    }
+    columns.extend(figures.iter().map(|f| col(f.label, f.help, true)));
 
     let mut html = String::from(
         "<div class=\"table-tools\"><label>Filter <input type=\"search\" id=\"span-filter\" \
@@ -957,68 +936,8 @@ fn table(spans: &[&SpanStats], all_self: u128, overhead: Option<&Overhead>) -> S
     }
     html.push_str("</tr></thead>\n<tbody>\n");
     for s in spans {
-        let e = &s.entry_busy;
-        let mut cells = vec![
-            text(&s.name),
-            text(&s.target),
-            number(s.calls as f64, format_count(s.calls)),
-            number(s.scaled_total_ns(e) as f64, scaled_total(s, e)),
-            number(
-                s.scaled_total_ns(&s.entry_self) as f64,
-                scaled_total(s, &s.entry_self),
-            ),
-            {
-                let pct = share(s.scaled_total_ns(&s.entry_self).into(), all_self);
-                number(pct, format!("{pct:.1}%"))
-            },
-            number(e.mean_ns, format_duration(e.mean_ns.round() as u64)),
-            duration(e.p50_ns),
-            duration(e.p90_ns),
-            duration(e.p99_ns),
-            duration(e.p999_ns),
-            duration(e.max_ns),
-            number(s.instances as f64, s.instances.to_string()),
-            number(s.open as f64, s.open.to_string()),
-            number(s.errors as f64, s.errors.to_string()),
-        ];
-        for (_, _, i) in &shown_throughput {
-            let sum = fields(s)[*i];
-            cells.push(
-                s.rate(sum)
-                    .map_or_else(missing, |r| number(r, format_si(r))),
-            );
-        }
-        let none = SpanResources::default();
-        let r = s.resources.as_ref().unwrap_or(&none);
-        if has_cpu {
-            cells.push(
-                r.cpu
-                    .as_ref()
-                    .map_or_else(missing, |c| number(c.utilization_pct, cpu_pct(c))),
-            );
-        }
-        if has_memory {
-            let m = r.memory.as_ref();
-            cells.push(m.filter(|m| m.instances > 0).map_or_else(missing, |m| {
-                bytes(m.rss_delta_bytes as f64 / m.instances as f64)
-            }));
-            cells.push(m.map_or_else(missing, |m| bytes(m.peak_rss_bytes as f64)));
-        }
-        if has_heap {
-            let h = r.heap.as_ref().filter(|h| h.entries > 0);
-            cells.push(h.map_or_else(missing, |h| {
-                bytes(h.allocated_bytes as f64 / h.entries as f64)
-            }));
-            cells.push(h.map_or_else(missing, |h| {
-                bytes(h.net_retained_bytes as f64 / h.entries as f64)
-            }));
-        }
-        if has_energy {
-            cells.push(
-                r.energy_j
-                    .map_or_else(missing, |j| number(j, format!("{j:.3} J"))),
-            );
-        }
+        let mut cells = vec![text(&s.name), text(&s.target)];
+        cells.extend(figures.iter().map(|f| figure_cell(f, s, totals)));
         html.push_str("<tr>");
         for (cell, column) in cells.iter().zip(&columns) {
             let class = if column.head == "name" {
@@ -1065,10 +984,6 @@ fn td(html: &mut String, cell: &Cell, text_class: &str) {
     };
 }
 
-fn bytes(value: f64) -> Cell {
-    number(value, format_bytes(value))
-}
-
 /// `s` with the characters HTML gives a meaning escaped, for text and attribute values.
 fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -1087,14 +1002,7 @@ fn escape(s: &str) -> String {
 
 /// What the script draws, as JSON safe inside a `<script>` element: `<`, `>` and `&` (and the
 /// line separators JavaScript once treated as line ends) as `\u` escapes.
-fn data_json(snap: &Snapshot, spans: &[&SpanStats]) -> String {
-    let all_self: u128 = match &snap.selection {
-        Some(whole) => u128::from(whole.self_ns),
-        None => spans
-            .iter()
-            .map(|s| u128::from(s.entry_self.total_ns))
-            .sum(),
-    };
+fn data_json(snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) -> String {
     let mut names: HashMap<&str, usize> = HashMap::new();
     for s in spans {
         *names.entry(s.name.as_str()).or_default() += 1;
@@ -1102,7 +1010,7 @@ fn data_json(snap: &Snapshot, spans: &[&SpanStats]) -> String {
     let data = Data {
         spans: spans
             .iter()
-            .map(|s| chart_span(s, all_self, names[s.name.as_str()] > 1))
+            .map(|s| chart_span(s, totals, names[s.name.as_str()] > 1))
             .collect(),
         timeline: snap
             .resources
@@ -1142,10 +1050,17 @@ struct ChartSpan {
     /// The name, with its target where another span name is the same.
     label: String,
     calls: u64,
+    /// [`fig::SELF`]: scaled to every call where the back-off sampled the name.
     self_ns: u64,
+    /// [`fig::BUSY`], likewise.
     busy_ns: u64,
-    /// Share of all self time, %.
+    /// [`fig::SELF_SHARE`]: share of all self time, %.
     self_pct: f64,
+    /// Whether `self_ns` and `busy_ns` are estimates (the back-off sampled the name).
+    estimate: bool,
+    /// `self_ns` and `self_pct` as the table shows them (`≈2.54 ms`, `≈32.2%`).
+    self_shown: String,
+    self_pct_shown: String,
     /// Busy time per call at percentiles: (nines, ns), nines = -log10(1 - percentile/100).
     curve: Vec<(f64, u64)>,
     /// Latency per instance, for span names entered more than once per instance.
@@ -1162,7 +1077,7 @@ struct Instance {
 }
 
 /// The chart data of one span name; `twins`: another span name is the same (in another target).
-fn chart_span(s: &SpanStats, all_self: u128, twins: bool) -> ChartSpan {
+fn chart_span(s: &SpanStats, totals: &Totals, twins: bool) -> ChartSpan {
     let quartet = |st: &Stat| [st.p50_ns, st.p90_ns, st.p99_ns, st.max_ns];
     ChartSpan {
         name: s.name.clone(),
@@ -1173,9 +1088,12 @@ fn chart_span(s: &SpanStats, all_self: u128, twins: bool) -> ChartSpan {
             s.name.clone()
         },
         calls: s.calls,
-        self_ns: s.entry_self.total_ns,
-        busy_ns: s.entry_busy.total_ns,
-        self_pct: share(s.entry_self.total_ns.into(), all_self),
+        self_ns: s.self_ns(),
+        busy_ns: s.busy_ns(),
+        self_pct: fig::SELF_SHARE.value(s, totals).map_or(0.0, |v| v.as_f64()),
+        estimate: s.is_estimate(),
+        self_shown: shown(&fig::SELF, s, totals),
+        self_pct_shown: shown(&fig::SELF_SHARE, s, totals),
         curve: percentile_curve(&s.entry_busy),
         instance: (multi_entry(s) && s.instances > 0).then(|| Instance {
             instances: s.instances,

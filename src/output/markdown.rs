@@ -4,17 +4,18 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use super::table::{sampled_names_note, scaled_total};
-use super::units::{format_count, format_duration};
-use super::Format;
-use crate::profile::{Snapshot, SpanStats};
+use super::table::sampled_names_note;
+use super::units::format_duration;
+use super::{shown, Format};
+use crate::profile::figures::{self as fig, Figure};
+use crate::profile::Snapshot;
 
 /// Name of the Markdown report in an output directory.
 pub const MARKDOWN_FILE: &str = "report.md";
 
-/// The report as a Markdown table: one row per span name (name, target, calls, total busy and
-/// self time, self %, and the per-call mean, p50, p90, p99 and max of busy time), sorted by
-/// self time.
+/// The report as a Markdown table: one row per span name (name, target, then the figures of
+/// [`Markdown::COLUMNS`]: calls, total busy and self time, self %, and the per-call mean, p50,
+/// p90, p99 and max of busy time), sorted by self time.
 ///
 /// ```
 /// use spanprof::output::{Format, Markdown};
@@ -36,6 +37,19 @@ impl Default for Markdown {
 }
 
 impl Markdown {
+    /// The figures of the table, after the name and target.
+    const COLUMNS: [&'static Figure; 9] = [
+        &fig::CALLS,
+        &fig::BUSY,
+        &fig::SELF,
+        &fig::SELF_SHARE,
+        &fig::MEAN,
+        &fig::P50,
+        &fig::P90,
+        &fig::P99,
+        &fig::MAX,
+    ];
+
     /// A table of every span name.
     pub fn new() -> Self {
         Self { top: usize::MAX }
@@ -48,18 +62,14 @@ impl Markdown {
 
     /// The report as Markdown text.
     pub fn to_string(&self, snapshot: &Snapshot) -> String {
-        let mut spans: Vec<&SpanStats> = snapshot.spans.iter().collect();
-        spans.sort_by(|a, b| super::by_self_time(a, b));
-        // Of every span name, also where this is a selection of them.
-        let all_self = super::all_self_ns(snapshot);
+        let spans = snapshot.by_self_time();
+        // Shares of every span name, also where this is a selection of them.
+        let totals = snapshot.totals();
         let run = &snapshot.run;
         let mut f = String::new();
         // Writing to a String cannot fail.
         // A selection of span names: the whole profile's count, then which were selected.
-        let names = snapshot
-            .selection
-            .as_ref()
-            .map_or(spans.len() as u64, |whole| whole.span_names);
+        let names = totals.span_names;
         let _ = writeln!(
             f,
             "### spanprof: {} span name{}, run {} on {} (preset {})\n",
@@ -83,33 +93,17 @@ impl Markdown {
             }
             return f;
         }
-        let _ = writeln!(
-            f,
-            "| span | target | calls | total | self | self % | mean | p50 | p90 | p99 | max |"
-        );
-        let _ = writeln!(f, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let _ = write!(f, "| span | target |");
+        for figure in Self::COLUMNS {
+            let _ = write!(f, " {} |", figure.label);
+        }
+        let _ = writeln!(f, "\n|---|---|{}", "--:|".repeat(Self::COLUMNS.len()));
         for s in spans.iter().take(self.top) {
-            let e = &s.entry_busy;
-            let share = if all_self == 0 {
-                0.0
-            } else {
-                100.0 * s.scaled_total_ns(&s.entry_self) as f64 / all_self as f64
-            };
-            let _ = writeln!(
-                f,
-                "| `{}` | `{}` | {} | {} | {} | {:.1} % | {} | {} | {} | {} | {} |",
-                escape(&s.name),
-                escape(&s.target),
-                format_count(s.calls),
-                scaled_total(s, e),
-                scaled_total(s, &s.entry_self),
-                share,
-                format_duration(e.mean_ns.round() as u64),
-                format_duration(e.p50_ns),
-                format_duration(e.p90_ns),
-                format_duration(e.p99_ns),
-                format_duration(e.max_ns),
-            );
+            let _ = write!(f, "| `{}` | `{}` |", escape(&s.name), escape(&s.target));
+            for figure in Self::COLUMNS {
+                let _ = write!(f, " {} |", shown(figure, s, &totals));
+            }
+            f.push('\n');
         }
         if let Some(note) = sampled_names_note(&snapshot.spans) {
             let _ = writeln!(f, "\n{}", escape(&note));

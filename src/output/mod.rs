@@ -40,6 +40,8 @@
 
 #[cfg(feature = "csv")]
 mod csv;
+#[cfg(test)]
+mod figures_agree;
 #[cfg(feature = "flamegraph")]
 mod flamegraph;
 mod folded;
@@ -80,7 +82,7 @@ pub use tree::{TreeView, TREE_FILE};
 pub use units::{format_bytes, format_count, format_duration, format_duration_f64};
 
 use crate::error::{Error, Result};
-use crate::profile::{Snapshot, SpanStats};
+use crate::profile::{Figure, Snapshot, SpanStats, Totals};
 
 /// A way to render a profile: the console table, the JSON profile, ...
 pub trait Format: Send + Sync + fmt::Debug {
@@ -111,30 +113,17 @@ pub trait Format: Send + Sync + fmt::Debug {
     }
 }
 
-/// The order of every report: most self time first, then most busy time, then by name and
-/// target (a total order, so equal figures print the same way every time).
-pub(crate) fn by_self_time(a: &SpanStats, b: &SpanStats) -> std::cmp::Ordering {
-    // Totals of names the back-off sampled: scaled to every call.
-    let busy = |s: &SpanStats| s.scaled_total_ns(&s.entry_busy);
-    let self_ns = |s: &SpanStats| s.scaled_total_ns(&s.entry_self);
-    self_ns(b)
-        .cmp(&self_ns(a))
-        .then(busy(b).cmp(&busy(a)))
-        .then(a.name.cmp(&b.name))
-        .then(a.target.cmp(&b.target))
-}
-
-/// The self time of every span name of `snap` (totals of names the back-off sampled scaled to
-/// every call), ns: what self % is a share of. For a selection of span names
-/// ([`Selection::apply`]), the whole profile's. A sum of `u64`s: it does not wrap.
-pub(crate) fn all_self_ns(snap: &Snapshot) -> u128 {
-    match &snap.selection {
-        Some(whole) => u128::from(whole.self_ns),
-        None => snap
-            .spans
-            .iter()
-            .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
-            .sum(),
+/// Figure `figure` of span name `s` as the text reports show it: in human units
+/// ([`units::format_value`]), `≈` before an estimate ([`Figure::is_estimate`]), `-` where the
+/// name has no such figure.
+pub(crate) fn shown(figure: &Figure, s: &SpanStats, totals: &Totals) -> String {
+    match figure.value(s, totals) {
+        Some(v) => format!(
+            "{}{}",
+            if figure.is_estimate(s) { "≈" } else { "" },
+            units::format_value(figure.kind, v)
+        ),
+        None => "-".to_string(),
     }
 }
 

@@ -144,8 +144,8 @@ fn profile(snapshot: &Snapshot) -> proto::Profile {
             location_id,
             value: vec![
                 saturate(node.calls),
-                saturate(node.self_time.total_ns),
-                saturate(node.busy.total_ns),
+                saturate(node.self_ns()),
+                saturate(node.busy_ns()),
             ],
             label: vec![proto::Label {
                 key: target_key,

@@ -10,9 +10,10 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::Format;
 use crate::profile::buckets::{bucket_top, export_bounds_ns};
+use crate::profile::figures::{self as fig, Figure};
 use crate::profile::metrics::{HistogramValue, FLOAT_SCALE};
 use crate::profile::{Metric as EventMetric, MetricKind, MetricValue, Sample, Snapshot};
-use crate::profile::{SpanStats, Stat, HIGHEST_NS};
+use crate::profile::{SpanStats, Stat, Totals, HIGHEST_NS};
 
 /// Name of the metrics file in an output directory (node_exporter textfile style: point its
 /// `--collector.textfile.directory` at the output directory).
@@ -23,7 +24,9 @@ pub const METRICS_FILE: &str = "metrics.prom";
 /// `TextEncoder`.
 ///
 /// Every metric is named `spanprof_…`, in seconds, bytes and joules, counters ending in
-/// `_total`. Per span name, labelled `span` (the name) and `target`:
+/// `_total`. Per span name, labelled `span` (the name) and `target`; the families of single
+/// values are figures of the catalogue ([`crate::profile::figures`]), named, typed and
+/// described by their entries:
 ///
 /// | metric | type | what |
 /// |---|---|---|
@@ -35,6 +38,8 @@ pub const METRICS_FILE: &str = "metrics.prom";
 /// | `spanprof_span_errors_total` | counter | `error`-level events inside the spans |
 /// | `spanprof_span_open_instances` | gauge | instances open at the snapshot |
 /// | `spanprof_span_in_progress_seconds` | gauge | time inside entries still in progress |
+/// | `spanprof_span_busy_time_seconds_total`, `spanprof_span_self_time_seconds_total` | counter | busy and self time of all calls, the report's `total` and `self`: where the back-off sampled the name, scaled to every call (the histograms' `_sum` holds the spans recorded) |
+/// | `spanprof_span_self_share_ratio` | gauge | self time as a share of every span name's (0 to 1), the report's self % |
 /// | `spanprof_span_{items,bytes,flops}_total` | counter | sums of the `items`, `bytes`, `flops` fields (span names that have them) |
 /// | `spanprof_span_{items,bytes,flops}_per_second` | gauge | those sums ÷ busy time, the report's throughput |
 /// | `spanprof_span_cpu_seconds_total` | counter | thread CPU time during entries (`detailed`) |
@@ -200,6 +205,22 @@ impl Families {
         self.add(name, help, kind, metrics);
     }
 
+    /// The family of a figure of the catalogue: its name, help and type from the entry
+    /// ([`Figure::prometheus_name`]; a counter where it is cumulative), one sample per span name
+    /// that has it, in the base unit.
+    fn figure(&mut self, spans: &[&SpanStats], totals: &Totals, figure: &Figure) {
+        let kind = if figure.cumulative {
+            MetricType::COUNTER
+        } else {
+            MetricType::GAUGE
+        };
+        let name = figure.prometheus_name();
+        let name = name.strip_prefix("spanprof_").unwrap_or(&name);
+        self.per_span(spans, name, figure.help, kind, |s| {
+            Some(figure.in_base_unit(figure.value(s, totals)?))
+        });
+    }
+
     /// A histogram family of the `stat` of each span name `keep` selects.
     fn histograms(
         &mut self,
@@ -274,14 +295,41 @@ fn sample(kind: MetricType, labels: Vec<LabelPair>, value: f64) -> Metric {
     metric
 }
 
-fn resources(s: &SpanStats) -> Option<&crate::profile::SpanResources> {
-    s.resources.as_ref()
-}
-
 /// Whether a span name's instances are not one entry each (the report's instance section).
 fn multi_entry(s: &SpanStats) -> bool {
     s.calls != s.instances
 }
+
+/// The figures of each span name exported, after the histograms, in order (each a family named
+/// by [`Figure::prometheus_name`]).
+const SPAN_FIGURES: &[&Figure] = &[
+    &fig::CALLS,
+    &fig::INSTANCES,
+    &fig::ERRORS,
+    &fig::OPEN,
+    &fig::IN_PROGRESS,
+    &fig::BUSY,
+    &fig::SELF,
+    &fig::SELF_SHARE,
+    &fig::ITEMS,
+    &fig::ITEMS_RATE,
+    &fig::BYTES,
+    &fig::BYTES_RATE,
+    &fig::FLOPS,
+    &fig::FLOPS_RATE,
+    &fig::CPU,
+    &fig::HEAP_ALLOCATED,
+    &fig::HEAP_ALLOCATIONS,
+    &fig::ENERGY,
+];
+
+/// The figures of each span name on spanprof's own cost and the back-off, in order.
+const OVERHEAD_FIGURES: &[&Figure] = &[
+    &fig::OVERHEAD,
+    &fig::CPU_SKIPPED,
+    &fig::SAMPLE_EVERY,
+    &fig::SAMPLED_OUT,
+];
 
 fn families(snap: &Snapshot) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
@@ -360,89 +408,10 @@ fn families(snap: &Snapshot) -> Vec<MetricFamily> {
         |s| &s.wall,
         multi_entry,
     );
-    f.per_span(
-        spans,
-        "span_calls_total",
-        "Completed entries (enter to exit) of spans of this name.",
-        COUNTER,
-        |s| Some(s.calls as f64),
-    );
-    f.per_span(
-        spans,
-        "span_instances_total",
-        "Closed instances (creation to close) of spans of this name.",
-        COUNTER,
-        |s| Some(s.instances as f64),
-    );
-    f.per_span(
-        spans,
-        "span_errors_total",
-        "Error-level events inside spans of this name.",
-        COUNTER,
-        |s| Some(s.errors as f64),
-    );
-    f.per_span(
-        spans,
-        "span_open_instances",
-        "Instances open when the snapshot was taken.",
-        GAUGE,
-        |s| Some(s.open as f64),
-    );
-    f.per_span(
-        spans,
-        "span_in_progress_seconds",
-        "Time inside entries still in progress when the snapshot was taken, seconds.",
-        GAUGE,
-        |s| Some(seconds(s.in_progress_ns)),
-    );
-    for (field, sum) in [
-        ("items", (|s| s.items) as fn(&SpanStats) -> Option<u64>),
-        ("bytes", |s| s.bytes),
-        ("flops", |s| s.flops),
-    ] {
-        f.per_span(
-            spans,
-            &format!("span_{field}_total"),
-            &format!("Sum of the `{field}` field of spans of this name."),
-            COUNTER,
-            |s| sum(s).map(|v| v as f64),
-        );
-        f.per_span(
-            spans,
-            &format!("span_{field}_per_second"),
-            &format!("Sum of the `{field}` field divided by the busy time of the entries."),
-            GAUGE,
-            |s| s.rate(sum(s)),
-        );
+    let totals = snap.totals();
+    for figure in SPAN_FIGURES {
+        f.figure(spans, &totals, figure);
     }
-    f.per_span(
-        spans,
-        "span_cpu_seconds_total",
-        "Thread CPU time (user + system) during entries, seconds.",
-        COUNTER,
-        |s| Some(seconds(resources(s)?.cpu.as_ref()?.cpu_ns)),
-    );
-    f.per_span(
-        spans,
-        "span_heap_allocated_bytes_total",
-        "Heap bytes allocated during entries (counting allocator).",
-        COUNTER,
-        |s| Some(resources(s)?.heap.as_ref()?.allocated_bytes as f64),
-    );
-    f.per_span(
-        spans,
-        "span_heap_allocations_total",
-        "Heap allocations during entries (counting allocator).",
-        COUNTER,
-        |s| Some(resources(s)?.heap.as_ref()?.allocations as f64),
-    );
-    f.per_span(
-        spans,
-        "span_energy_joules_total",
-        "CPU package and GPU energy over the instances' lifetimes, joules.",
-        COUNTER,
-        |s| resources(s)?.energy_j,
-    );
     if let Some(info) = &snap.resources {
         let last = info.timeline.last();
         process_gauges(&mut f, info.rss_bytes_at_end, info.heap_bytes_at_end, last);
@@ -459,13 +428,13 @@ fn families(snap: &Snapshot) -> Vec<MetricFamily> {
             gpu_gauges(&mut f, last);
         }
     }
-    overhead(&mut f, snap, spans);
+    overhead(&mut f, snap, spans, &totals);
     event_metrics(&mut f, &snap.metrics);
     f.0
 }
 
 /// spanprof's own cost: the estimate, per span name, the sampled CPU readings and the back-off.
-fn overhead(f: &mut Families, snap: &Snapshot, spans: &[&SpanStats]) {
+fn overhead(f: &mut Families, snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) {
     use MetricType::{COUNTER, GAUGE};
     let one = |v: f64| vec![sample(GAUGE, Vec::new(), v)];
     let total = |v: f64| vec![sample(COUNTER, Vec::new(), v)];
@@ -506,37 +475,9 @@ fn overhead(f: &mut Families, snap: &Snapshot, spans: &[&SpanStats]) {
                 .collect(),
         );
     }
-    f.per_span(
-        spans,
-        "span_overhead_seconds_total",
-        "spanprof's estimated cost in spans of this name (their count times the calibrated cost \
-         of a span, plus their readings), seconds.",
-        COUNTER,
-        |s| s.overhead_ns.map(seconds),
-    );
-    f.per_span(
-        spans,
-        "span_cpu_skipped_entries_total",
-        "Entries whose CPU time was not read (short spans are sampled): where above 0, \
-         spanprof_span_cpu_seconds_total is an estimate from the entries read.",
-        COUNTER,
-        |s| Some(resources(s)?.cpu.as_ref()?.skipped_entries as f64),
-    );
-    f.per_span(
-        spans,
-        "span_sample_every",
-        "N where the automatic back-off sampled this span name: at least 1 span in N recorded \
-         in its histograms; its counts are exact (the spans left out counted, one call each).",
-        GAUGE,
-        |s| Some(f64::from(s.sampled.as_ref()?.every)),
-    );
-    f.per_span(
-        spans,
-        "span_sampled_out_total",
-        "Spans of this name the automatic back-off left out of its histograms (sampling).",
-        COUNTER,
-        |s| Some(s.sampled.as_ref()?.skipped as f64),
-    );
+    for figure in OVERHEAD_FIGURES {
+        f.figure(spans, totals, figure);
+    }
     if snap.backoff.is_empty() {
         return;
     }

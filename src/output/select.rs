@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 use crate::profile::{CallTree, Selected, Snapshot, SpanStats, Stat, TreeNode};
-use crate::record::hist::new_histogram;
+use crate::profile::buckets::new_histogram;
 
 /// A selection of span names: the spans whose name matches one of the name globs (all, if
 /// none) and whose target matches one of the target globs (all, if none), then the `top` with
@@ -131,7 +131,7 @@ impl Selection {
             None => Selected {
                 filter,
                 span_names: snapshot.spans.len() as u64,
-                self_ns: u64::try_from(super::all_self_ns(snapshot)).unwrap_or(u64::MAX),
+                self_ns: snapshot.totals().self_ns,
             },
         });
         let kept = self.selected_names(snapshot);
@@ -160,7 +160,7 @@ impl Selection {
             .filter(|s| self.matches(&s.name, &s.target))
             .collect();
         if let Some(top) = self.top {
-            matched.sort_by(|a, b| super::by_self_time(a, b));
+            matched.sort_by(|a, b| crate::profile::figures::by_self_time(a, b));
             matched.truncate(top);
         }
         matched
@@ -431,11 +431,8 @@ mod tests {
         let whole = once.selection.clone().unwrap();
         assert_eq!(whole.filter, "forward,backward");
         assert_eq!(whole.span_names, snapshot.spans.len() as u64);
-        assert_eq!(
-            u128::from(whole.self_ns),
-            crate::output::all_self_ns(&snapshot)
-        );
-        assert_eq!(crate::output::all_self_ns(&once), u128::from(whole.self_ns));
+        assert_eq!(whole.self_ns, snapshot.totals().self_ns);
+        assert_eq!(once.totals().self_ns, whole.self_ns);
         // Again with the same filter: the same profile; with another: both named.
         assert_eq!(selection.apply(&once), once);
         let narrower = Selection::new().with_name("forward").apply(&once);

@@ -9,12 +9,13 @@ use std::fmt::{self, Write as _};
 use std::io::{self, Write};
 use std::ops::Deref;
 
-use super::units::{format_bytes, format_count, format_duration, format_metric, format_si};
-use super::{Format, TreeView};
+use super::units::{format_bytes, format_count, format_duration, format_metric};
+use super::{shown, Format, TreeView};
 use crate::analysis::{leaks, Leak, LeakSource};
+use crate::profile::figures::{self as fig, clamped_spans, Figure};
 use crate::profile::{
     BackoffStep, CpuUse, MetricKind, MetricValue, Overhead, ResourceInfo, Snapshot, SpanResources,
-    SpanStats,
+    SpanStats, Totals,
 };
 
 /// Name of the report file in an output directory.
@@ -124,8 +125,8 @@ struct View<'a> {
     snap: &'a Snapshot,
     rows: Vec<Row<'a>>,
     top: usize,
-    /// Self time of every span name (a sum of `u64`s: it does not wrap).
-    all_self: u128,
+    /// The derived values: all self time (what self % is a share of), ...
+    totals: Totals,
 }
 
 /// One span name and what the report calls it.
@@ -148,7 +149,7 @@ impl Deref for Row<'_> {
 
 impl<'a> View<'a> {
     fn new(snap: &'a Snapshot, top: usize) -> Self {
-        let stats = report_order(snap);
+        let stats = snap.by_self_time();
         // The targets of each span name: more than one, and the name is ambiguous alone.
         let mut targets: HashMap<&str, Vec<&str>> = HashMap::new();
         for s in &stats {
@@ -178,12 +179,11 @@ impl<'a> View<'a> {
                 }
             })
             .collect();
-        let all_self = super::all_self_ns(snap);
         Self {
             snap,
             rows,
             top,
-            all_self,
+            totals: snap.totals(),
         }
     }
 
@@ -281,32 +281,23 @@ impl<'a> View<'a> {
     /// The header and one row per span name shown.
     fn spans(&self, f: &mut String) -> fmt::Result {
         // A selection of span names: the header counts the whole profile's, then says which.
-        let names = self
-            .snap
-            .selection
-            .as_ref()
-            .map_or(self.rows.len() as u64, |whole| whole.span_names);
+        let t = &self.totals;
         writeln!(
             f,
             "spanprof: {} span name{}, {} inside spans, run {} (preset {})",
-            names,
-            if names == 1 { "" } else { "s" },
-            format_duration(saturate(self.all_self)),
+            t.span_names,
+            if t.span_names == 1 { "" } else { "s" },
+            format_duration(t.self_ns),
             format_duration(self.snap.run.duration_ns),
             self.snap.run.preset
         )?;
         if let Some(whole) = &self.snap.selection {
-            let shown: u128 = self
-                .rows
-                .iter()
-                .map(|s| u128::from(s.scaled_total_ns(&s.entry_self)))
-                .sum();
             writeln!(
                 f,
                 "output filter {}: {} of them, {:.1}% of the time inside spans",
                 truncate(&format!("{:?}", whole.filter), 50),
                 self.rows.len(),
-                share(shown, self.all_self)
+                t.self_share_pct(t.shown_self_ns)
             )?;
         }
         if let Some(o) = &self.snap.overhead {
@@ -332,24 +323,32 @@ impl<'a> View<'a> {
             nw = NAME_WIDTH
         )?;
         for s in self.shown() {
-            let e = &s.entry_busy;
+            let [calls, total, self_, pct, mean, p50, p90, p99, max] = [
+                &fig::CALLS,
+                &fig::BUSY,
+                &fig::SELF,
+                &fig::SELF_SHARE,
+                &fig::MEAN,
+                &fig::P50,
+                &fig::P90,
+                &fig::P99,
+                &fig::MAX,
+            ]
+            .map(|figure| self.cell(figure, s));
             writeln!(
                 f,
-                "{:<nw$} {:>7} {:>8} {:>8} {:>5.1}% {:>8} {:>8} {:>8} {:>8} {:>8}",
+                "{:<nw$} {calls:>7} {total:>8} {self_:>8} {pct:>6} {mean:>8} {p50:>8} {p90:>8} \
+                 {p99:>8} {max:>8}",
                 s.label,
-                format_count(s.calls),
-                scaled_total(s, e),
-                scaled_total(s, &s.entry_self),
-                share(s.scaled_total_ns(&s.entry_self).into(), self.all_self),
-                format_duration(e.mean_ns.round() as u64),
-                format_duration(e.p50_ns),
-                format_duration(e.p90_ns),
-                format_duration(e.p99_ns),
-                format_duration(e.max_ns),
                 nw = NAME_WIDTH
             )?;
         }
         hidden_rows(f, self.rows.len() - self.shown().len(), "")
+    }
+
+    /// Figure `figure` of span name `s` as the report prints it ([`shown`]).
+    fn cell(&self, figure: &Figure, s: &SpanStats) -> String {
+        shown(figure, s, &self.totals)
     }
 
     /// Sums of the `items`, `bytes` and `flops` fields, and their rates over busy time.
@@ -376,18 +375,20 @@ impl<'a> View<'a> {
             )?;
         }
         for s in rows {
-            let cell = |v: Option<u64>| v.map_or_else(dash, |v| format_si(v as f64));
-            let rate = |v: Option<u64>| s.rate(v).map_or_else(dash, format_si);
+            let [items, items_s, bytes, bytes_s, flops, flops_s] = [
+                &fig::ITEMS,
+                &fig::ITEMS_RATE,
+                &fig::BYTES,
+                &fig::BYTES_RATE,
+                &fig::FLOPS,
+                &fig::FLOPS_RATE,
+            ]
+            .map(|figure| self.cell(figure, s));
             writeln!(
                 f,
-                "{:<nw$} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "{:<nw$} {items:>10} {items_s:>10} {bytes:>10} {bytes_s:>10} {flops:>10} \
+                 {flops_s:>10}",
                 s.label,
-                cell(s.items),
-                rate(s.items),
-                cell(s.bytes),
-                rate(s.bytes),
-                cell(s.flops),
-                rate(s.flops),
                 nw = NAME_WIDTH
             )?;
         }
@@ -548,21 +549,18 @@ impl<'a> View<'a> {
                 nw = NAME_WIDTH
             )?;
             for s in closed {
-                let (w, b) = (&s.wall, &s.busy);
-                writeln!(
-                    f,
-                    "{:<nw$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-                    s.label,
-                    format_duration(w.p50_ns),
-                    format_duration(w.p90_ns),
-                    format_duration(w.p99_ns),
-                    format_duration(w.max_ns),
-                    format_duration(b.p50_ns),
-                    format_duration(b.p90_ns),
-                    format_duration(b.p99_ns),
-                    format_duration(b.max_ns),
-                    nw = NAME_WIDTH
-                )?;
+                let cells = [
+                    &fig::WALL_P50,
+                    &fig::WALL_P90,
+                    &fig::WALL_P99,
+                    &fig::WALL_MAX,
+                    &fig::INSTANCE_BUSY_P50,
+                    &fig::INSTANCE_BUSY_P90,
+                    &fig::INSTANCE_BUSY_P99,
+                    &fig::INSTANCE_BUSY_MAX,
+                ]
+                .map(|figure| format!(" {:>8}", self.cell(figure, s)));
+                writeln!(f, "{:<nw$}{}", s.label, cells.concat(), nw = NAME_WIDTH)?;
             }
         }
         if !rows.is_empty() {
@@ -588,28 +586,18 @@ impl<'a> View<'a> {
             )?;
         }
         for s in rows {
-            let per = if s.created == 0 {
-                dash()
-            } else {
-                format_si(s.calls as f64 / s.created as f64)
-            };
-            let busy_share = if s.wall.total_ns == 0 {
-                dash()
-            } else {
-                format!(
-                    "{:.1}%",
-                    share(s.busy.total_ns.into(), s.wall.total_ns.into())
-                )
-            };
+            let [instances, open, per, busy_share, running] = [
+                &fig::INSTANCES,
+                &fig::OPEN,
+                &fig::CALLS_PER_INSTANCE,
+                &fig::BUSY_WALL,
+                &fig::IN_PROGRESS,
+            ]
+            .map(|figure| self.cell(figure, s));
             writeln!(
                 f,
-                "{:<nw$} {:>9} {:>6} {:>9} {:>9} {:>9}",
+                "{:<nw$} {instances:>9} {open:>6} {per:>9} {busy_share:>9} {running:>9}",
                 s.label,
-                s.instances,
-                s.open,
-                per,
-                busy_share,
-                format_duration(s.in_progress_ns),
                 nw = NAME_WIDTH
             )?;
         }
@@ -629,7 +617,7 @@ impl<'a> View<'a> {
             (rows, hidden)
         };
         let (rows, hidden) = with(|r| r.cpu.is_some() || r.heap.is_some() || r.memory.is_some());
-        memory_and_cpu(f, &rows, hidden, self.snap.overhead.as_ref())?;
+        memory_and_cpu(f, &rows, hidden, self.snap.overhead.as_ref(), &self.totals)?;
         let (rows, hidden) = with(|r| !r.gpus.is_empty() || r.energy_j.is_some());
         gpu_and_energy(f, &rows, hidden, info.grid_g_per_kwh.is_some())?;
         // Suspicions of every span name, shown or not.
@@ -777,31 +765,6 @@ impl<'a> View<'a> {
     }
 }
 
-/// The span names of `snap` in the report's order: self time, highest first (then busy time,
-/// name, target).
-pub(crate) fn report_order(snap: &Snapshot) -> Vec<&SpanStats> {
-    let mut stats: Vec<&SpanStats> = snap.spans.iter().collect();
-    stats.sort_by(|a, b| super::by_self_time(a, b));
-    stats
-}
-
-/// How many spans of a name had a time clamped to the histograms' highest value, counting each
-/// span once: a span entered once is clamped in all five histograms, and a closed instance with
-/// a clamped entry has a clamped wall time too. Entries of instances still open are in no
-/// instance histogram: the entry count stands for them when it is the larger.
-pub(crate) fn clamped_spans(s: &SpanStats) -> u64 {
-    [
-        s.entry_busy.clamped,
-        s.entry_self.clamped,
-        s.busy.clamped,
-        s.self_time.clamped,
-        s.wall.clamped,
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(0)
-}
-
 /// Which samplers ran, the peaks, and what was not available.
 fn sampler_status(f: &mut String, info: &ResourceInfo) -> fmt::Result {
     write!(
@@ -848,6 +811,7 @@ fn memory_and_cpu(
     rows: &[(&Row<'_>, &SpanResources)],
     hidden: usize,
     overhead: Option<&Overhead>,
+    totals: &Totals,
 ) -> fmt::Result {
     if rows.is_empty() {
         return hidden_rows(f, hidden, "with memory and CPU figures");
@@ -878,31 +842,24 @@ fn memory_and_cpu(
         "self kept",
         nw = NAME_WIDTH
     )?;
-    let per = |total: f64, n: u64| {
-        if n == 0 {
-            dash()
-        } else {
-            format_bytes(total / n as f64)
-        }
-    };
     for (s, r) in rows {
-        let (cpu, memory, heap) = (r.cpu.as_ref(), r.memory.as_ref(), r.heap.as_ref());
+        // CPU with its own mark: `~` where its entries were sampled.
+        let cpu = r.cpu.as_ref().map_or_else(dash, cpu_pct);
+        let [rss, peak_rss, peak_heap, alloc, allocs, kept, self_kept] = [
+            &fig::RSS_DELTA,
+            &fig::PEAK_RSS,
+            &fig::PEAK_HEAP,
+            &fig::ALLOC_PER_ENTRY,
+            &fig::ALLOCS_PER_ENTRY,
+            &fig::KEPT_PER_ENTRY,
+            &fig::SELF_KEPT_PER_ENTRY,
+        ]
+        .map(|figure| shown(figure, s, totals));
         writeln!(
             f,
-            "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
+            "{:<nw$} {cpu:>5} {rss:>9} {peak_rss:>9} {peak_heap:>9} {alloc:>9} {allocs:>7} \
+             {kept:>9} {self_kept:>9}",
             s.label,
-            cpu.map_or_else(dash, cpu_pct),
-            memory.map_or_else(dash, |m| per(m.rss_delta_bytes as f64, m.instances)),
-            memory.map_or_else(dash, |m| format_bytes(m.peak_rss_bytes as f64)),
-            memory
-                .and_then(|m| m.peak_heap_bytes)
-                .map_or_else(dash, |p| format_bytes(p as f64)),
-            heap.map_or_else(dash, |h| per(h.allocated_bytes as f64, h.entries)),
-            heap.map_or_else(dash, |h| format_si(
-                h.allocations as f64 / h.entries.max(1) as f64
-            )),
-            heap.map_or_else(dash, |h| per(h.net_retained_bytes as f64, h.entries)),
-            heap.map_or_else(dash, |h| per(h.self_retained_bytes as f64, h.entries)),
             nw = NAME_WIDTH
         )?;
     }
@@ -993,16 +950,6 @@ pub(crate) fn sampled_note(overhead: Option<&Overhead>) -> String {
     format!(
         "~ sampled: short names' CPU time read for {which}\n  (cpu%: CPU time per entry read, over \
          the busy time of the mean entry)"
-    )
-}
-
-/// A total of a span name's figure, `≈` before it where the name was sampled by the back-off
-/// (the mean of the recorded × every call: [`SpanStats::scaled_total_ns`]).
-pub(crate) fn scaled_total(s: &SpanStats, stat: &crate::profile::Stat) -> String {
-    format!(
-        "{}{}",
-        if s.sampled.is_some() { "≈" } else { "" },
-        format_duration(s.scaled_total_ns(stat))
     )
 }
 
@@ -1247,11 +1194,6 @@ pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     std::borrow::Cow::Owned(out)
-}
-
-/// A sum of `u64`s as a `u64`, `u64::MAX` where it does not fit.
-fn saturate(sum: u128) -> u64 {
-    u64::try_from(sum).unwrap_or(u64::MAX)
 }
 
 /// `part` as a percentage of `whole` (0 when `whole` is 0).

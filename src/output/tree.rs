@@ -1,6 +1,10 @@
 //! The console tree view: the call tree indented, one line per call path, with its share of
 //! all self time, calls, self, busy and p99 busy time. Children are sorted by the self time
 //! under them (their flamegraph width); depth- and top-limited, the paths left out counted.
+//!
+//! A node's times are [`TreeNode::self_ns`] and [`TreeNode::busy_ns`] (the spans the back-off
+//! left out estimated in, marked `≈`), and its share is of the self time of every span name,
+//! [`Totals::self_ns`](crate::profile::Totals::self_ns), as in the table.
 
 use std::fmt::{self, Write as _};
 use std::io::{self, Write};
@@ -8,7 +12,7 @@ use std::io::{self, Write};
 use super::table::truncate;
 use super::units::{format_count, format_duration};
 use super::Format;
-use crate::profile::{CallTree, Selected, Snapshot};
+use crate::profile::{CallTree, Snapshot, TreeNode};
 
 /// Name of the tree view in an output directory.
 pub const TREE_FILE: &str = "tree.txt";
@@ -65,25 +69,23 @@ impl TreeView {
         let mut out = String::new();
         if let Some(tree) = snapshot.tree.as_ref().filter(|t| !t.nodes.is_empty()) {
             // Writing to a String cannot fail.
-            let _ = self.write(tree, snapshot.selection.as_ref(), &mut out);
+            let totals = snapshot.totals();
+            let _ = self.write(tree, totals.self_ns, snapshot.selection.is_some(), &mut out);
         }
         out
     }
 
-    /// The view of `tree`; of the paths to the names an output filter selected where `whole`
-    /// (the whole profile's figures) is given: percentages stay shares of all its self time.
-    fn write(&self, tree: &CallTree, whole: Option<&Selected>, f: &mut String) -> fmt::Result {
+    /// The view of `tree`, its percentages shares of `all` ns (the self time of every span
+    /// name: of the whole profile where `selected`, the tree of the paths to the names an output
+    /// filter selected).
+    fn write(&self, tree: &CallTree, all: u64, selected: bool, f: &mut String) -> fmt::Result {
         let total = tree.total_ns();
         let (children, roots) = tree.children();
-        let all: u64 = whole.map_or_else(
-            || roots.iter().map(|&r| total[r]).fold(0, u64::saturating_add),
-            |w| w.self_ns,
-        );
         writeln!(
             f,
             "Call tree ({} paths{}; % of all self time {}, under each path)",
             tree.nodes.len(),
-            if whole.is_some() {
+            if selected {
                 " to the selected names"
             } else {
                 ""
@@ -140,8 +142,8 @@ impl TreeView {
                 "{label:<PATH_WIDTH$} {:>5.1}% {:>9} {:>9} {:>9} {:>9}",
                 pct(total[i]),
                 format_count(node.calls),
-                format_duration(node.self_time.total_ns),
-                format_duration(node.busy.total_ns),
+                node_cell(node, node.self_ns()),
+                node_cell(node, node.busy_ns()),
                 format_duration(node.busy.p99_ns),
             )?;
             if depth + 1 < self.depth {
@@ -156,6 +158,13 @@ impl TreeView {
         }
         Ok(())
     }
+}
+
+/// A time of `node` (its [`TreeNode::self_ns`] or [`TreeNode::busy_ns`]) as the tree views show
+/// it: `≈` before an estimate ([`TreeNode::is_estimate`]).
+pub(crate) fn node_cell(node: &TreeNode, ns: u64) -> String {
+    let mark = if node.is_estimate() { "≈" } else { "" };
+    format!("{mark}{}", format_duration(ns))
 }
 
 /// The nodes `list` in the tree view's order: the most self time under them (`total`, from

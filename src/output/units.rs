@@ -4,6 +4,8 @@
 //! is chosen, so a value that rounds up to the next unit is printed in that unit: 999,500 ns is
 //! `1.00 ms`, not `1000 µs`; 1,048,575 B is `1.00 MiB`, not `1024 KiB`.
 
+use crate::profile::figures::{Kind, Value};
+
 /// A unit: its name and its size in the base unit.
 type Unit = (&'static str, f64);
 
@@ -50,6 +52,22 @@ pub fn format_duration_f64(ns: f64) -> String {
     // No decimals in the base unit.
     let (text, unit) = scale(ns, &TIME_UNITS, 1000.0, 0);
     format!("{text} {unit}")
+}
+
+/// A figure's value for people, by its kind: counts exact below ten million, sums of fields
+/// and rates with SI prefixes, durations and bytes in human units, shares with one decimal
+/// (`51.9%`), energy in joules (`0.125 J`), mass in grams (`0.0310 g`).
+pub(crate) fn format_value(kind: Kind, value: Value) -> String {
+    match (kind, value) {
+        (Kind::Count, Value::Int(n)) => format_count(n),
+        (Kind::Duration, Value::Int(ns)) => format_duration(ns),
+        (Kind::Duration, v) => format_duration_f64(v.as_f64()),
+        (Kind::Bytes, v) => format_bytes(v.as_f64()),
+        (Kind::Percent, v) => format!("{:.1}%", v.as_f64()),
+        (Kind::Energy, v) => format!("{:.3} J", v.as_f64()),
+        (Kind::Mass, v) => format!("{:.4} g", v.as_f64()),
+        (_, v) => format_si(v.as_f64()),
+    }
 }
 
 /// Formats a byte count in binary units (`812 B`, `1.25 MiB`); negative values keep their sign.
@@ -277,6 +295,10 @@ mod tests {
         // A metric in nanoseconds too.
         assert_eq!(format_metric(3_304.9, Some("nanoseconds")), "3.30 µs");
         assert_eq!(format_metric(3.3049e-6, Some("seconds")), "3.30 µs");
+        assert_eq!(
+            format_value(Kind::Duration, Value::Real(3_304.9)),
+            "3.30 µs"
+        );
     }
 
     #[test]

@@ -140,11 +140,12 @@
         svg.appendChild(label);
         var bar = svgEl("rect", { "class": "bar", x: box.x, y: y + 3, width: w, height: rowH - 6,
           "data-name": s.label, "data-self-ns": s.self_ns });
-        tooltip(bar, s.label + ": " + fmtTime(s.self_ns) + " self, " + s.self_pct.toFixed(1) + "% of all self time, " +
-          calls(s.calls));
+        // The figures as the table prints them (≈ where the back-off sampled the name).
+        tooltip(bar, s.label + ": " + s.self_shown + " self, " + s.self_pct_shown + " of all self time, " +
+          calls(s.calls) + (s.estimate ? " (sampled by the back-off: totals estimated)" : ""));
         svg.appendChild(bar);
         svg.appendChild(svgEl("text", { "class": "value", x: box.x + w + 6, y: y + rowH / 2 + 4 },
-          fmtTime(s.self_ns) + "  " + s.self_pct.toFixed(1) + "%"));
+          s.self_shown + "  " + s.self_pct_shown));
       });
       holder.appendChild(svg);
     }
