@@ -13,9 +13,9 @@ use crate::profile::Snapshot;
 /// Name of the Markdown report in an output directory.
 pub const MARKDOWN_FILE: &str = "report.md";
 
-/// The report as a Markdown table: one row per span name (name, target, then the figures of
-/// [`Markdown::COLUMNS`]: calls, total busy and self time, self %, and the per-call mean, p50,
-/// p90, p99 and max of busy time), sorted by self time.
+/// The report as a Markdown table: one row per span name (name, target, then figures of the
+/// catalogue, [`crate::profile::figures`]: calls, total busy and self time, self %, and the
+/// per-call mean, p50, p90, p99 and max of busy time), sorted by self time.
 ///
 /// ```
 /// use spanprof::output::{Format, Markdown};
