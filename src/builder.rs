@@ -12,46 +12,37 @@ use crate::chrome::{ChromeOptions, Session as ChromeSession};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::export::{Every, ExportSettings, StepSignal};
+use crate::filter_hint::SeenCallsites;
 use crate::gpu::GpuSource;
 use crate::guard::{ProfileGuard, ProfileHandle};
 use crate::layer::ProfileLayer;
 use crate::output::{Destination, Format, Output, Selection, Table};
 use crate::record::{Recorder, RunSettings};
 use crate::samplers::{self, Readings, Timeline};
-use crate::session::{ProfileSession, SessionOutputs};
+use crate::session::{EndNotes, ProfileSession, SessionOutputs};
 use crate::switches::{Preset, Resources};
 
 #[cfg(feature = "http")]
 pub use crate::env::ENV_METRICS_ADDR;
 pub use crate::env::{
     ENV_CPU_CLOCK, ENV_EVERY, ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_MAX_OVERHEAD, ENV_OUT,
-    ENV_OUTPUT_FILTER, ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_STEP, ENV_TOP,
+    ENV_OUTPUT_FILTER, ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_STEP, ENV_STRICT, ENV_TOP,
 };
 
 pub use crate::record::metrics::{MAX_METRICS, MAX_METRIC_SITES};
 pub use crate::record::names::MAX_SPAN_NAMES;
 pub use crate::record::tree::{MAX_TREE_DEPTH, MAX_TREE_NODES};
 
-/// What `SPANPROF_CPU_CLOCK` may be.
-const CPU_CLOCK_EXPECTED: &str = "`perf` or `thread`";
+/// The GPU backend handed to the builder, for `Debug`.
+#[derive(Default)]
+struct GpuSourceBox(Option<Box<dyn GpuSource>>);
 
-/// A GPU source handed to the builder (taken by the first `build`).
-#[derive(Clone, Default)]
-struct GpuSourceSlot(Arc<std::sync::Mutex<Option<Box<dyn GpuSource>>>>);
-
-impl std::fmt::Debug for GpuSourceSlot {
+impl std::fmt::Debug for GpuSourceBox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("GpuSourceSlot")
-    }
-}
-
-/// Outputs handed to the builder (taken by the first `build`).
-#[derive(Clone, Default)]
-struct OutputSlot(Arc<std::sync::Mutex<Vec<Output>>>);
-
-impl std::fmt::Debug for OutputSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("OutputSlot")
+        match &self.0 {
+            Some(source) => write!(f, "Some({})", source.backend()),
+            None => f.write_str("None"),
+        }
     }
 }
 
@@ -74,6 +65,67 @@ pub enum ReportTarget {
     Off,
 }
 
+impl std::fmt::Display for ReportTarget {
+    /// `SPANPROF_REPORT`'s spelling: `stderr`, `stdout`, `off`, or the path.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReportTarget::Stderr => f.write_str("stderr"),
+            ReportTarget::Stdout => f.write_str("stdout"),
+            ReportTarget::File(path) => write!(f, "{}", path.display()),
+            ReportTarget::Off => f.write_str("off"),
+        }
+    }
+}
+
+/// The thread CPU clock spanprof reads per span at `detailed` and up (the CPU time of a span):
+/// [`Builder::with_cpu_clock`], `SPANPROF_CPU_CLOCK` (`perf` or `thread`, case-insensitive).
+///
+/// The clock is the process's: the first profile built with [`CpuClock::Thread`] before any
+/// thread opened its perf event makes every thread read `CLOCK_THREAD_CPUTIME_ID`; once perf
+/// events are in use, the choice stays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CpuClock {
+    /// A per-thread perf event counting the thread's task clock (the default), or
+    /// `CLOCK_THREAD_CPUTIME_ID` where perf events are not allowed: its reads leave the
+    /// scheduler alone.
+    #[default]
+    Perf,
+    /// Always `CLOCK_THREAD_CPUTIME_ID`, whose reads bring the scheduler's accounting up to
+    /// date (a thread whose time slice is used up is switched out there). See the README's
+    /// "No distortion".
+    Thread,
+}
+
+impl CpuClock {
+    /// What `SPANPROF_CPU_CLOCK` accepts.
+    const ACCEPTED: &'static str = "`perf` or `thread`";
+
+    /// `SPANPROF_CPU_CLOCK`'s spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuClock::Perf => "perf",
+            CpuClock::Thread => "thread",
+        }
+    }
+}
+
+impl std::str::FromStr for CpuClock {
+    type Err = Error;
+
+    /// `perf` or `thread`, case-insensitive, surrounding whitespace ignored.
+    fn from_str(text: &str) -> Result<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "perf" => Ok(CpuClock::Perf),
+            "thread" => Ok(CpuClock::Thread),
+            _ => Err(Error::InvalidEnv {
+                var: ENV_CPU_CLOCK,
+                value: text.to_string(),
+                expected: Self::ACCEPTED,
+            }),
+        }
+    }
+}
+
 /// Builds a [`ProfileLayer`] and its [`ProfileGuard`].
 ///
 /// Environment variables override the builder unless [`Builder::with_env`] turns them off:
@@ -90,21 +142,38 @@ pub enum ReportTarget {
 /// | `SPANPROF_GRID_G_PER_KWH` | a non-negative number | [`Builder::with_grid_intensity`] |
 /// | `SPANPROF_OUTPUT_FILTER` | name globs, `target=GLOB`, `top=N`, comma-separated | [`Builder::with_output_filter`] |
 /// | `SPANPROF_MAX_OVERHEAD` | a percentage over 0, up to 100 (`5`, `2.5%`), or `off` | [`Builder::with_max_overhead`] |
-/// | `SPANPROF_CPU_CLOCK` | `perf` (default) or `thread`: the thread CPU clock read per span | — |
+/// | `SPANPROF_CPU_CLOCK` | `perf` (default) or `thread`: the thread CPU clock read per span | [`Builder::with_cpu_clock`] |
 /// | `SPANPROF_METRICS_ADDR` | `host:port` or a port (feature `http`) | `Builder::with_metrics_addr` |
 /// | `SPANPROF_EVERY` | a duration (`30s`, `500ms`) or steps (`100 steps`), see [`Every`] | [`Builder::with_every`] |
 /// | `SPANPROF_STEP` | a span name, e.g. `train_step` | [`Builder::with_step_span`] |
+/// | `SPANPROF_STRICT` | `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` | [`Builder::with_strict_env`] |
 ///
 /// With the `otlp` feature, the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, …) configure the OTLP metrics push: see
 /// [`crate::otlp`].
 ///
 /// One rule per option, whichever source gives the value: [`Builder::build`] checks the
-/// builder's values with the same rule the variable's value is checked with, and an invalid
-/// value is an error naming the option (the variable, or the builder method) and the value.
-/// Environment values are trimmed of surrounding whitespace; keywords are case-insensitive; a
-/// variable that is set must hold a value (an empty one is an error: unset it instead).
-#[derive(Debug, Clone)]
+/// builder's values with the same rule the variable's value is checked with. Environment values
+/// are trimmed of surrounding whitespace; keywords are case-insensitive; a variable that is set
+/// must hold a value (an empty one is invalid: unset it instead).
+///
+/// A builder value outside its rule is an error naming the method and the value. A variable
+/// outside its rule never stops the program (as `EnvFilter::from_env_lossy`): [`Builder::build`]
+/// writes one line on stderr naming the variable, the value, what it accepts and the value used
+/// instead (the builder's, which is the default unless the code set it), and goes on with that
+/// value. The same goes for an `SPANPROF_OUT` directory that cannot be created or written (no
+/// output directory, or the builder's) and an `SPANPROF_METRICS_ADDR` that cannot be bound.
+/// In strict mode ([`Builder::with_strict_env`], `SPANPROF_STRICT=1`) each of those is an
+/// error instead, naming the variable.
+///
+/// The builder is not `Clone`: it owns the outputs of [`Builder::with_output`] and the GPU
+/// source of [`Builder::with_gpu_source`], which its one build hands to the profile.
+///
+/// ```compile_fail
+/// let builder = spanprof::ProfileLayer::builder();
+/// let copy = builder.clone();
+/// ```
+#[derive(Debug)]
 #[must_use]
 pub struct Builder {
     preset: Preset,
@@ -113,12 +182,14 @@ pub struct Builder {
     top: usize,
     output_dir: Option<PathBuf>,
     read_env: bool,
+    /// Whether a variable outside its rule is an error (else a warning and the builder's value).
+    strict_env: bool,
     clock: Option<Clock>,
     #[cfg(feature = "chrome")]
     chrome: Option<ChromeOptions>,
     resources: Option<Resources>,
     interval: Duration,
-    gpu_source: GpuSourceSlot,
+    gpu_source: GpuSourceBox,
     grid_g_per_kwh: Option<f64>,
     tree: bool,
     /// The back-off's threshold, %.
@@ -126,14 +197,50 @@ pub struct Builder {
     /// The span names every output shows.
     selection: Selection,
     /// Outputs added with [`Builder::with_output`].
-    outputs: OutputSlot,
+    outputs: Vec<Output>,
     /// Where the `/metrics` endpoint listens, if it is served.
     #[cfg(feature = "http")]
     metrics_addr: Option<std::net::SocketAddr>,
     every: Option<Every>,
     step_span: Option<String>,
+    cpu_clock: CpuClock,
     #[cfg(feature = "otlp")]
     otlp: Option<crate::otlp::OtlpOptions>,
+    /// What the environment changed, for the values checked only by `build` (the output
+    /// directory, the `/metrics` address) and for the report of the filter in force.
+    from_env: FromEnv,
+    /// The variables outside their rule, each replaced by the builder's value.
+    warnings: Vec<EnvWarning>,
+}
+
+/// The values the environment set that `build` checks later, each with the variable's text and
+/// the builder's value it replaced.
+#[derive(Debug, Default)]
+struct FromEnv {
+    out: Option<(String, Option<PathBuf>)>,
+    #[cfg(feature = "http")]
+    metrics_addr: Option<(String, Option<std::net::SocketAddr>)>,
+    /// Whether the span filter came from `SPANPROF_FILTER`.
+    filter: bool,
+}
+
+/// A variable outside its rule, and the value used instead.
+#[derive(Debug)]
+struct EnvWarning {
+    /// The variable (tests read it).
+    #[cfg_attr(not(test), allow(dead_code))]
+    var: &'static str,
+    /// What is wrong, naming the variable and its value.
+    problem: String,
+    /// The value used instead, as the user would write it, and where it comes from.
+    used: String,
+}
+
+impl std::fmt::Display for EnvWarning {
+    /// One line: `spanprof: <the problem>; using <the value> (the default)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "spanprof: {}; using {}", self.problem, self.used)
+    }
 }
 
 impl Default for Builder {
@@ -145,23 +252,27 @@ impl Default for Builder {
             top: Self::DEFAULT_TOP,
             output_dir: None,
             read_env: true,
+            strict_env: false,
             clock: None,
             #[cfg(feature = "chrome")]
             chrome: None,
             resources: None,
             interval: Self::DEFAULT_SAMPLE_INTERVAL,
-            gpu_source: GpuSourceSlot::default(),
+            gpu_source: GpuSourceBox::default(),
             grid_g_per_kwh: None,
             tree: true,
             max_overhead_pct: Some(Self::DEFAULT_MAX_OVERHEAD_PCT),
             selection: Selection::new(),
-            outputs: OutputSlot::default(),
+            outputs: Vec::new(),
             #[cfg(feature = "http")]
             metrics_addr: None,
             every: None,
             step_span: None,
+            cpu_clock: CpuClock::default(),
             #[cfg(feature = "otlp")]
             otlp: None,
+            from_env: FromEnv::default(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -249,9 +360,33 @@ impl Builder {
     }
 
     /// Whether the `SPANPROF*` environment variables (and, with the `otlp` feature, the
-    /// `OTEL_*` ones) override the builder (default `true`).
+    /// `OTEL_*` ones) override the builder (default `true`). `false` turns every one of them
+    /// off, `SPANPROF_STRICT` included.
     pub fn with_env(self, read_env: bool) -> Self {
         Self { read_env, ..self }
+    }
+
+    /// Whether a `SPANPROF*` variable outside its rule fails [`Builder::build`] (default
+    /// `false`: one line on stderr names the variable, its value, what it accepts and the value
+    /// used instead, and the program goes on with the builder's value; see [`Builder`]).
+    /// `SPANPROF_STRICT` overrides it (`1`, `true`, `yes`, `on`; `0`, `false`, `no`, `off`).
+    ///
+    /// Values given to the builder's methods are checked either way: outside their rule they
+    /// are an error.
+    pub fn with_strict_env(self, strict: bool) -> Self {
+        Self {
+            strict_env: strict,
+            ..self
+        }
+    }
+
+    /// The thread CPU clock read per span at `detailed` and up (default [`CpuClock::Perf`]).
+    /// `SPANPROF_CPU_CLOCK` overrides it. The clock is the process's: see [`CpuClock`].
+    pub fn with_cpu_clock(self, clock: CpuClock) -> Self {
+        Self {
+            cpu_clock: clock,
+            ..self
+        }
     }
 
     /// The clock to read (default [`Clock::new`]); tests pass a [`Clock::mock`].
@@ -283,16 +418,12 @@ impl Builder {
 
     /// Also renders `format` to `to` when the guard drops, after the report and the files of
     /// [`Builder::with_output_dir`].
-    pub fn with_output(self, format: impl Format + 'static, to: Destination) -> Self {
-        self.outputs
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Output {
-                format: Box::new(format),
-                to,
-                fallback_to_stderr: false,
-            });
+    pub fn with_output(mut self, format: impl Format + 'static, to: Destination) -> Self {
+        self.outputs.push(Output {
+            format: Box::new(format),
+            to,
+            fallback_to_stderr: false,
+        });
         self
     }
 
@@ -308,7 +439,7 @@ impl Builder {
     /// GPU sampler runs, with the `nvml` feature).
     pub fn with_gpu_source(self, source: impl GpuSource) -> Self {
         Self {
-            gpu_source: GpuSourceSlot(Arc::new(std::sync::Mutex::new(Some(Box::new(source))))),
+            gpu_source: GpuSourceBox(Some(Box::new(source))),
             ..self
         }
     }
@@ -435,8 +566,6 @@ impl Builder {
         }
     }
 
-    /// Builds the layer and its guard.
-    ///
     /// Chooses the span names every output shows (default: all): the report, the JSON
     /// profile and the outputs of [`Builder::with_output`] render the profile of the selected
     /// names only ([`Selection::apply`]). Globs must not be empty and `top` must be at least
@@ -456,17 +585,24 @@ impl Builder {
     /// directory of a report file (if it cannot be written, the report goes to standard error,
     /// with one warning now).
     ///
+    /// A variable outside its rule (or an `SPANPROF_OUT` that cannot be written, an
+    /// `SPANPROF_METRICS_ADDR` that cannot be bound) is one line on stderr, and the builder's
+    /// value is used instead, unless strict mode ([`Builder::with_strict_env`],
+    /// `SPANPROF_STRICT`) makes it an error.
+    ///
     /// # Errors
-    /// [`Error::InvalidEnv`] naming the variable, or [`Error::InvalidSetting`] naming the
-    /// builder method, with the value that is wrong; [`Error::InvalidFilter`] if filter
-    /// directives do not parse; [`Error::Io`] naming the output directory if it cannot be
-    /// created or written; [`Error::Io`] naming the address if the `/metrics` endpoint cannot
-    /// be bound. Nothing is installed in that case. With [`Builder::with_chrome`]:
+    /// [`Error::InvalidSetting`] naming the builder method, with the value that is wrong;
+    /// [`Error::InvalidFilter`] if the builder's filter directives do not parse; [`Error::Io`]
+    /// naming the output directory if it cannot be created or written; [`Error::Io`] naming the
+    /// address if the `/metrics` endpoint cannot be bound. In strict mode,
+    /// [`Error::InvalidEnv`] naming the variable, or the errors above for values the
+    /// environment gave. Nothing is installed in that case. With [`Builder::with_chrome`]:
     /// [`Error::InvalidChromeOptions`], or [`Error::Io`] if the trace directory cannot be created.
     pub fn build(self) -> Result<(ProfileLayer, ProfileGuard)> {
         let read_env = self.read_env;
         self.build_from(|var| {
-            if read_env {
+            // `RUST_LOG` is no setting: read for the line of a run that recorded nothing.
+            if read_env || var == RUST_LOG {
                 std::env::var_os(var)
             } else {
                 None
@@ -479,7 +615,7 @@ impl Builder {
         self,
         get: impl Fn(&str) -> Option<std::ffi::OsString>,
     ) -> Result<(ProfileLayer, ProfileGuard)> {
-        let b = self.apply_env(&get)?.checked()?;
+        let mut b = self.apply_env(&get)?.checked()?;
         let filter = match &b.filter {
             Some(directives) => Some(parse_filter(directives, "the configuration")?),
             None => None,
@@ -487,18 +623,43 @@ impl Builder {
         let records = b.preset.records();
         // The off preset writes nothing: it creates no directory either.
         let report = if records {
-            prepare_outputs(b.output_dir.as_deref(), b.report)?
+            b.prepare_output_dir()?;
+            prepare_report(b.report.clone())
         } else {
             ReportTarget::Off
         };
         #[cfg(feature = "http")]
-        let metrics_listener = match b.metrics_addr {
-            Some(addr) if records => Some(crate::http::bind(addr).map_err(|source| Error::Io {
-                action: "binding the /metrics endpoint",
-                path: PathBuf::from(addr.to_string()),
-                source,
-            })?),
+        let metrics_listener = match records {
+            true => b.bind_metrics()?,
+            false => None,
+        };
+        // Every variable outside its rule, once, before anything runs: no subscriber may exist
+        // yet, so stderr (a closed one loses them).
+        for warning in &b.warnings {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr().lock(), "{warning}");
+        }
+        if records && b.cpu_clock == CpuClock::Thread {
+            samplers::cpu::use_thread_clock();
+        }
+        // The callsites registered, for the span filter's hint at the end.
+        let seen = match (&b.filter, records) {
+            (Some(_), true) => Some(Arc::new(SeenCallsites::default())),
             _ => None,
+        };
+        let notes = EndNotes {
+            to_stdout: report == ReportTarget::Stdout,
+            rust_log: get(RUST_LOG).map(|v| v.to_string_lossy().into_owned()),
+            filter: b.filter.clone().map(|directives| {
+                let origin = if b.from_env.filter {
+                    ENV_FILTER
+                } else {
+                    "Builder::with_filter"
+                };
+                (origin, directives)
+            }),
+            output_dir: b.output_dir.clone(),
+            seen: seen.clone(),
         };
         #[cfg(feature = "chrome")]
         let chrome = match b.chrome {
@@ -510,12 +671,7 @@ impl Builder {
         } else {
             Resources::NONE
         };
-        let gpu_source = b
-            .gpu_source
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let gpu_source = b.gpu_source.0.take();
         let clock = b.clock.unwrap_or_default();
         // Time 0 of the profile, for the recorder's clock and the sampler's timeline.
         let (start_raw, origin) = (clock.raw(), Instant::now());
@@ -594,8 +750,9 @@ impl Builder {
                     });
                 }
             }
-            outputs.append(&mut b.outputs.0.lock().unwrap_or_else(|e| e.into_inner()));
+            outputs.append(&mut b.outputs);
         }
+
         // The layer and every handle keep the sampler running; the guard itself does not, so
         // a leaked guard's sampler stops once they are gone.
         let sampler_use = sampler
@@ -615,6 +772,7 @@ impl Builder {
                 outputs,
                 table,
                 selection: b.selection.clone(),
+                notes,
             },
             records,
         ));
@@ -638,7 +796,9 @@ impl Builder {
             handle.serve_metrics(listener);
         }
         Ok((
-            ProfileLayer::new(recorder, filter, records).with_sampler_use(sampler_use.clone()),
+            ProfileLayer::new(recorder, filter, records)
+                .with_sampler_use(sampler_use.clone())
+                .with_seen_callsites(seen),
             ProfileGuard::new(handle).with_sampler_use(sampler_use.as_ref()),
         ))
     }
@@ -681,56 +841,53 @@ impl Builder {
     }
 
     /// Applies environment overrides read through `get`, each checked by its option's rule.
+    /// A value outside its rule leaves the builder's value and is noted in `warnings` (in
+    /// strict mode: the error).
     pub(crate) fn apply_env(
         mut self,
         get: impl Fn(&str) -> Option<std::ffi::OsString>,
     ) -> Result<Self> {
-        // Every value is trimmed; a variable that is set must hold something.
-        let read = |var: &'static str, expected: &'static str| -> Result<Option<String>> {
-            match get(var) {
-                None => Ok(None),
-                Some(v) => match v.into_string() {
-                    Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_string())),
-                    Ok(v) => Err(Error::InvalidEnv {
-                        var,
-                        value: v,
-                        expected,
-                    }),
-                    Err(v) => Err(Error::InvalidEnv {
-                        var,
-                        value: v.to_string_lossy().into_owned(),
-                        expected,
-                    }),
-                },
-            }
-        };
-        if let Some(v) = read(ENV_PRESET, Preset::ACCEPTED)? {
-            self.preset = v.parse()?;
-        }
-        if let Some(v) = read(ENV_FILTER, rules::FILTER)? {
-            self.filter = Some(rules::filter(v.clone(), Origin::Env(ENV_FILTER, &v))?);
-        }
-        if let Some(v) = read(ENV_REPORT, rules::REPORT)? {
-            self.report = rules::report(rules::parse_report(&v), Origin::Env(ENV_REPORT, &v))?;
-        }
-        if let Some(v) = read(ENV_TOP, rules::TOP)? {
+        let get: &dyn Fn(&str) -> Option<std::ffi::OsString> = &get;
+        // Strict mode first: it decides what the others' errors are.
+        self.env_var(get, ENV_STRICT, rules::STRICT, |b, v| {
+            b.strict_env = rules::strict(&v)?;
+            Ok(())
+        })?;
+        self.env_var(get, ENV_PRESET, Preset::ACCEPTED, |b, v| {
+            b.preset = v.parse()?;
+            Ok(())
+        })?;
+        self.env_var(get, ENV_FILTER, rules::FILTER, |b, v| {
+            b.filter = Some(rules::filter(v.clone(), Origin::Env(ENV_FILTER, &v))?);
+            b.from_env.filter = true;
+            Ok(())
+        })?;
+        self.env_var(get, ENV_REPORT, rules::REPORT, |b, v| {
+            b.report = rules::report(rules::parse_report(&v), Origin::Env(ENV_REPORT, &v))?;
+            Ok(())
+        })?;
+        self.env_var(get, ENV_TOP, rules::TOP, |b, v| {
             let n = rules::number(&v, ENV_TOP, rules::TOP)?;
-            self.top = rules::top(n, Origin::Env(ENV_TOP, &v))?;
-        }
-        if let Some(v) = read(ENV_SAMPLERS, Resources::ACCEPTED)? {
-            self.resources = Some(v.parse()?);
-        }
-        if let Some(v) = read(ENV_INTERVAL_MS, rules::INTERVAL)? {
+            b.top = rules::top(n, Origin::Env(ENV_TOP, &v))?;
+            Ok(())
+        })?;
+        self.env_var(get, ENV_SAMPLERS, Resources::ACCEPTED, |b, v| {
+            b.resources = Some(v.parse()?);
+            Ok(())
+        })?;
+        self.env_var(get, ENV_INTERVAL_MS, rules::INTERVAL, |b, v| {
             let ms: u64 = rules::number(&v, ENV_INTERVAL_MS, rules::INTERVAL)?;
-            self.interval =
+            b.interval =
                 rules::interval(Duration::from_millis(ms), Origin::Env(ENV_INTERVAL_MS, &v))?;
-        }
-        if let Some(v) = read(ENV_GRID, rules::GRID)? {
+            Ok(())
+        })?;
+        self.env_var(get, ENV_GRID, rules::GRID, |b, v| {
             let g = rules::number(&v, ENV_GRID, rules::GRID)?;
-            self.grid_g_per_kwh = Some(rules::grid(g, Origin::Env(ENV_GRID, &v))?);
-        }
-        if let Some(v) = read(ENV_MAX_OVERHEAD, rules::MAX_OVERHEAD)? {
-            self.max_overhead_pct = if v.eq_ignore_ascii_case("off") {
+            b.grid_g_per_kwh = Some(rules::grid(g, Origin::Env(ENV_GRID, &v))?);
+            Ok(())
+        })?;
+        self.env_var(get, ENV_MAX_OVERHEAD, rules::MAX_OVERHEAD, |b, v| {
+            b.max_overhead_pct = if v.eq_ignore_ascii_case("off") {
                 None
             } else {
                 let pct = rules::number(
@@ -745,43 +902,254 @@ impl Builder {
                 })?;
                 Some(rules::max_overhead(pct, Origin::Env(ENV_MAX_OVERHEAD, &v))?)
             };
-        }
-        // Read where the clock is opened (`samplers::cpu`); checked here.
-        if let Some(v) = read(ENV_CPU_CLOCK, CPU_CLOCK_EXPECTED)? {
-            if !matches!(v.trim(), "perf" | "thread") {
-                return Err(Error::InvalidEnv {
-                    var: ENV_CPU_CLOCK,
-                    value: v.clone(),
-                    expected: CPU_CLOCK_EXPECTED,
+            Ok(())
+        })?;
+        self.env_var(get, ENV_CPU_CLOCK, CpuClock::ACCEPTED, |b, v| {
+            b.cpu_clock = v.parse()?;
+            Ok(())
+        })?;
+        #[cfg(feature = "http")]
+        self.env_var(get, ENV_METRICS_ADDR, rules::METRICS_ADDR, |b, v| {
+            let addr = rules::metrics_addr(&v)?;
+            let builder_value = b.metrics_addr.replace(addr);
+            b.from_env.metrics_addr = Some((v, builder_value));
+            Ok(())
+        })?;
+        self.env_var(
+            get,
+            ENV_OUTPUT_FILTER,
+            crate::output::SELECTION_EXPECTED,
+            |b, v| {
+                let from = Origin::Env(ENV_OUTPUT_FILTER, &v);
+                let selection = v
+                    .parse()
+                    .map_err(|_| from.invalid(&v, crate::output::SELECTION_EXPECTED))?;
+                b.selection = rules::output_filter(selection, from)?;
+                Ok(())
+            },
+        )?;
+        self.env_var(get, ENV_OUT, rules::OUT, |b, v| {
+            let dir = rules::output_dir(PathBuf::from(&v), Origin::Env(ENV_OUT, &v))?;
+            let builder_value = b.output_dir.replace(dir);
+            b.from_env.out = Some((v, builder_value));
+            Ok(())
+        })?;
+        self.env_var(get, ENV_STEP, rules::STEP, |b, v| {
+            b.step_span = Some(rules::step_span(v.clone(), Origin::Env(ENV_STEP, &v))?);
+            Ok(())
+        })?;
+        self.env_var(get, ENV_EVERY, Every::ACCEPTED, |b, v| {
+            let every: Every = v.parse()?;
+            let every = rules::every(every, b.step_span.is_some(), Origin::Env(ENV_EVERY, &v))?;
+            b.every = Some(every);
+            Ok(())
+        })?;
+        Ok(self)
+    }
+
+    /// Reads `var` and, if it is set, applies its value with `apply` (which changes nothing
+    /// when it fails). A value outside the rule is the error in strict mode; otherwise it is
+    /// noted in `warnings` with the value kept instead.
+    fn env_var(
+        &mut self,
+        get: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+        var: &'static str,
+        expected: &'static str,
+        apply: impl FnOnce(&mut Self, String) -> Result<()>,
+    ) -> Result<()> {
+        let applied = match read_var(get, var, expected) {
+            Ok(None) => return Ok(()),
+            Ok(Some(value)) => apply(self, value),
+            Err(e) => Err(e),
+        };
+        match applied {
+            Ok(()) => Ok(()),
+            Err(e) if self.strict_env => Err(e),
+            Err(e) => {
+                let used = self.in_use(var);
+                self.warnings.push(EnvWarning {
+                    var,
+                    problem: e.to_string(),
+                    used,
                 });
+                Ok(())
             }
         }
-        #[cfg(feature = "http")]
-        if let Some(v) = read(ENV_METRICS_ADDR, rules::METRICS_ADDR)? {
-            self.metrics_addr = Some(rules::metrics_addr(&v)?);
+    }
+
+    /// The value of `var`'s option now, as the user would write it, and whether it is the
+    /// default or the builder's: what a variable outside its rule is replaced by.
+    fn in_use(&self, var: &str) -> String {
+        let d = Builder::default();
+        let quoted = |text: &str| format!("{:?}", crate::error::truncate(text));
+        let (value, default) = match var {
+            ENV_STRICT => (
+                (if self.strict_env {
+                    "strict"
+                } else {
+                    "not strict"
+                })
+                .to_string(),
+                self.strict_env == d.strict_env,
+            ),
+            ENV_PRESET => (self.preset.as_str().to_string(), self.preset == d.preset),
+            ENV_FILTER => match &self.filter {
+                Some(f) => (format!("the filter {}", quoted(f)), false),
+                None => ("no filter".to_string(), true),
+            },
+            ENV_REPORT => (self.report.to_string(), self.report == d.report),
+            ENV_TOP => (self.top.to_string(), self.top == d.top),
+            ENV_OUT => match &self.output_dir {
+                Some(dir) => (dir.display().to_string(), false),
+                None => ("no output directory".to_string(), true),
+            },
+            ENV_SAMPLERS => match self.resources {
+                Some(r) => (r.to_string(), false),
+                None => (
+                    format!(
+                        "the {} preset's samplers ({})",
+                        self.preset.as_str(),
+                        self.preset.resources()
+                    ),
+                    true,
+                ),
+            },
+            ENV_INTERVAL_MS => (
+                format!("{} ms", self.interval.as_millis()),
+                self.interval == d.interval,
+            ),
+            ENV_GRID => match self.grid_g_per_kwh {
+                Some(g) => (format!("{g} g CO2e/kWh"), false),
+                None => ("no grid intensity (no CO2e figures)".to_string(), true),
+            },
+            ENV_OUTPUT_FILTER => match self.selection == d.selection {
+                true => ("every span name".to_string(), true),
+                false => (quoted(&self.selection.to_string()), false),
+            },
+            ENV_MAX_OVERHEAD => (
+                self.max_overhead_pct
+                    .map_or_else(|| "off".to_string(), |p| format!("{p}%")),
+                self.max_overhead_pct == d.max_overhead_pct,
+            ),
+            ENV_CPU_CLOCK => (
+                self.cpu_clock.as_str().to_string(),
+                self.cpu_clock == d.cpu_clock,
+            ),
+            #[cfg(feature = "http")]
+            ENV_METRICS_ADDR => match self.metrics_addr {
+                Some(addr) => (addr.to_string(), false),
+                None => ("no /metrics endpoint".to_string(), true),
+            },
+            ENV_EVERY => match self.every {
+                Some(every) => (every.to_string(), false),
+                None => ("no export cadence".to_string(), true),
+            },
+            ENV_STEP => match &self.step_span {
+                Some(name) => (quoted(name), false),
+                None => ("no step span".to_string(), true),
+            },
+            _ => return "the builder's value".to_string(),
+        };
+        let whose = if default {
+            "the default"
+        } else {
+            "the builder's"
+        };
+        format!("{value} ({whose})")
+    }
+
+    /// Creates the output directory and checks that a file can be written there. One that
+    /// `SPANPROF_OUT` gave and that cannot be written is replaced by the builder's (with a
+    /// warning) unless in strict mode.
+    fn prepare_output_dir(&mut self) -> Result<()> {
+        let Some(dir) = &self.output_dir else {
+            return Ok(());
+        };
+        let Err(source) = crate::atomic_file::probe_dir(dir) else {
+            return Ok(());
+        };
+        let e = Error::Io {
+            action: "preparing output directory",
+            path: dir.clone(),
+            source,
+        };
+        match self.from_env.out.take() {
+            Some((text, builder_value)) if !self.strict_env => {
+                self.output_dir = builder_value;
+                let used = self.in_use(ENV_OUT);
+                self.warnings.push(EnvWarning {
+                    var: ENV_OUT,
+                    problem: format!("{ENV_OUT}={:?}: {e}", crate::error::truncate(&text)),
+                    used,
+                });
+                // The builder's own directory: an error if it cannot be written.
+                self.prepare_output_dir()
+            }
+            _ => Err(e),
         }
-        if let Some(v) = read(ENV_OUTPUT_FILTER, crate::output::SELECTION_EXPECTED)? {
-            let from = Origin::Env(ENV_OUTPUT_FILTER, &v);
-            let selection = v
-                .parse()
-                .map_err(|_| from.invalid(&v, crate::output::SELECTION_EXPECTED))?;
-            self.selection = rules::output_filter(selection, from)?;
+    }
+
+    /// Binds the `/metrics` endpoint's address, if it is served. One that
+    /// `SPANPROF_METRICS_ADDR` gave and that cannot be bound is replaced by the builder's (with
+    /// a warning) unless in strict mode.
+    #[cfg(feature = "http")]
+    fn bind_metrics(&mut self) -> Result<Option<crate::http::Listener>> {
+        let Some(addr) = self.metrics_addr else {
+            return Ok(None);
+        };
+        let source = match crate::http::bind(addr) {
+            Ok(listener) => return Ok(Some(listener)),
+            Err(source) => source,
+        };
+        let e = Error::Io {
+            action: "binding the /metrics endpoint",
+            path: PathBuf::from(addr.to_string()),
+            source,
+        };
+        match self.from_env.metrics_addr.take() {
+            Some((text, builder_value)) if !self.strict_env => {
+                self.metrics_addr = builder_value;
+                let used = self.in_use(ENV_METRICS_ADDR);
+                self.warnings.push(EnvWarning {
+                    var: ENV_METRICS_ADDR,
+                    problem: format!(
+                        "{ENV_METRICS_ADDR}={:?}: {e}",
+                        crate::error::truncate(&text)
+                    ),
+                    used,
+                });
+                self.bind_metrics()
+            }
+            _ => Err(e),
         }
-        if let Some(v) = read(ENV_OUT, rules::OUT)? {
-            self.output_dir = Some(rules::output_dir(
-                PathBuf::from(&v),
-                Origin::Env(ENV_OUT, &v),
-            )?);
-        }
-        if let Some(v) = read(ENV_STEP, rules::STEP)? {
-            self.step_span = Some(rules::step_span(v.clone(), Origin::Env(ENV_STEP, &v))?);
-        }
-        if let Some(v) = read(ENV_EVERY, Every::ACCEPTED)? {
-            let every: Every = v.parse()?;
-            let every = rules::every(every, self.step_span.is_some(), Origin::Env(ENV_EVERY, &v))?;
-            self.every = Some(every);
-        }
-        Ok(self)
+    }
+}
+
+/// The name of the variable most subscribers' filter reads (`EnvFilter`).
+const RUST_LOG: &str = "RUST_LOG";
+
+/// `var`'s value through `get`, trimmed; `None` if unset. A variable that is set must hold
+/// something (an empty value is an error, as one that is not UTF-8).
+fn read_var(
+    get: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    var: &'static str,
+    expected: &'static str,
+) -> Result<Option<String>> {
+    match get(var) {
+        None => Ok(None),
+        Some(v) => match v.into_string() {
+            Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_string())),
+            Ok(v) => Err(Error::InvalidEnv {
+                var,
+                value: v,
+                expected,
+            }),
+            Err(v) => Err(Error::InvalidEnv {
+                var,
+                value: v.to_string_lossy().into_owned(),
+                expected,
+            }),
+        },
     }
 }
 
@@ -843,6 +1211,20 @@ mod rules {
             })
     }
     pub(super) const STEP: &str = "a span name (not empty)";
+    pub(super) const STRICT: &str = "1, true, yes, on (strict) or 0, false, no, off";
+
+    /// `SPANPROF_STRICT`: a yes or a no, case-insensitive.
+    pub(super) fn strict(text: &str) -> Result<bool> {
+        match text.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err(Error::InvalidEnv {
+                var: ENV_STRICT,
+                value: text.to_string(),
+                expected: STRICT,
+            }),
+        }
+    }
 
     /// A number in an environment variable.
     pub(super) fn number<T: std::str::FromStr>(
@@ -956,29 +1338,18 @@ mod rules {
     }
 }
 
-/// Creates the output directory and checks that a file can be written there (an error naming
-/// it if not); checks the directory of a report file, and sends the report to standard error
-/// instead (with one warning) if that one cannot be written. Returns where the report goes.
-fn prepare_outputs(
-    output_dir: Option<&std::path::Path>,
-    report: ReportTarget,
-) -> Result<ReportTarget> {
-    if let Some(dir) = output_dir {
-        crate::atomic_file::probe_dir(dir).map_err(|source| Error::Io {
-            action: "preparing output directory",
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
+/// Checks the directory of a report file, and sends the report to standard error instead (with
+/// one warning) if that one cannot be written. Returns where the report goes.
+fn prepare_report(report: ReportTarget) -> ReportTarget {
     let ReportTarget::File(path) = report else {
-        return Ok(report);
+        return report;
     };
     let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
         Some(dir) => dir.to_path_buf(),
         None => PathBuf::from("."),
     };
     match crate::atomic_file::probe_dir(&dir) {
-        Ok(()) => Ok(ReportTarget::File(path)),
+        Ok(()) => ReportTarget::File(path),
         Err(e) => {
             let why = format!(
                 "spanprof cannot write the report to {}: {e}; it goes to stderr instead",
@@ -987,7 +1358,7 @@ fn prepare_outputs(
             // At build time no subscriber may be installed yet: stderr always shows it.
             tracing::warn!(target: crate::PERF_TARGET, path = %path.display(), error = %e, "{why}");
             eprintln!("spanprof: {why}");
-            Ok(ReportTarget::Stderr)
+            ReportTarget::Stderr
         }
     }
 }
@@ -1009,8 +1380,12 @@ mod tests {
 
     use crate::env::test_env as env;
 
+    /// The error of the first variable outside its rule, in strict mode.
     fn err(pairs: &[(&str, &str)]) -> Error {
-        Builder::default().apply_env(env(pairs)).unwrap_err()
+        Builder::default()
+            .with_strict_env(true)
+            .apply_env(env(pairs))
+            .unwrap_err()
     }
 
     #[test]
@@ -1097,7 +1472,18 @@ mod tests {
 
     #[test]
     fn the_cpu_clock_is_perf_or_thread() {
-        for v in ["tsc", "", "Thread"] {
+        for (v, want) in [
+            ("perf", CpuClock::Perf),
+            (" Thread ", CpuClock::Thread),
+            ("THREAD", CpuClock::Thread),
+        ] {
+            let b = Builder::default()
+                .apply_env(env(&[("SPANPROF_CPU_CLOCK", v)]))
+                .unwrap();
+            assert_eq!(b.cpu_clock, want, "{v:?}");
+            assert!(b.warnings.is_empty());
+        }
+        for v in ["tsc", "", "threads"] {
             let e = err(&[("SPANPROF_CPU_CLOCK", v)]);
             assert!(
                 matches!(
@@ -1118,6 +1504,7 @@ mod tests {
     fn non_utf8_value_is_an_error() {
         use std::os::unix::ffi::OsStringExt;
         let e = Builder::default()
+            .with_strict_env(true)
             .apply_env(|v| (v == "SPANPROF").then(|| OsString::from_vec(vec![0x66, 0xff])))
             .unwrap_err();
         assert!(matches!(
@@ -1483,6 +1870,264 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// Every variable outside its rule: one warning naming it, its value and the value used
+    /// instead, which is the builder's (the default where the code set none); no error.
+    #[test]
+    fn a_variable_outside_its_rule_falls_back_to_the_builders_value() {
+        let code = || {
+            Builder::default()
+                .with_preset(Preset::Detailed)
+                .with_report(ReportTarget::Stdout)
+                .with_top(7)
+                .with_sample_interval(Duration::from_millis(250))
+                .with_cpu_clock(CpuClock::Thread)
+        };
+        type Check = fn(&Builder) -> bool;
+        let cases: Vec<(&str, &str, Check, &str)> = vec![
+            (
+                "SPANPROF_STRICT",
+                "maybe",
+                |b| !b.strict_env,
+                "not strict (the default)",
+            ),
+            (
+                "SPANPROF",
+                "verbose",
+                |b| b.preset == Preset::Detailed,
+                "detailed (the builder's)",
+            ),
+            (
+                "SPANPROF_FILTER",
+                "my_app=notalevel",
+                |b| b.filter.is_none(),
+                "no filter (the default)",
+            ),
+            (
+                "SPANPROF_REPORT",
+                " ",
+                |b| b.report == ReportTarget::Stdout,
+                "stdout (the builder's)",
+            ),
+            ("SPANPROF_TOP", "many", |b| b.top == 7, "7 (the builder's)"),
+            (
+                "SPANPROF_OUT",
+                "",
+                |b| b.output_dir.is_none(),
+                "no output directory (the default)",
+            ),
+            (
+                "SPANPROF_SAMPLERS",
+                "cpu,disk",
+                |b| b.resources.is_none(),
+                "the detailed preset's samplers",
+            ),
+            (
+                "SPANPROF_INTERVAL_MS",
+                "0",
+                |b| b.interval == Duration::from_millis(250),
+                "250 ms (the builder's)",
+            ),
+            (
+                "SPANPROF_GRID_G_PER_KWH",
+                "-1",
+                |b| b.grid_g_per_kwh.is_none(),
+                "no grid intensity",
+            ),
+            (
+                "SPANPROF_OUTPUT_FILTER",
+                "top=0",
+                |b| b.selection == Selection::new(),
+                "every span name (the default)",
+            ),
+            (
+                "SPANPROF_MAX_OVERHEAD",
+                "200",
+                |b| b.max_overhead_pct == Some(5.0),
+                "5% (the default)",
+            ),
+            (
+                "SPANPROF_CPU_CLOCK",
+                "tsc",
+                |b| b.cpu_clock == CpuClock::Thread,
+                "thread (the builder's)",
+            ),
+            #[cfg(feature = "http")]
+            (
+                "SPANPROF_METRICS_ADDR",
+                "localhost:9464",
+                |b| b.metrics_addr.is_none(),
+                "no /metrics endpoint (the default)",
+            ),
+            (
+                "SPANPROF_EVERY",
+                "5 steps",
+                |b| b.every.is_none(),
+                "no export cadence (the default)",
+            ),
+            (
+                "SPANPROF_STEP",
+                " ",
+                |b| b.step_span.is_none(),
+                "no step span (the default)",
+            ),
+        ];
+        for (var, value, check, used) in cases {
+            let b = code().apply_env(env(&[(var, value)])).unwrap();
+            assert!(check(&b), "{var}={value:?}: {b:?}");
+            assert_eq!(b.warnings.len(), 1, "{var}={value:?}: {:?}", b.warnings);
+            let warning = &b.warnings[0];
+            assert_eq!(warning.var, var);
+            let line = warning.to_string();
+            assert!(
+                line.starts_with("spanprof: ")
+                    && line.contains(var)
+                    && line.contains(&format!("{:?}", value))
+                    && line.contains(&format!("; using {used}")),
+                "{var}={value:?}: {line}"
+            );
+            assert!(!line.contains('\n'), "one line: {line}");
+            // The same value in strict mode: the error naming the variable.
+            let e = code()
+                .with_strict_env(true)
+                .apply_env(env(&[(var, value)]))
+                .unwrap_err();
+            assert!(e.to_string().contains(var), "{var}: {e}");
+        }
+        // The other variables still apply.
+        let b = Builder::default()
+            .apply_env(env(&[("SPANPROF", "verbose"), ("SPANPROF_TOP", "3")]))
+            .unwrap();
+        assert_eq!((b.preset, b.top), (Preset::Basic, 3));
+        assert_eq!(
+            b.warnings[0].to_string(),
+            "spanprof: invalid value \"verbose\" for environment variable SPANPROF: expected one \
+             of off, basic, detailed, full (case-insensitive); using basic (the default)"
+        );
+    }
+
+    #[test]
+    fn strict_mode_from_the_builder_or_the_environment() {
+        let verbose = [("SPANPROF", "verbose")];
+        for (builder, pairs, strict) in [
+            (Builder::default(), &[][..], false),
+            (Builder::default().with_strict_env(true), &[][..], true),
+            (Builder::default(), &[("SPANPROF_STRICT", "1")][..], true),
+            (
+                Builder::default(),
+                &[("SPANPROF_STRICT", " Yes ")][..],
+                true,
+            ),
+            (Builder::default(), &[("SPANPROF_STRICT", "on")][..], true),
+            // The variable overrides the builder, as every variable does.
+            (
+                Builder::default().with_strict_env(true),
+                &[("SPANPROF_STRICT", "false")][..],
+                false,
+            ),
+            // An invalid SPANPROF_STRICT is itself an error in strict mode only.
+            (Builder::default(), &[("SPANPROF_STRICT", "2")][..], false),
+        ] {
+            let pairs: Vec<_> = pairs.iter().chain(&verbose).copied().collect();
+            let result = builder.apply_env(env(&pairs));
+            match (result, strict) {
+                (Err(e), true) => assert!(
+                    matches!(
+                        e,
+                        Error::InvalidEnv {
+                            var: "SPANPROF",
+                            ..
+                        }
+                    ),
+                    "{pairs:?}: {e:?}"
+                ),
+                (Ok(b), false) => assert!(!b.warnings.is_empty(), "{pairs:?}"),
+                (result, _) => panic!("{pairs:?}: {result:?}"),
+            }
+        }
+        assert!(Builder::default()
+            .with_strict_env(true)
+            .apply_env(env(&[("SPANPROF_STRICT", "2")]))
+            .is_err());
+    }
+
+    /// `SPANPROF=verbose` builds and profiles with the default preset; strict, it fails the
+    /// build naming the variable; a builder value outside its rule stays an error.
+    #[test]
+    fn a_bad_variable_never_fails_the_build_unless_strict() {
+        let (_layer, guard) = Builder::default()
+            .with_report(ReportTarget::Off)
+            .build_from(env(&[("SPANPROF", "verbose")]))
+            .unwrap();
+        assert_eq!(guard.snapshot().run.preset, "basic");
+        let e = Builder::default()
+            .with_report(ReportTarget::Off)
+            .build_from(env(&[("SPANPROF", "verbose"), ("SPANPROF_STRICT", "1")]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidEnv {
+                    var: "SPANPROF",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = Builder::default()
+            .with_top(0)
+            .build_from(env(&[("SPANPROF", "verbose")]))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidSetting {
+                    method: "with_top",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+
+    /// An `SPANPROF_OUT` that cannot be created: the builder's directory (or none) instead,
+    /// with a warning; an error in strict mode, and for the builder's own directory.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_output_directory_from_the_environment_that_cannot_be_written_falls_back() {
+        let bad = [("SPANPROF_OUT", "/proc/nonexistent/spanprof")];
+        let b = Builder::default().apply_env(env(&bad)).unwrap();
+        let mut b = b.checked().unwrap();
+        b.prepare_output_dir().unwrap();
+        assert_eq!(b.output_dir, None);
+        assert_eq!(b.warnings.len(), 1);
+        let line = b.warnings[0].to_string();
+        assert!(
+            line.starts_with(
+                "spanprof: SPANPROF_OUT=\"/proc/nonexistent/spanprof\": preparing \
+                              output directory /proc/nonexistent/spanprof: "
+            ) && line.ends_with("; using no output directory (the default)"),
+            "{line}"
+        );
+        let dir = std::env::temp_dir().join(format!("spanprof-out-{}", std::process::id()));
+        let mut b = Builder::default()
+            .with_output_dir(&dir)
+            .apply_env(env(&bad))
+            .unwrap();
+        b.prepare_output_dir().unwrap();
+        assert_eq!(b.output_dir.as_deref(), Some(dir.as_path()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut b = Builder::default()
+            .with_strict_env(true)
+            .apply_env(env(&bad))
+            .unwrap();
+        assert!(matches!(b.prepare_output_dir(), Err(Error::Io { .. })));
+        let mut b = Builder::default()
+            .with_output_dir("/proc/nonexistent/code")
+            .apply_env(env(&[]))
+            .unwrap();
+        assert!(matches!(b.prepare_output_dir(), Err(Error::Io { .. })));
     }
 
     #[test]

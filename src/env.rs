@@ -4,6 +4,12 @@
 /// Environment variable: the master switch and preset (`off`, `basic`, `detailed`, `full`).
 pub const ENV_PRESET: &str = "SPANPROF";
 
+/// Environment variable: whether a `SPANPROF*` variable with a value spanprof does not accept
+/// fails [`Builder::build`](crate::Builder::build) (`1`, `true`, `yes`, `on`) or is warned
+/// about once on stderr and replaced by the builder's value (`0`, `false`, `no`, `off`: the
+/// default). See [`Builder::with_strict_env`](crate::Builder::with_strict_env).
+pub const ENV_STRICT: &str = "SPANPROF_STRICT";
+
 /// Environment variable: which spans are profiled, in `EnvFilter` directive syntax.
 pub const ENV_FILTER: &str = "SPANPROF_FILTER";
 
@@ -38,7 +44,8 @@ pub const ENV_GRID: &str = "SPANPROF_GRID_G_PER_KWH";
 pub const ENV_MAX_OVERHEAD: &str = "SPANPROF_MAX_OVERHEAD";
 /// Environment variable: the thread CPU clock read per span at `detailed` and up: `perf` (the
 /// default: a per-thread perf event, `CLOCK_THREAD_CPUTIME_ID` where perf events are not
-/// allowed) or `thread` (always `CLOCK_THREAD_CPUTIME_ID`). See the README's "No distortion".
+/// allowed) or `thread` (always `CLOCK_THREAD_CPUTIME_ID`); see
+/// [`Builder::with_cpu_clock`](crate::Builder::with_cpu_clock) and the README's "No distortion".
 pub const ENV_CPU_CLOCK: &str = "SPANPROF_CPU_CLOCK";
 
 /// Environment variable: the export cadence, a duration (`30s`) or a number of steps

@@ -129,6 +129,13 @@ impl ProfileHandle {
     /// outputs: what the guard does when it drops, and the Ctrl-C handler before it exits.
     /// Only the first call writes; later ones return what it wrote.
     ///
+    /// Then a few lines name every file written, the HTML report first: the report's last
+    /// lines where it goes to stderr or stdout, on stderr otherwise. A run that recorded
+    /// nothing (no span, no metric) writes nothing, so that the files of an earlier run stay
+    /// as they are, and says so in one line naming the filters in force (`RUST_LOG`,
+    /// `SPANPROF_FILTER`). A span filter directive whose target matches no callsite's target
+    /// but is a span's name gets a line suggesting `[name]`.
+    ///
     /// # Errors
     /// The error of the one output that failed ([`Error::Io`](crate::Error::Io) naming its
     /// file), or [`Error::Outputs`](crate::Error::Outputs) with each error when several did.
@@ -552,9 +559,10 @@ impl ProfileHandle {
     }
 }
 
-/// Ends the profiling session when dropped: stops recording, prints the report and writes the
-/// configured files. Errors on drop are logged (one line at the `spanprof::perf` target and one
-/// on stderr), never raised; call [`ProfileGuard::finish`] to get them as a `Result`.
+/// Ends the profiling session when dropped: stops recording, prints the report, writes the
+/// configured files and names them (see [`ProfileHandle::finish`]). Errors on drop are told on
+/// stderr, one line each, never raised; call [`ProfileGuard::finish`] to get them as a
+/// `Result` (it logs them at the `spanprof::perf` target instead).
 ///
 /// Bind it to a named variable: `let _ = ...` drops it at once and ends profiling before
 /// anything ran.

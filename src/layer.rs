@@ -22,6 +22,7 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::{EnvFilter, Layer};
 
+use crate::filter_hint::SeenCallsites;
 use crate::record::names::Decision;
 use crate::record::overhead::probe_due;
 use crate::record::Recorder;
@@ -40,6 +41,8 @@ pub struct ProfileLayer {
     mode: Mode,
     /// Keeps the resource sampler running while a layer lives.
     _sampler: Option<crate::samplers::SamplerUse>,
+    /// The callsites registered, for the span filter's end-of-run hint (with a filter only).
+    seen: Option<Arc<SeenCallsites>>,
 }
 
 /// What the callbacks do, decided when the layer is built (one comparison per callback).
@@ -106,7 +109,13 @@ impl ProfileLayer {
             }),
             mode,
             _sampler: None,
+            seen: None,
         }
+    }
+
+    /// Notes every callsite registered in `seen` (in `register_callsite`, once per callsite).
+    pub(crate) fn with_seen_callsites(self, seen: Option<Arc<SeenCallsites>>) -> Self {
+        Self { seen, ..self }
     }
 
     /// Keeps the resource sampler running while this layer (or a clone) lives.
@@ -266,6 +275,15 @@ impl<S> Layer<S> for ProfileLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
+    /// Notes the callsite for the span filter's hint, if asked to; the interest is the
+    /// default's (`always`: the layer never filters what other layers see).
+    fn register_callsite(&self, meta: &'static Metadata<'static>) -> tracing_core::Interest {
+        if let Some(seen) = &self.seen {
+            seen.add(meta);
+        }
+        tracing_core::Interest::always()
+    }
+
     #[inline(always)]
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         if self.mode == Mode::On {

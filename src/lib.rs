@@ -174,6 +174,7 @@ pub mod clock;
 mod env;
 mod error;
 mod export;
+mod filter_hint;
 pub mod gpu;
 mod guard;
 #[cfg(feature = "http")]
@@ -190,7 +191,7 @@ mod session;
 mod switches;
 
 pub use alloc::CountingAlloc;
-pub use builder::{Builder, ReportTarget};
+pub use builder::{Builder, CpuClock, ReportTarget};
 pub use error::{Error, Result};
 pub use export::Every;
 pub use guard::{ProfileGuard, ProfileHandle};

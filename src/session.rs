@@ -2,14 +2,17 @@
 //! and the sequence that ends it. The guard and every handle share it.
 
 use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::backoff::Backoff;
-use crate::error::{Error, Result};
+use crate::error::{truncate, Error, Result};
 use crate::export::{ExportSettings, Exporter};
-use crate::output::{self, Output, Outputs, Selection, Table};
+use crate::filter_hint::SeenCallsites;
+use crate::output::{self, Format, Output, Outputs, Selection, Table};
 use crate::profile::Snapshot;
 use crate::record::Recorder;
 use crate::samplers::Sampler;
@@ -32,6 +35,8 @@ pub(crate) struct ProfileSession {
     table: Table,
     /// The span names every output shows.
     selection: Selection,
+    /// What the lines at the end of the run say, and where they go.
+    notes: EndNotes,
     /// Whether the session records at all (not the off preset): if not, it ends silently.
     records: bool,
     /// What the first finish wrote (the guard's drop, `finish`, or the Ctrl-C handler).
@@ -62,6 +67,25 @@ pub(crate) struct SessionOutputs {
     pub(crate) outputs: Vec<Output>,
     pub(crate) table: Table,
     pub(crate) selection: Selection,
+    pub(crate) notes: EndNotes,
+}
+
+/// What the lines at the end of a run say (the files written, or why nothing was), and where
+/// they go.
+#[derive(Debug, Default)]
+pub(crate) struct EndNotes {
+    /// Standard output when the report goes there; standard error otherwise.
+    pub(crate) to_stdout: bool,
+    /// `RUST_LOG` when the profile was built: the filter of most subscribers (`EnvFilter`),
+    /// which decides which spans exist.
+    pub(crate) rust_log: Option<String>,
+    /// spanprof's span filter: where it came from (`SPANPROF_FILTER`,
+    /// `Builder::with_filter`) and its directives.
+    pub(crate) filter: Option<(&'static str, String)>,
+    /// The output directory, if any.
+    pub(crate) output_dir: Option<PathBuf>,
+    /// The callsites registered, with a span filter: for its hint.
+    pub(crate) seen: Option<Arc<SeenCallsites>>,
 }
 
 impl ProfileSession {
@@ -74,6 +98,7 @@ impl ProfileSession {
             outputs,
             table,
             selection,
+            notes,
         }: SessionOutputs,
         records: bool,
     ) -> Self {
@@ -86,6 +111,7 @@ impl ProfileSession {
             outputs,
             table,
             selection,
+            notes,
             records,
             finished: Mutex::new(None),
             #[cfg(feature = "http")]
@@ -126,7 +152,8 @@ impl ProfileSession {
         let Ok(done) = self.finished.try_lock() else {
             return;
         };
-        if done.is_some() || !self.records {
+        // A run that recorded nothing so far leaves the files of an earlier run as they are.
+        if done.is_some() || !self.records || !recorded_anything(snapshot) {
             return;
         }
         let selected = self.selection.apply(snapshot);
@@ -242,19 +269,36 @@ impl ProfileSession {
             }
         }
         let snapshot = self.snapshot();
-        if self.records {
-            summary_event(&snapshot);
-        }
         for e in &errors {
             tell.failed(e, None);
         }
-        let selected = self.selection.apply(&snapshot);
-        for failed in output::write_all(&self.outputs, &selected, &mut outputs) {
-            tell.failed(&failed.error, failed.to_stderr_instead);
-            errors.push(failed.error);
-        }
-        if let Some(p) = outputs.profile() {
-            tracing::info!(target: crate::PROFILING_TARGET, path = %p.display(), "spanprof wrote the JSON profile");
+        if self.records {
+            // The report (its header says what the run recorded), then the lines that name
+            // the files written; a run that recorded nothing writes nothing (the files of an
+            // earlier run stay as they are) and says why.
+            let mut lines = if recorded_anything(&snapshot) {
+                let selected = self.selection.apply(&snapshot);
+                for failed in output::write_all(&self.outputs, &selected, &mut outputs) {
+                    tell.failed(&failed.error, failed.to_stderr_instead);
+                    errors.push(failed.error);
+                }
+                // For structured logs (DEBUG: the lines below say it to the user).
+                if !outputs.files.is_empty() || !outputs.traces.is_empty() {
+                    let files: Vec<_> = outputs.files.iter().map(|(_, p)| p.display()).collect();
+                    tracing::debug!(
+                        target: crate::PROFILING_TARGET,
+                        files = ?files,
+                        traces = outputs.traces.len(),
+                        "spanprof wrote {} files",
+                        files.len() + outputs.traces.len()
+                    );
+                }
+                files_written(&outputs)
+            } else {
+                vec![self.notes.nothing_recorded(snapshot.run.duration_ns)]
+            };
+            lines.extend(self.notes.filter_hints());
+            self.notes.tell(&lines);
         }
         if let Some(exporter) = self.exporter.get() {
             // The last window's summary and OTLP push, waited for a bounded time.
@@ -317,29 +361,201 @@ impl Tell {
     }
 }
 
-/// One summary event at the performance target: how much was profiled and the hottest span.
-fn summary_event(snapshot: &Snapshot) {
-    // A sum of u64s: in u128, it does not wrap.
-    let inside: u128 = snapshot
-        .spans
-        .iter()
-        .map(|s| u128::from(s.entry_self.total_ns))
-        .sum();
-    let hottest = snapshot.spans.iter().max_by_key(|s| s.entry_self.total_ns);
-    let (name, share) = hottest.map_or(("-", 0.0), |s| {
-        let share = if inside == 0 {
-            0.0
+/// Whether `snapshot` holds anything to write: a span name, or a metric from events.
+fn recorded_anything(snapshot: &Snapshot) -> bool {
+    !snapshot.spans.is_empty() || !snapshot.metrics.is_empty()
+}
+
+impl EndNotes {
+    /// Writes `lines` where the report goes (standard error unless it goes to standard output).
+    /// Never panics: a closed stream loses them.
+    fn tell(&self, lines: &[String]) {
+        if lines.is_empty() {
+            return;
+        }
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let _ = if self.to_stdout {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes()).and_then(|()| out.flush())
         } else {
-            100.0 * s.entry_self.total_ns as f64 / inside as f64
+            std::io::stderr().lock().write_all(text.as_bytes())
         };
-        (s.name.as_str(), share)
-    });
-    tracing::info!(
-        target: PERF_TARGET,
-        span_names = snapshot.spans.len(),
-        run_ms = snapshot.run.duration_ns / 1_000_000,
-        hottest = name,
-        hottest_self_pct = share,
-        "spanprof summary"
-    );
+    }
+
+    /// The line of a run that recorded nothing: the filters in force, and what was (not)
+    /// written.
+    fn nothing_recorded(&self, run_ns: u64) -> String {
+        let rust_log = match &self.rust_log {
+            Some(v) => format!("RUST_LOG={:?}", truncate(v)),
+            None => "RUST_LOG unset".to_string(),
+        };
+        let filters = match (&self.filter, &self.rust_log) {
+            (None, None) => "no filter: RUST_LOG unset".to_string(),
+            (None, Some(_)) => format!("filter {rust_log}"),
+            (Some((origin, directives)), _) => {
+                let ours = match *origin {
+                    "SPANPROF_FILTER" => format!("SPANPROF_FILTER={:?}", truncate(directives)),
+                    method => format!("{method}({:?})", truncate(directives)),
+                };
+                format!("filters {rust_log} and {ours}")
+            }
+        };
+        let written = match &self.output_dir {
+            Some(dir) => format!("nothing written, {} left as it was", dir.display()),
+            None => "nothing written".to_string(),
+        };
+        format!(
+            "spanprof: no span was recorded (run {}, {filters}): {written}",
+            crate::output::format_duration(run_ns)
+        )
+    }
+
+    /// The span filter's hints: directives that name a span where a target is read.
+    fn filter_hints(&self) -> Vec<String> {
+        match (&self.filter, &self.seen) {
+            (Some((origin, directives)), Some(seen)) => seen.hints(directives, origin),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Most trace files named one by one at the end of a run (the others are counted).
+const TRACES_NAMED: usize = 3;
+
+/// The lines that name every file written: the HTML report first, then the others grouped by
+/// directory in the order they were written, then the Chrome traces. None if nothing was.
+pub(crate) fn files_written(outputs: &crate::output::Outputs) -> Vec<String> {
+    let html = crate::output::Html.name();
+    let mut files: Vec<&Path> = outputs
+        .files
+        .iter()
+        .filter(|(format, _)| *format == html)
+        .chain(outputs.files.iter().filter(|(format, _)| *format != html))
+        .map(|(_, path)| path.as_path())
+        .collect();
+    let mut lines = Vec::new();
+    if !files.is_empty() {
+        let first = files.remove(0);
+        lines.push(format!("spanprof: wrote {}", first.display()));
+        for (dir, names) in by_directory(&files) {
+            lines.push(format!("  and in {}: {}", dir.display(), names.join(", ")));
+        }
+    }
+    let traces: Vec<&Path> = outputs.traces.iter().map(PathBuf::as_path).collect();
+    let trace_dirs = by_directory(&traces);
+    if !trace_dirs.is_empty() {
+        let lead = if lines.is_empty() {
+            "spanprof: wrote"
+        } else {
+            "  and"
+        };
+        for (dir, names) in trace_dirs {
+            let count = names.len();
+            let mut named = names[..count.min(TRACES_NAMED)].join(", ");
+            if count > TRACES_NAMED {
+                named.push_str(", …");
+            }
+            let what = if count == 1 { "trace" } else { "traces" };
+            lines.push(format!(
+                "{lead} {count} {what} in {}: {named}",
+                dir.display()
+            ));
+        }
+    }
+    lines
+}
+
+/// `files` grouped by their directory, in the order the directories first come, each file
+/// by its name.
+fn by_directory<'a>(files: &[&'a Path]) -> Vec<(&'a Path, Vec<String>)> {
+    let mut groups: Vec<(&Path, Vec<String>)> = Vec::new();
+    for file in files {
+        let dir = file
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = file.file_name().map_or_else(
+            || file.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        match groups.iter_mut().find(|(d, _)| *d == dir) {
+            Some((_, names)) => names.push(name),
+            None => groups.push((dir, vec![name])),
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_files_written_html_first_then_by_directory() {
+        let mut outputs = Outputs::default();
+        for (format, path) in [
+            ("table", "r.txt"),
+            ("json", "out/profile.json"),
+            ("html", "out/report.html"),
+            ("csv", "out/report.csv"),
+            ("folded", "out/profile.folded"),
+            ("json", "/tmp/copy.json"),
+        ] {
+            outputs.files.push((format, PathBuf::from(path)));
+        }
+        outputs.traces = (1..=5)
+            .map(|i| PathBuf::from(format!("out/traces/step_{i}.json")))
+            .collect();
+        assert_eq!(
+            files_written(&outputs),
+            [
+                "spanprof: wrote out/report.html",
+                "  and in .: r.txt",
+                "  and in out: profile.json, report.csv, profile.folded",
+                "  and in /tmp: copy.json",
+                "  and 5 traces in out/traces: step_1.json, step_2.json, step_3.json, …",
+            ]
+        );
+        // Traces alone; nothing at all.
+        outputs.files.clear();
+        outputs.traces.truncate(1);
+        assert_eq!(
+            files_written(&outputs),
+            ["spanprof: wrote 1 trace in out/traces: step_1.json"]
+        );
+        assert!(files_written(&Outputs::default()).is_empty());
+    }
+
+    #[test]
+    fn a_run_that_recorded_nothing_names_the_filters_in_force() {
+        let line = |rust_log: Option<&str>, filter: Option<(&'static str, &str)>| {
+            EndNotes {
+                rust_log: rust_log.map(str::to_string),
+                filter: filter.map(|(o, d)| (o, d.to_string())),
+                output_dir: Some(PathBuf::from("target/spanprof")),
+                ..EndNotes::default()
+            }
+            .nothing_recorded(0)
+        };
+        assert_eq!(
+            line(Some("warn"), None),
+            "spanprof: no span was recorded (run 0 ns, filter RUST_LOG=\"warn\"): nothing \
+             written, target/spanprof left as it was"
+        );
+        assert_eq!(
+            line(None, None),
+            "spanprof: no span was recorded (run 0 ns, no filter: RUST_LOG unset): nothing \
+             written, target/spanprof left as it was"
+        );
+        assert_eq!(
+            line(None, Some(("SPANPROF_FILTER", "decode,checksum"))),
+            "spanprof: no span was recorded (run 0 ns, filters RUST_LOG unset and \
+             SPANPROF_FILTER=\"decode,checksum\"): nothing written, target/spanprof left as it \
+             was"
+        );
+        assert!(line(Some("info"), Some(("Builder::with_filter", "app")))
+            .contains("filters RUST_LOG=\"info\" and Builder::with_filter(\"app\")"));
+        let no_dir = EndNotes::default().nothing_recorded(0);
+        assert!(no_dir.ends_with("): nothing written"), "{no_dir}");
+    }
 }

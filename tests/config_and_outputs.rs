@@ -334,10 +334,8 @@ fn own_messages_go_to_the_documented_targets() {
         guard.finish().unwrap();
     });
     let targets = seen.0.lock().unwrap().clone();
-    assert!(
-        targets.iter().any(|t| t == spanprof::PERF_TARGET),
-        "{targets:?}"
-    );
+    // A run with nothing to warn about logs nothing at PERF_TARGET: its end is the report and
+    // the lines naming the files written, and where they went at PROFILING_TARGET.
     assert!(
         targets.iter().any(|t| t == spanprof::PROFILING_TARGET),
         "{targets:?}"

@@ -101,9 +101,11 @@ fn a_render_failing_midway_keeps_the_previous_file_and_leaves_no_temporary() {
 /// A render to standard error that fails midway prints nothing and is reported.
 #[test]
 fn a_render_to_stderr_failing_midway_is_reported() {
-    let (_dispatch, guard) = support::install(
+    let (dispatch, guard) = support::install(
         ProfileLayer::builder().with_output(Halfway(Fault::DiskFull), Destination::Stderr),
     );
+    // A span: a run that recorded nothing writes no output.
+    tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("x").in_scope(|| {}));
     let err = guard.finish().unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err:?}");
     assert!(err.to_string().contains("<stderr>"), "{err}");
@@ -173,8 +175,10 @@ fn an_output_directory_that_cannot_be_created_fails_the_build() {
         let result = if env {
             // Through SPANPROF_OUT: this binary's only test that sets a variable, and it
             // removes it before anything else reads it (other tests here use with_env(false)).
+            // Strict: otherwise a variable's directory that cannot be written is replaced by
+            // the builder's, with a warning (tests/config_lossy.rs).
             std::env::set_var("SPANPROF_OUT", dir);
-            let r = builder.build();
+            let r = builder.with_strict_env(true).build();
             std::env::remove_var("SPANPROF_OUT");
             r
         } else {

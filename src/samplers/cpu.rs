@@ -19,7 +19,8 @@ pub const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android")
 /// a process without privileges may open it at `perf_event_paranoid` 2, the upstream default; it
 /// still counts the thread's kernel time), or, where perf events are not allowed
 /// (`perf_event_paranoid` above 2, a seccomp profile), past [`MAX_PERF_THREADS`] threads,
-/// or with `SPANPROF_CPU_CLOCK=thread`, from `CLOCK_THREAD_CPUTIME_ID`. Both count the thread's
+/// or with [`CpuClock::Thread`](crate::builder::CpuClock::Thread) (`SPANPROF_CPU_CLOCK=thread`),
+/// from `CLOCK_THREAD_CPUTIME_ID`. Both count the thread's
 /// time on a CPU with nanosecond resolution, and both are a system call (~560–600 ns on the
 /// development machine, 23× `Instant::now()`). The difference is where the scheduler switches
 /// threads: reading `CLOCK_THREAD_CPUTIME_ID` brings the kernel's accounting of the running slice
@@ -42,6 +43,14 @@ pub const MAX_PERF_THREADS: usize = 64;
 /// the first read, or where there is no CPU clock.
 pub fn thread_cpu_clock() -> Option<&'static str> {
     imp::thread_cpu_clock()
+}
+
+/// Makes [`thread_cpu_ns`] read `CLOCK_THREAD_CPUTIME_ID` on every thread
+/// ([`CpuClock::Thread`](crate::builder::CpuClock::Thread), chosen with the builder or
+/// `SPANPROF_CPU_CLOCK`). The clock is the process's: once a thread has opened its perf event,
+/// the choice is made and this does nothing.
+pub(crate) fn use_thread_clock() {
+    imp::use_thread_clock();
 }
 
 /// Whether [`thread_cpu_ns`] reads `CLOCK_THREAD_CPUTIME_ID`: a read updates the scheduler's
@@ -123,6 +132,13 @@ mod imp {
             .unwrap_or_else(|_| clock_ns())
     }
 
+    /// Every thread reads `CLOCK_THREAD_CPUTIME_ID` from now on, unless a thread opened its
+    /// perf event already (the clock is the process's: the first choice stays).
+    pub(super) fn use_thread_clock() {
+        PERF.compare_exchange(PERF_UNKNOWN, PERF_NO, Relaxed, Relaxed)
+            .ok();
+    }
+
     #[cfg(test)]
     pub(super) fn perf_threads() -> usize {
         PERF_THREADS.load(Relaxed)
@@ -174,12 +190,6 @@ mod imp {
     fn open_event(event: &ThreadEvent) -> u64 {
         close_event(event);
         event.fd.set(UNUSABLE);
-        if PERF.load(Relaxed) == PERF_UNKNOWN {
-            let off = std::env::var("SPANPROF_CPU_CLOCK").is_ok_and(|v| v.trim() == "thread");
-            if off {
-                PERF.store(PERF_NO, Relaxed);
-            }
-        }
         if PERF.load(Relaxed) == PERF_NO {
             return clock_ns();
         }
@@ -361,6 +371,8 @@ mod imp {
     pub(super) fn thread_cpu_clock() -> Option<&'static str> {
         None
     }
+
+    pub(super) fn use_thread_clock() {}
 
     pub(super) fn thread_user_sys_ns() -> Option<(u64, u64)> {
         None
