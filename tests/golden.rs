@@ -313,21 +313,24 @@ fn the_saved_profile_renders_the_live_report() {
 }
 
 #[test]
-fn the_golden_tree_holds_every_closed_span_once() {
+fn the_golden_tree_holds_every_entry_once() {
     let tree = golden()
         .snapshot
         .tree
         .as_ref()
         .expect("the tree is on by default");
-    // Per span name, the tree's self times add up to the name's self total exactly.
+    // Per span name, the tree's calls and self times add up to the name's entries exactly
+    // (`connection`, still open, included), its instances to the name's closed instances.
     for span in &golden().snapshot.spans {
-        let in_tree: u64 = tree
-            .nodes
-            .iter()
-            .filter(|n| n.name == span.name && n.target == span.target)
-            .map(|n| n.self_time.total_ns)
-            .sum();
-        assert_eq!(in_tree, span.self_time.total_ns, "{}", span.name);
+        let nodes = || {
+            tree.nodes
+                .iter()
+                .filter(|n| n.name == span.name && n.target == span.target)
+        };
+        let in_tree: u64 = nodes().map(|n| n.self_ns()).sum();
+        assert_eq!(in_tree, span.entry_self.total_ns, "{}", span.name);
+        let calls: u64 = nodes().map(|n| n.calls).sum();
+        assert_eq!(calls, span.calls, "{}", span.name);
         let instances: u64 = tree
             .nodes
             .iter()
