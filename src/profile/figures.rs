@@ -410,6 +410,12 @@ fn cpu(s: &SpanStats) -> Option<&super::CpuUse> {
     s.resources.as_ref()?.cpu.as_ref()
 }
 
+/// The CPU figures of a name some of whose entries got a CPU read (none: nothing to show but
+/// the entries sampled out).
+fn cpu_read(s: &SpanStats) -> Option<&super::CpuUse> {
+    cpu(s).filter(|c| c.any_read())
+}
+
 fn entry(s: &SpanStats) -> &Stat {
     &s.entry_busy
 }
@@ -819,7 +825,7 @@ pub const CPU: Figure = Figure {
     kind: Kind::Duration,
     cumulative: true,
     scaled: false,
-    read: |s, _| cpu(s).map(|c| Value::Int(c.cpu_ns)),
+    read: |s, _| cpu_read(s).map(|c| Value::Int(c.cpu_ns)),
 };
 
 /// CPU time per busy time.
@@ -832,7 +838,7 @@ pub const CPU_PCT: Figure = Figure {
     kind: Kind::Percent,
     cumulative: false,
     scaled: false,
-    read: |s, _| cpu(s).map(|c| Value::Real(c.utilization_pct)),
+    read: |s, _| cpu_read(s).map(|c| Value::Real(c.utilization_pct)),
 };
 
 /// Entries whose CPU time was not read.

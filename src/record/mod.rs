@@ -1552,6 +1552,14 @@ mod tests {
         let starved = cpu_use(&snap, "starved");
         assert_eq!((starved.entries, starved.skipped_entries), (0, 3));
         assert!(!starved.any_read() && starved.sampled());
+        // Every output reads the catalogue: no CPU time or share where none was read, the
+        // entries sampled out said.
+        use crate::profile::figures::{Value, CPU, CPU_PCT, CPU_SKIPPED};
+        let span = snap.span("starved").unwrap();
+        let totals = snap.totals();
+        assert_eq!((CPU.read)(span, &totals), None);
+        assert_eq!((CPU_PCT.read)(span, &totals), None);
+        assert_eq!((CPU_SKIPPED.read)(span, &totals), Some(Value::Int(3)));
     }
 
     #[test]
