@@ -6,11 +6,17 @@
 //! followed to its final target, which is replaced (the link stays), and a path that is neither
 //! a regular file nor a directory (a fifo, a device such as `/dev/null`, `/dev/stdout` on a pipe
 //! or a terminal) is written in place, since renaming over it would destroy it.
+//!
+//! Every temporary file (these, and the `.partial` files of Chrome trace windows) is a
+//! [`Temporary`], listed in a process-wide registry while it exists, so that an exit that
+//! cannot wait for the writes (a second signal, see `crate::signals`) removes them:
+//! [`abandon_temporaries`].
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 
@@ -80,22 +86,14 @@ fn replace(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> 
         }
         None => PathBuf::from("."),
     };
-    let temp = temp_path(&dir, path);
-    let file = File::options().write(true).create_new(true).open(&temp)?;
-    // Removes the temporary unless it was renamed: on an error, and on a panic in `fill`.
-    let mut pending = Temporary(Some(temp));
+    // Removed when dropped unless renamed: on an error, and on a panic in `fill`.
+    let (file, temp) = Temporary::create(temp_path(&dir, path), File::options().create_new(true))?;
     let mut out = BufWriter::new(file);
     fill(&mut out)?;
     let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
     file.sync_all()?;
     drop(file);
-    if let Some(temp) = pending.0.take() {
-        if let Err(e) = fs::rename(&temp, path) {
-            let _ = fs::remove_file(&temp);
-            return Err(e);
-        }
-    }
-    Ok(())
+    temp.rename_to(path)
 }
 
 /// Where the symbolic links at `path` lead: `path` itself if it is no link (or does not
@@ -134,24 +132,162 @@ fn same_file(meta: &fs::Metadata, path: &Path) -> bool {
     }
 }
 
-/// A temporary file removed when dropped, unless taken.
-struct Temporary(Option<PathBuf>);
+/// A temporary file being written: listed in a [`Registry`] from its creation (under the
+/// registry's lock) until it is renamed or removed, and removed when dropped unless renamed.
+pub(crate) struct Temporary {
+    /// `None` once renamed or removed.
+    path: Option<PathBuf>,
+    registry: &'static Registry,
+}
+
+impl Temporary {
+    /// Creates the file at `path` for writing, opened with `options` (`create_new` or
+    /// `create` and `truncate`), listed in the process's registry. Fails without creating
+    /// anything once [`abandon_temporaries`] has run: the process is exiting.
+    pub(crate) fn create(path: PathBuf, options: &mut fs::OpenOptions) -> io::Result<(File, Self)> {
+        TEMPORARIES.create(path, options)
+    }
+
+    /// Where the file is (until it is renamed or removed).
+    #[cfg_attr(not(feature = "chrome"), allow(dead_code))]
+    pub(crate) fn path(&self) -> &Path {
+        self.path.as_deref().unwrap_or(Path::new(""))
+    }
+
+    /// Renames the file over `target`; on failure the file is removed.
+    pub(crate) fn rename_to(mut self, target: &Path) -> io::Result<()> {
+        let Some(temp) = self.path.take() else {
+            return Ok(());
+        };
+        let renamed = fs::rename(&temp, target);
+        if renamed.is_err() {
+            let _ = fs::remove_file(&temp);
+        }
+        self.registry.forget(&temp);
+        renamed
+    }
+
+    /// Removes the file (once; later calls do nothing).
+    pub(crate) fn remove(&mut self) -> io::Result<()> {
+        let Some(temp) = self.path.take() else {
+            return Ok(());
+        };
+        let removed = fs::remove_file(&temp);
+        self.registry.forget(&temp);
+        removed
+    }
+}
 
 impl Drop for Temporary {
     fn drop(&mut self) {
-        if let Some(temp) = self.0.take() {
-            let _ = fs::remove_file(temp);
+        let _ = self.remove();
+    }
+}
+
+/// The temporary files of a process that exist now (made by [`Temporary::create`]).
+///
+/// Process-wide, because the exit that removes them is: [`TEMPORARIES`] is the one instance
+/// outside tests. Its mutex is taken when a file is written (at the end of a run, and once
+/// per window or export), never on the hot path, and never in a signal handler: the exit path
+/// runs on a thread of its own.
+struct Registry {
+    state: Mutex<Listed>,
+}
+
+struct Listed {
+    /// Set by [`Registry::abandon`]: no temporary may be created any more.
+    closed: bool,
+    paths: Vec<PathBuf>,
+}
+
+static TEMPORARIES: Registry = Registry::new();
+
+impl Registry {
+    const fn new() -> Self {
+        Self {
+            state: Mutex::new(Listed {
+                closed: false,
+                paths: Vec::new(),
+            }),
         }
     }
+
+    fn lock(&self) -> MutexGuard<'_, Listed> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Creates and lists the file, under the lock: [`abandon`](Self::abandon) sees every file
+    /// created before it and none is created after it.
+    fn create(
+        &'static self,
+        path: PathBuf,
+        options: &mut fs::OpenOptions,
+    ) -> io::Result<(File, Temporary)> {
+        let mut listed = self.lock();
+        if listed.closed {
+            return Err(io::Error::other(
+                "the process is exiting: no file is written any more",
+            ));
+        }
+        let file = options.write(true).open(&path)?;
+        listed.paths.push(path.clone());
+        drop(listed);
+        Ok((
+            file,
+            Temporary {
+                path: Some(path),
+                registry: self,
+            },
+        ))
+    }
+
+    fn forget(&self, path: &Path) {
+        let mut listed = self.lock();
+        if let Some(i) = listed.paths.iter().position(|p| p == path) {
+            listed.paths.swap_remove(i);
+        }
+    }
+
+    /// Refuses new temporaries from now on and removes those that exist; returns how many
+    /// were removed.
+    fn abandon(&self) -> usize {
+        let paths = {
+            let mut listed = self.lock();
+            listed.closed = true;
+            std::mem::take(&mut listed.paths)
+        };
+        // A file renamed meanwhile is not there any more (its target is complete); one being
+        // written is unlinked, and its writer's later rename fails: the target keeps its
+        // previous version.
+        paths.iter().filter(|p| fs::remove_file(p).is_ok()).count()
+    }
+}
+
+/// Whether `path` is listed as a temporary of this process now.
+#[cfg(all(test, feature = "chrome"))]
+pub(crate) fn is_listed(path: &Path) -> bool {
+    TEMPORARIES.lock().paths.iter().any(|p| p == path)
+}
+
+/// For an exit that does not wait for the files being written (a second signal while the
+/// outputs are finished): removes every temporary file of this process that still exists, and
+/// makes every later attempt to write one fail, so none is created after. Returns how many
+/// were removed. Blocks on the file system (`unlink`): call it from a thread that may be left
+/// behind, never from a signal handler.
+#[cfg_attr(not(feature = "signals"), allow(dead_code))]
+pub(crate) fn abandon_temporaries() -> usize {
+    TEMPORARIES.abandon()
 }
 
 /// Creates `dir` (and its parents) and checks that a file can be created in it: creates and
 /// removes a temporary file, named as [`write`] names its temporaries.
 pub(crate) fn probe_dir(dir: &Path) -> io::Result<()> {
     fs::create_dir_all(dir)?;
-    let temp = temp_path(dir, &dir.join("probe"));
-    File::options().write(true).create_new(true).open(&temp)?;
-    fs::remove_file(&temp)
+    let (_, mut temp) = Temporary::create(
+        temp_path(dir, &dir.join("probe")),
+        File::options().create_new(true),
+    )?;
+    temp.remove()
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -205,6 +341,44 @@ mod tests {
         assert!(err.to_string().contains("disk full"), "{err}");
         assert_eq!(fs::read_to_string(&path).unwrap(), "old");
         assert_eq!(fs::read_dir(&d).unwrap().count(), 1);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Abandoning removes the temporaries that exist (not those renamed or removed before) and
+    /// refuses new ones; the writer of an abandoned file fails to rename it.
+    #[test]
+    fn abandoning_removes_the_temporaries_and_refuses_new_ones() {
+        let d = dir("abandon");
+        fs::create_dir_all(&d).unwrap();
+        // A registry of this test's own: abandoning the process's would stop other tests.
+        let registry: &'static Registry = Box::leak(Box::new(Registry::new()));
+        let create = |name: &str| {
+            let options = &mut File::options();
+            registry.create(d.join(name), options.create_new(true))
+        };
+        let (_, renamed) = create(".a.tmp").unwrap();
+        let (_, mut removed) = create(".b.tmp").unwrap();
+        let (mut file, written) = create(".c.tmp").unwrap();
+        let (_, _kept) = create(".d.partial").unwrap();
+        renamed.rename_to(&d.join("a")).unwrap();
+        removed.remove().unwrap();
+        assert_eq!(registry.lock().paths.len(), 2);
+        assert_eq!(registry.abandon(), 2);
+        assert_eq!(temporaries(&d), Vec::<PathBuf>::new());
+        assert!(!d.join(".d.partial").exists());
+        // The writer of `.c.tmp` goes on writing into the unlinked file; its rename fails and
+        // its target is not created.
+        file.write_all(b"late").unwrap();
+        assert!(written.rename_to(&d.join("c")).is_err());
+        assert!(!d.join("c").exists());
+        let refused = create(".e.tmp").err().expect("a temporary after abandon");
+        assert!(refused.to_string().contains("exiting"), "{refused}");
+        assert!(!d.join(".e.tmp").exists());
+        let names: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["a"]);
         fs::remove_dir_all(&d).unwrap();
     }
 

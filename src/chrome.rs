@@ -109,13 +109,14 @@
 //! Trace files are valid JSON when the guard drops at the end of `main`, when it drops during a
 //! panic's unwinding (the writer thread completes the files, not the panicking thread), and,
 //! after [`ProfileHandle::install_signal_handler`](crate::ProfileHandle::install_signal_handler)
-//! (feature `ctrlc`),
+//! (feature `signals`),
 //! when the program is interrupted by Ctrl-C, `kill` (SIGTERM) or a hang-up: the handler
-//! finishes the open window, waits for the files, and exits with 128 + the signal. Without it,
-//! a signal kills the process while the window's
-//! file is half written, which is the truncated-file complaint of tracing-chrome's users.
-//! A process that aborts (`panic = "abort"`, `SIGKILL`) leaves the open window's file truncated;
-//! files of earlier windows are complete.
+//! finishes the open window, waits for the files, and exits with 128 + the signal (a second
+//! signal while it waits exits at once, removing the temporary files first). Without it, a
+//! signal kills the process while the window is half written (with tracing-chrome alone, the
+//! truncated-file complaint of its users; here, the window's file is not written and its
+//! `.partial` temporary is left). A process that aborts (`panic = "abort"`, `SIGKILL`) leaves
+//! the open window's `.partial` temporary too; files of earlier windows are complete.
 //!
 //! # Cost
 //!

@@ -62,13 +62,17 @@ pub enum Error {
         /// What is wrong.
         reason: &'static str,
     },
-    /// The Ctrl-C handler could not be installed (e.g. the program already handles `SIGINT`).
-    #[cfg(feature = "ctrlc")]
-    #[error("installing the Ctrl-C handler: {source}")]
-    CtrlC {
-        /// The `ctrlc` crate's error.
+    /// The signal handler of
+    /// [`ProfileHandle::install_signal_handler`](crate::ProfileHandle::install_signal_handler)
+    /// could not be installed: `SIGINT` (Ctrl-C on Windows) already has a handler (an error of
+    /// kind [`AlreadyExists`](std::io::ErrorKind::AlreadyExists)), or the system could not
+    /// make its pipe or thread.
+    #[cfg(feature = "signals")]
+    #[error("installing the signal handler: {source}")]
+    SignalHandler {
+        /// Why, in words that name the signal.
         #[source]
-        source: ctrlc::Error,
+        source: std::io::Error,
     },
     /// A profile could not be parsed.
     #[error("invalid profile {origin}: {message}")]

@@ -125,8 +125,10 @@
 //!   [`Builder::with_chrome`]).
 //! - `nvml` (default): GPU readings through NVML (`nvml-wrapper`, which loads
 //!   `libnvidia-ml.so.1` at run time: no build-time dependency on a driver).
-//! - `ctrlc` (default): [`ProfileHandle::install_signal_handler`]: SIGINT, SIGTERM and SIGHUP
-//!   write the outputs before the process exits.
+//! - `signals` (default): [`ProfileHandle::install_signal_handler`]: SIGINT, SIGTERM and
+//!   SIGHUP (Ctrl-C and closing the console on Windows, through the `ctrlc` crate, which only
+//!   Windows builds use) write the outputs before the process exits. `ctrlc` is its former
+//!   name, kept as an alias, deprecated.
 //! - `csv` (default): `report.csv` and `metrics.csv` in the output directory (`output::Csv`,
 //!   `output::CsvMetrics`, the `csv` crate).
 //! - `prometheus` (default): `metrics.prom` in the output directory, the Prometheus text
@@ -188,6 +190,8 @@ pub mod profile;
 mod record;
 mod samplers;
 mod session;
+#[cfg(feature = "signals")]
+mod signals;
 mod switches;
 
 pub use alloc::CountingAlloc;
@@ -204,9 +208,9 @@ pub const PERF_TARGET: &str = "spanprof::perf";
 /// Target for detailed profiling spans and spanprof's notes on where outputs went.
 pub const PROFILING_TARGET: &str = "spanprof::profiling";
 
-/// Exit status of the process after the Ctrl-C handler finished the outputs: 128 + `SIGINT`,
+/// Exit status of the process after the signal handler finished the outputs: 128 + `SIGINT`,
 /// what shells report for a program interrupted by Ctrl-C.
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 pub const CTRLC_EXIT_CODE: i32 = 130;
 
 // The Rust examples of the README and the guide (docs/), compiled and run as doctests: one
@@ -232,10 +236,10 @@ pub struct CliDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/resources-and-gpu.md")]
 pub struct ResourcesDoctests;
-#[cfg(all(doctest, feature = "http", feature = "otlp", feature = "ctrlc"))]
+#[cfg(all(doctest, feature = "http", feature = "otlp", feature = "signals"))]
 #[doc = include_str!("../docs/leave-it-on.md")]
 pub struct LeaveItOnDoctests;
-#[cfg(all(doctest, feature = "chrome", feature = "ctrlc"))]
+#[cfg(all(doctest, feature = "chrome", feature = "signals"))]
 #[doc = include_str!("../docs/traces.md")]
 pub struct TracesDoctests;
 #[cfg(doctest)]

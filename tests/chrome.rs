@@ -456,7 +456,7 @@ fn configuration_errors_and_absent_layers() {
 /// The Ctrl-C child: runs only when the parent test below starts this binary with
 /// `SPANPROF_CTRLC_CHILD` set. It traces steps 0-999 in one window, sends itself SIGINT in step
 /// 3, and is ended by spanprof's handler (exit status 130).
-#[cfg(all(unix, feature = "ctrlc"))]
+#[cfg(all(unix, feature = "signals"))]
 #[test]
 fn ctrlc_child() {
     let Some(dir) = std::env::var_os("SPANPROF_CTRLC_CHILD") else {
@@ -496,7 +496,7 @@ fn ctrlc_child() {
     std::process::exit(3);
 }
 
-#[cfg(all(unix, feature = "ctrlc"))]
+#[cfg(all(unix, feature = "signals"))]
 #[test]
 fn ctrl_c_finishes_the_open_window_and_exits_130() {
     let dir = temp_dir("ctrlc");

@@ -1,23 +1,25 @@
-//! The signal handler (`install_signal_handler`, feature `ctrlc`) and the sampler thread of a
+//! The signal handler (`install_signal_handler`, feature `signals`) and the sampler thread of a
 //! leaked guard. The signal tests run this binary again as a child process (the `child` test,
 //! selected by `SPANPROF_SIGNALS_CHILD`), which sends itself signals.
 #![cfg(unix)]
 
 mod support;
 
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 use std::path::{Path, PathBuf};
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 use std::process::{Command, Output};
-#[cfg(any(target_os = "linux", feature = "ctrlc"))]
+#[cfg(feature = "signals")]
+use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(any(target_os = "linux", feature = "signals"))]
 use std::time::{Duration, Instant};
 
-#[cfg(any(target_os = "linux", feature = "ctrlc"))]
+#[cfg(any(target_os = "linux", feature = "signals"))]
 use spanprof::ProfileLayer;
 
 /// How the parent starts the child: SIGINT ignored (as for a job started with `&` from a
 /// non-interactive shell script) or every signal at its default action.
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 #[derive(Clone, Copy)]
 enum Start {
     SigintIgnored,
@@ -25,7 +27,7 @@ enum Start {
 }
 
 /// Runs the `child` test in a new process of this binary, in `mode`, writing into `out`.
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 fn run_child(mode: &str, start: Start, out: &Path) -> Output {
     use std::os::unix::process::CommandExt;
     let mut command = Command::new(std::env::current_exe().unwrap());
@@ -51,7 +53,7 @@ fn run_child(mode: &str, start: Start, out: &Path) -> Output {
     command.output().unwrap()
 }
 
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 fn disposition(signal: libc::c_int) -> libc::sighandler_t {
     // SAFETY: a null new action only reads the current one into `old`.
     unsafe {
@@ -61,7 +63,7 @@ fn disposition(signal: libc::c_int) -> libc::sighandler_t {
     }
 }
 
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 fn send_self(signal: libc::c_int) {
     // SAFETY: `kill` of this process.
     assert_eq!(unsafe { libc::kill(libc::getpid(), signal) }, 0);
@@ -70,7 +72,7 @@ fn send_self(signal: libc::c_int) {
 /// The child: runs only when a test below starts this binary with `SPANPROF_SIGNALS_CHILD`
 /// set. It installs the handler, records `work` spans, and sends itself the signals its mode
 /// names; spanprof's handler ends it. Exit status 3: nothing ended it.
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 #[test]
 fn child() {
     let Ok(mode) = std::env::var("SPANPROF_SIGNALS_CHILD") else {
@@ -86,6 +88,18 @@ fn child() {
     let ignored_at_start = disposition(libc::SIGINT) == libc::SIG_IGN;
     // Never an error for an ignored signal: the program must start.
     guard.handle().install_signal_handler().unwrap();
+    // A second installation is refused, in words that name the handler and why.
+    let again = guard.handle().install_signal_handler().unwrap_err();
+    assert!(
+        matches!(&again, spanprof::Error::SignalHandler { source }
+            if source.kind() == std::io::ErrorKind::AlreadyExists),
+        "{again:?}"
+    );
+    let text = again.to_string();
+    assert!(
+        text.starts_with("installing the signal handler: SIGINT already has a handler"),
+        "{text}"
+    );
     if ignored_at_start {
         assert_eq!(
             disposition(libc::SIGINT),
@@ -111,6 +125,14 @@ fn child() {
                 .filter(|_| round % 20 == 19)
                 .and_then(|i| signals.get(i))
             {
+                if mode == "term-twice-stuck" && round > 20 {
+                    // The second signal only once finishing is stuck in `Stuck`, its temporary
+                    // file open.
+                    while !STUCK.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(20)
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
                 send_self(signal);
             }
             if start.elapsed() > Duration::from_secs(20) {
@@ -122,12 +144,16 @@ fn child() {
     std::process::exit(3);
 }
 
-/// An output whose render never returns (a stuck disk or network file system).
-#[cfg(feature = "ctrlc")]
+/// An output whose render never returns (a stuck disk or network file system). It sets
+/// [`STUCK`] once it is stuck, with its temporary file created and written into.
+#[cfg(feature = "signals")]
 #[derive(Debug)]
 struct Stuck;
 
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
+static STUCK: AtomicBool = AtomicBool::new(false);
+
+#[cfg(feature = "signals")]
 impl spanprof::output::Format for Stuck {
     fn name(&self) -> &'static str {
         "stuck"
@@ -138,7 +164,10 @@ impl spanprof::output::Format for Stuck {
     fn action(&self) -> &'static str {
         "writing a stuck output"
     }
-    fn render(&self, _: &spanprof::Snapshot, _: &mut dyn std::io::Write) -> std::io::Result<()> {
+    fn render(&self, _: &spanprof::Snapshot, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(b"half of it")?;
+        out.flush()?;
+        STUCK.store(true, Ordering::SeqCst);
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
@@ -146,8 +175,10 @@ impl spanprof::output::Format for Stuck {
 }
 
 /// A second SIGTERM while the outputs are finished (one never finishes) ends the process at
-/// once, 143, saying so; the first one alone would wait for ever.
-#[cfg(feature = "ctrlc")]
+/// once, 143, saying so; the first one alone would wait for ever. The stuck output's temporary
+/// file (`.stuck.txt.<pid>.<n>.tmp`) is removed before the exit: nothing is left but the files
+/// written completely (the profile, written before it).
+#[cfg(feature = "signals")]
 #[test]
 fn a_second_signal_exits_at_once() {
     let out = support::temp_dir("signals-twice");
@@ -158,10 +189,21 @@ fn a_second_signal_exits_at_once() {
         stderr.contains("terminated (SIGTERM) again; exiting without waiting for the outputs"),
         "{stderr}"
     );
+    let names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let left: Vec<_> = names
+        .iter()
+        .filter(|n| n.ends_with(".tmp") || n.ends_with(".partial"))
+        .collect();
+    assert!(left.is_empty(), "temporaries left: {left:?}\n{stderr}");
+    assert!(!names.iter().any(|n| n == "stuck.txt"), "{names:?}");
+    assert!(profile_calls(&out) >= 19, "{names:?}");
     let _ = std::fs::remove_dir_all(&out);
 }
 
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 fn profile_calls(out: &Path) -> u64 {
     let profile = spanprof::Snapshot::read_json(out.join(spanprof::output::PROFILE_FILE))
         .unwrap_or_else(|e| panic!("no profile in {}: {e}", out.display()));
@@ -169,7 +211,7 @@ fn profile_calls(out: &Path) -> u64 {
 }
 
 /// SIGTERM (kill, systemd, Kubernetes): the profile is written and the exit status is 143.
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 #[test]
 fn sigterm_writes_the_profile_and_exits_143() {
     let out = support::temp_dir("signals-term");
@@ -183,7 +225,7 @@ fn sigterm_writes_the_profile_and_exits_143() {
 }
 
 /// SIGHUP (the terminal closed): written too, exit status 129.
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 #[test]
 fn sighup_writes_the_profile_and_exits_129() {
     let out = support::temp_dir("signals-hup");
@@ -196,7 +238,7 @@ fn sighup_writes_the_profile_and_exits_129() {
 
 /// A program started with SIGINT ignored (`prog &` in a shell script): installing succeeds,
 /// SIGINT stays ignored (the child survives it), and SIGTERM still writes the profile.
-#[cfg(feature = "ctrlc")]
+#[cfg(feature = "signals")]
 #[test]
 fn sigint_ignored_at_start_stays_ignored_and_sigterm_is_still_handled() {
     let out = support::temp_dir("signals-ignored");

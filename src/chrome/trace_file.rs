@@ -7,7 +7,8 @@
 //! finished trace through [`crate::atomic_file::write`] (another temporary file, synced, renamed
 //! over the path), then removes the partial file. A failure at any point (a full disk, an
 //! unwritable directory) removes the temporary files, leaves whatever was at the path before,
-//! and is reported by `Session::finish`.
+//! and is reported by `Session::finish`. Both temporary files are [`Temporary`]s, listed while
+//! they exist: an exit on a second signal removes them (`crate::signals`).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -20,6 +21,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use super::counters::{Counter, CounterSource};
+use crate::atomic_file::Temporary;
 use crate::error::{Error, Result};
 
 /// What the windows of a session wrote, filled in on tracing-chrome's writer thread.
@@ -121,16 +123,19 @@ impl WindowInfo {
 /// next window's writer, or when its `FlushGuard` drops) completes the file.
 pub(super) struct WindowWriter {
     out: Option<BufWriter<Disk<File>>>,
-    partial: PathBuf,
+    /// Listed while it exists, so that an exit that cannot wait removes it.
+    partial: Temporary,
     info: Arc<WindowInfo>,
     error: Option<io::Error>,
 }
 
 impl WindowWriter {
     pub(super) fn create(info: Arc<WindowInfo>) -> Result<Self> {
-        let partial = partial_path(&info.path);
-        let file = File::create(&partial)
-            .map_err(|source| info.io_error("creating chrome trace", source))?;
+        let (file, partial) = Temporary::create(
+            partial_path(&info.path),
+            File::options().create(true).truncate(true),
+        )
+        .map_err(|source| info.io_error("creating chrome trace", source))?;
         Ok(Self {
             out: Some(BufWriter::with_capacity(
                 1 << 16,
@@ -154,9 +159,9 @@ impl WindowWriter {
         let info = &self.info;
         let result = match error {
             Some(source) => Err(info.io_error("writing chrome trace", source)),
-            None => complete_file(info, &self.partial),
+            None => complete_file(info, self.partial.path()),
         };
-        let _ = std::fs::remove_file(&self.partial);
+        let _ = self.partial.remove();
         match result {
             Ok(()) => info.results.wrote(info.number, info.path.clone()),
             Err(e) => info.results.failed(Some(info.number), e),
@@ -426,6 +431,37 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    /// A window's `.partial` file is listed as a temporary while it exists (an exit on a
+    /// second signal removes it), and no longer once the window is complete.
+    #[test]
+    fn the_partial_file_is_a_listed_temporary_until_the_window_is_complete() {
+        let dir = std::env::temp_dir().join(format!("spanprof-partial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let now = Instant::now();
+        let info = Arc::new(WindowInfo {
+            number: 1,
+            path: dir.join("trace.json"),
+            label: "l".to_string(),
+            base: now,
+            start: now,
+            end: OnceLock::new(),
+            thread_names: true,
+            counters: None,
+            results: Arc::default(),
+            disk: None,
+        });
+        let mut writer = WindowWriter::create(info.clone()).unwrap();
+        let partial = writer.partial.path().to_path_buf();
+        assert!(partial.exists());
+        assert!(crate::atomic_file::is_listed(&partial));
+        writer.write_all(b"[\n]").unwrap();
+        drop(writer);
+        assert!(!partial.exists());
+        assert!(!crate::atomic_file::is_listed(&partial));
+        assert_eq!(info.results.written(), [dir.join("trace.json")]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
