@@ -424,6 +424,12 @@ pub struct Sampled {
     /// Spans of this name not recorded (sampled out): counted in `calls` (one entry each),
     /// `created` and `instances`, in no histogram.
     pub skipped: u64,
+    /// The estimated busy time of the skipped spans, ns: for each, the name's running mean
+    /// busy time on its thread when it was left out, which is also what its parent's child
+    /// time got. Absent in profiles written before it (their totals are scaled as mean ×
+    /// count).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_ns: u64,
 }
 
 impl Sampled {
@@ -435,6 +441,7 @@ impl Sampled {
                 every: a.every.max(b.every),
                 since_ns: a.since_ns.min(b.since_ns),
                 skipped: a.skipped.saturating_add(b.skipped),
+                skipped_ns: a.skipped_ns.saturating_add(b.skipped_ns),
             }),
             (a, b) => a.or(b).cloned(),
         }
@@ -442,9 +449,12 @@ impl Sampled {
 }
 
 impl SpanStats {
-    /// `stat.total_ns` scaled to every span of the name when it was sampled (the mean of the
-    /// recorded × their count plus the skipped ones: an estimate whose error is the spread of
-    /// the recorded over √count, stated in the README); `stat.total_ns` otherwise (exact).
+    /// `stat.total_ns` with the spans the back-off left out when the name was sampled: the
+    /// skipped spans' estimated busy time ([`Sampled::skipped_ns`], what their parents' child
+    /// time got, so the names' self times add up to the roots' busy time) at the recorded
+    /// entries' ratio of `stat` to busy time; in profiles without that estimate, the mean of
+    /// the recorded × their count plus the skipped ones. `stat.total_ns` otherwise (exact).
+    /// The one rule every output and analysis uses for a sampled name's totals.
     ///
     /// ```
     /// # let snapshot: spanprof::Snapshot = spanprof::Snapshot::from_json(
@@ -456,6 +466,9 @@ impl SpanStats {
     /// ```
     pub fn scaled_total_ns(&self, stat: &Stat) -> u64 {
         match &self.sampled {
+            Some(s) if s.skipped > 0 && s.skipped_ns > 0 => stat.total_ns.saturating_add(
+                tree::scale(s.skipped_ns, stat.total_ns, self.entry_busy.total_ns),
+            ),
             Some(s) if s.skipped > 0 && stat.count > 0 => {
                 (stat.mean_ns * stat.count.saturating_add(s.skipped) as f64).round() as u64
             }
@@ -616,6 +629,7 @@ mod tests {
             every,
             since_ns,
             skipped,
+            skipped_ns: 0,
         })
     }
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::Stat;
-use crate::record::hist::{new_histogram, record_n};
+use super::buckets::{new_histogram, record_n};
 
 /// The call tree of a profile (schema version 4; absent when it was not recorded).
 ///

@@ -15,10 +15,10 @@ use super::overhead::{CPU_SAMPLE_EVERY, MIN_PROBES};
 use super::resources::ResourceTotals;
 use super::shards::{NameStats, Shard};
 use super::spans::ENTRIES_ONE;
-use super::tree;
 use super::Recorder;
 use crate::profile::metrics::{GaugeValue, HistogramValue, SumValue};
 use crate::profile::{
+    CpuUse, SpanResources,
     Dropped, HistogramSpec, Metric, MetricKind, MetricValue, Overhead, ResourceInfo, RunInfo,
     Sampled, Snapshot, SpanStats, Stat, HIGHEST_NS, LOWEST_NS, SCHEMA, SCHEMA_VERSION,
     SIGNIFICANT_DIGITS,
@@ -35,15 +35,8 @@ impl Recorder {
         let all_shards = self.shards.all();
         let shards: Vec<_> = all_shards.iter().map(|s| s.names()).collect();
         let names = self.names.all();
-        // The call tree's nodes, merged: the tree, and the instances recorded in the nodes of
-        // a name (not per name: `Recorder::close_in`).
+        // The call tree's nodes, merged.
         let merged_nodes = self.tree.as_ref().map(|t| t.merged(&all_shards));
-        let mut nodes_of_name: Vec<Vec<&tree::MergedNode>> = vec![Vec::new(); names.len()];
-        for node in merged_nodes.iter().flatten() {
-            if let Some(list) = node.name.and_then(|n| nodes_of_name.get_mut(n as usize)) {
-                list.push(node);
-            }
-        }
         let pending = self.pending_first_entries(names.len());
         let in_progress = self.in_progress(&all_shards, names.len(), now);
         // Everything that was on at some point: a resource stepped down keeps its figures.
@@ -65,6 +58,7 @@ impl Recorder {
             let mut any = false;
             let mut res = ResourceTotals::default();
             let (mut skipped, mut own_ns, mut left_out) = (0u64, 0u64, 0u64);
+            let mut left_out_ns = 0u64;
             for shard in &shards {
                 let Some(Some(stats)) = shard.get(index) else {
                     continue;
@@ -96,16 +90,9 @@ impl Recorder {
                 skipped += s;
                 own_ns += o;
                 left_out += stats.cost.sampled_out();
+                left_out_ns = left_out_ns.saturating_add(stats.sampled_out_ns.load(Relaxed));
             }
             drop(spill);
-            for node in &nodes_of_name[index] {
-                for kind in tree::NODE_KINDS {
-                    let k = kind as usize;
-                    // Histograms with identical bounds always add.
-                    let _ = hists[k].add(&node.kinds.hists[k]);
-                    exact[k].merge(&node.kinds.exact[k]);
-                }
-            }
             if !any {
                 continue;
             }
@@ -125,10 +112,21 @@ impl Recorder {
             readings.push(own_ns);
             let mut resources = res.finish(recorded, n_gpus, self.settings.grid_g_per_kwh);
             let entry_busy = entry_busy.stat();
-            if let Some(cpu) = resources.as_mut().and_then(|r| r.cpu.as_mut()) {
-                cpu.skipped_entries = skipped;
-                if skipped > 0 {
-                    cpu.estimate_busy(&entry_busy);
+            if resources.is_none() && skipped > 0 && recorded.contains(crate::switches::Resources::CPU) {
+                resources = Some(SpanResources::default());
+            }
+            if let Some(r) = resources.as_mut() {
+                match r.cpu.as_mut() {
+                    Some(cpu) => {
+                        cpu.skipped_entries = skipped;
+                        if skipped > 0 {
+                            cpu.estimate_busy(&entry_busy);
+                        }
+                    }
+                    // No entry of the name got a CPU read (all sampled out): said, not
+                    // silent.
+                    None if skipped > 0 => r.cpu = Some(CpuUse::none_read(skipped)),
+                    None => {}
                 }
             }
             spans.push(SpanStats {
@@ -158,6 +156,7 @@ impl Recorder {
                         every,
                         since_ns,
                         skipped: left_out,
+                        skipped_ns: left_out_ns,
                     }),
             });
         }
