@@ -137,7 +137,12 @@ impl Controller {
             return None;
         }
         let entries = now.own.entries.saturating_sub(last.own.entries);
-        let estimated = now.own.estimated_ns.saturating_sub(last.own.estimated_ns);
+        // The work since the last tick at today's cost per unit: a cost per span learnt
+        // meanwhile (the first sure measured one) reprices no span before it.
+        let estimated = now
+            .own
+            .estimated_ns
+            .saturating_sub(last.own.priced_as(&now.own));
         let readings = now.own.readings_ns.saturating_sub(last.own.readings_ns);
         let pct = |ns: f64| 100.0 * ns / cpu as f64;
         let over = pct(estimated as f64) > self.max_pct;
@@ -486,6 +491,52 @@ mod tests {
             report.contains("note: 6 more back-off steps taken, not kept (64 kept)"),
             "{report}"
         );
+    }
+
+    /// The cost per span the estimate goes by changes when it turns sure (the calibrated cost
+    /// replaced by the measured one): a tick counts the work since the last at the new cost,
+    /// and no step is taken for the spans before it, repriced.
+    #[test]
+    fn a_measured_cost_learnt_between_ticks_reprices_no_span_before_it() {
+        let mut c = Controller::new(5.0, 60.0, 5.0);
+        let reading = |secs: u64, own: OwnTotals| Reading {
+            t_ns: secs * 1_000_000_000,
+            own,
+            cpu_ns: secs * 1_000_000_000,
+            names: Vec::new(),
+        };
+        let spans = |units: u64, unit_ns: f64, sure: bool| OwnTotals {
+            entries: units,
+            units,
+            unit_ns,
+            sure,
+            estimated_ns: (units as f64 * unit_ns) as u64,
+            ..OwnTotals::default()
+        };
+        assert_eq!(
+            c.tick(reading(0, OwnTotals::default()), Resources::CPU),
+            None
+        );
+        // 500 000 spans at the calibrated 60 ns (unsure): 3% of the second.
+        assert_eq!(
+            c.tick(reading(1, spans(500_000, 60.0, false)), Resources::CPU),
+            None
+        );
+        // Sure now, at 600 ns: the second's 10 000 spans cost 0.6%, not the 27.6% of the
+        // difference of the two estimates.
+        let now = spans(510_000, 600.0, true);
+        assert_eq!(
+            now.estimated_ns - spans(500_000, 60.0, false).estimated_ns,
+            276_000_000
+        );
+        assert_eq!(c.tick(reading(2, now), Resources::CPU), None);
+        // 100 000 more: 6%, over the limit.
+        let d = c.tick(reading(3, spans(610_000, 600.0, true)), Resources::CPU);
+        let Some(Decision::Down { off, pct }) = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(off, Resources::CPU);
+        assert!((pct - 6.0).abs() < 1e-9, "{pct}");
     }
 
     #[test]

@@ -293,7 +293,7 @@ where
             // is to know (one test, not a jump table over every kind of decision).
             if let Some(d) = decision.filter(|d| d.is_static_record()) {
                 if probe_due(id.into_u64()) {
-                    self.recorder.timed(|r| {
+                    self.recorder.timed_span(id.into_u64(), |r| {
                         if r.recording() {
                             r.open_unsampled(id.into_u64(), d, attrs);
                         }

@@ -576,6 +576,8 @@ fn with_overhead() -> Snapshot {
     }
     v["overhead"] = serde_json::json!({
         "span_cost_ns": 40.0,
+        "measured_span_ns": 40.0,
+        "measured_samples": 1_000,
         "cpu_read_ns": 31.0,
         "cpu_every_entry_from_ns": 6200,
         "cpu_sample_every": 32,
@@ -638,7 +640,7 @@ fn own_cost_back_off_and_costly_names_come_from_the_profile() {
         report.contains(&format!("spanprof's own cost: {estimate}")),
         "{report}"
     );
-    assert!(meta(&html, "overhead", "per span").starts_with("40 ns: "));
+    assert!(meta(&html, "overhead", "per span").starts_with("40 ns, measured as the program ran"));
     assert!(meta(&html, "overhead", "process CPU").starts_with("4.00 s"));
     // The golden profile has no CPU figures: no word on the CPU clock.
     assert!(!html.contains("<dt>CPU clock</dt>"));
@@ -655,9 +657,12 @@ fn own_cost_back_off_and_costly_names_come_from_the_profile() {
     assert_eq!(steps[1][3].text, "predicted 0.75%");
     // The names spanprof costs over 5% of their busy time, the most first, as the console's
     // note lists them.
+    // Only names entered (`serve` never was: a share of no busy time says nothing).
+    assert!(snap.spans.iter().any(|s| s.name == "serve" && s.calls == 0));
     let mut expected: Vec<(f64, &SpanStats)> = snap
         .spans
         .iter()
+        .filter(|s| s.calls > 0)
         .map(|s| {
             (
                 100.0 * s.overhead_ns.unwrap() as f64 / s.entry_busy.total_ns.max(1) as f64,
@@ -688,6 +693,21 @@ fn own_cost_back_off_and_costly_names_come_from_the_profile() {
             row[3].text
         );
     }
+    // Unsure (too few callbacks timed): the calibrated cost said to be, no costly names.
+    let mut unsure = snap.clone();
+    let o = unsure.overhead.as_mut().unwrap();
+    (o.measured_span_ns, o.measured_samples) = (None, 12);
+    let html = render(&unsure);
+    let per_span = meta(&html, "overhead", "per span");
+    assert!(per_span.starts_with("40 ns: "), "{per_span}");
+    assert!(
+        per_span.contains("unsure: 12 of the 64 callbacks timed"),
+        "{per_span}"
+    );
+    assert!(!html.contains("id=\"costly\""));
+    assert!(html.contains("<p>Not told: spanprof's cost per span is unsure"));
+    let report = Table::new().to_string(&unsure);
+    assert!(!report.contains("note: spanprof costs over"), "{report}");
     // The section comes right after the run's metadata; without an estimate, none.
     assert!(
         html.find("<section id=\"run\">").unwrap()

@@ -554,6 +554,7 @@ mod tests {
         s.overhead = Some(crate::profile::Overhead {
             span_cost_ns: 40.0,
             measured_span_ns: None,
+            measured_samples: 0,
             cpu_read_ns: 0.0,
             cpu_every_entry_from_ns: 0,
             cpu_sample_every: 1,

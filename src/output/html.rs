@@ -306,16 +306,22 @@ fn overhead_section(snap: &Snapshot, spans: &[&SpanStats]) -> String {
             ("estimate", own_cost_text(o)),
             (
                 "per span",
-                match o.measured_span_ns {
+                match o.span_ns_sure() {
                     Some(measured) => format!(
                         "{measured:.0} ns, measured as the program ran (the callbacks of 1 span \
-                         in 64 timed whole); {:.0} ns calibrated at start-up",
+                         in 64 timed whole, {}; each span name charged the trimmed mean of its \
+                         own, a thread's first span of a name left out); {:.0} ns calibrated at \
+                         start-up",
+                        format_count(o.measured_samples),
                         o.span_cost_ns
                     ),
                     None => format!(
                         "{:.0} ns: opening, entering, exiting and closing one span at the basic \
-                         preset, calibrated at start-up",
-                        o.span_cost_ns
+                         preset, calibrated at start-up; unsure: {} of the {} callbacks timed \
+                         that a measured cost needs",
+                        o.span_cost_ns,
+                        format_count(o.measured_samples),
+                        Overhead::SURE_SAMPLES
                     ),
                 },
             ),
@@ -389,10 +395,14 @@ fn overhead_section(snap: &Snapshot, spans: &[&SpanStats]) -> String {
             rows,
         ));
     }
-    if spans.iter().any(|s| s.overhead_ns.is_some()) {
+    if let Some(o) = snap
+        .overhead
+        .as_ref()
+        .filter(|_| spans.iter().any(|s| s.overhead_ns.is_some()))
+    {
         let mut costly: Vec<(f64, &SpanStats)> = spans
             .iter()
-            .filter_map(|s| Some((costly_share(s)?, *s)))
+            .filter_map(|s| Some((costly_share(s, o)?, *s)))
             .collect();
         costly.sort_by(|a, b| b.0.total_cmp(&a.0));
         let _ = writeln!(
@@ -402,7 +412,12 @@ fn overhead_section(snap: &Snapshot, spans: &[&SpanStats]) -> String {
              times the name's spans, plus its readings) against the name's busy time: short \
              spans, whose times carry more of spanprof.</p>"
         );
-        if costly.is_empty() {
+        if o.span_ns_sure().is_none() {
+            html.push_str(
+                "<p>Not told: spanprof's cost per span is unsure (too few of its callbacks \
+                 timed), and the calibrated figure is no measure of these spans.</p>\n",
+            );
+        } else if costly.is_empty() {
             html.push_str("<p>None.</p>\n");
         } else {
             let rows = costly

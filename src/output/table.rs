@@ -645,10 +645,13 @@ impl<'a> View<'a> {
 
     /// Span names whose instrumentation costs more than [`COSTLY_PCT`] of their own duration.
     fn costly(&self, f: &mut String) -> fmt::Result {
+        let Some(o) = &self.snap.overhead else {
+            return Ok(());
+        };
         let mut costly: Vec<(f64, &Row<'a>)> = self
             .rows
             .iter()
-            .filter_map(|r| Some((costly_share(r)?, r)))
+            .filter_map(|r| Some((costly_share(r, o)?, r)))
             .collect();
         if costly.is_empty() {
             return Ok(());
@@ -874,7 +877,17 @@ fn memory_and_cpu(
 
 /// The report header's line on spanprof's own cost.
 fn own_cost(f: &mut String, o: &Overhead) -> fmt::Result {
-    writeln!(f, "spanprof's own cost: {}", own_cost_text(o))?;
+    let line = format!("spanprof's own cost: {}", own_cost_text(o));
+    match line.split_once(" (est. ") {
+        // Under 100 characters a line: the parts on a line of their own where it is longer.
+        Some((share, parts)) if line.chars().count() > 100 => {
+            writeln!(f, "{share}\n  (est. {parts}")?;
+        }
+        _ => writeln!(f, "{line}")?,
+    }
+    if let Some(note) = unsure_note(o) {
+        writeln!(f, "{note}")?;
+    }
     if let Some(note) = cpu_clock_note(o) {
         writeln!(f, "{note}")?;
     }
@@ -898,28 +911,70 @@ pub(crate) fn cpu_clock_note(o: &Overhead) -> Option<String> {
 
 /// spanprof's own cost in words: its share of the process's CPU time (of the run where that is
 /// not readable) and what it is made of.
+/// Where the cost per span is unsure ([`Overhead::span_ns_sure`]) it says so (the figure is
+/// then the calibrated one: [`unsure_note`]).
 pub(crate) fn own_cost_text(o: &Overhead) -> String {
     let of = if o.process_cpu_ns.is_some() {
         "process CPU time"
     } else {
         "the run"
     };
+    let unsure = if o.span_ns_sure().is_some() {
+        ""
+    } else {
+        ", unsure"
+    };
     format!(
-        "~{:.2}% of {of} (est. {}: {:.0} ns/span + {} readings)",
+        "~{:.2}% of {of}{unsure} (est. {}: {:.0} ns/span + {} readings)",
         o.percent,
         format_duration(o.estimated_ns),
-        o.measured_span_ns.unwrap_or(o.span_cost_ns),
+        o.span_ns(),
         format_duration(o.readings_ns),
     )
 }
 
+/// Why the cost per span is unsure, where it is: the callbacks timed against those needed.
+pub(crate) fn unsure_note(o: &Overhead) -> Option<String> {
+    if o.span_ns_sure().is_some() {
+        return None;
+    }
+    let timed = if o.measured_samples == 0 && o.measured_span_ns.is_some() {
+        "callbacks timed not counted (an older profile)".to_string()
+    } else {
+        format!(
+            "{} of {} callbacks timed",
+            format_count(o.measured_samples),
+            Overhead::SURE_SAMPLES
+        )
+    };
+    Some(format!(
+        "note: spanprof's cost per span is unsure ({timed}): the figure calibrated at\n  \
+         start-up, and no note on the span names it costs most"
+    ))
+}
+
 /// spanprof's estimated cost in a span name, as a share of the name's busy time (%), where it
 /// is over [`COSTLY_PCT`]: the names the report says spanprof distorts.
-pub(crate) fn costly_share(s: &SpanStats) -> Option<f64> {
+///
+/// Only from a sure estimate ([`Overhead::span_ns_sure`]), and only for names entered, whose
+/// mean entry lasts [`COSTLY_MIN_MEAN_NS`] or more: a share of nothing (a span never entered)
+/// or of a few clock ticks says nothing.
+pub(crate) fn costly_share(s: &SpanStats, o: &Overhead) -> Option<f64> {
+    o.span_ns_sure()?;
+    if s.calls == 0 || s.entry_busy.count == 0 || s.entry_busy.mean_ns < COSTLY_MIN_MEAN_NS {
+        return None;
+    }
     let busy = s.scaled_total_ns(&s.entry_busy);
-    let pct = 100.0 * s.overhead_ns? as f64 / busy.max(1) as f64;
+    if busy == 0 {
+        return None;
+    }
+    let pct = 100.0 * s.overhead_ns? as f64 / busy as f64;
     (pct > COSTLY_PCT).then_some(pct)
 }
+
+/// The shortest mean entry whose share spanprof's cost is told of, ns: about a read of the
+/// cheap clock; a busy time shorter than that is mostly the clock's own.
+pub(crate) const COSTLY_MIN_MEAN_NS: f64 = 10.0;
 
 /// A span name's CPU utilisation, `~` before it where the figure is a sample of its entries.
 pub(crate) fn cpu_pct(c: &CpuUse) -> String {

@@ -112,10 +112,25 @@ fn merge_overhead(profiles: &[Snapshot]) -> Option<Overhead> {
     let mut merged = first.clone();
     merged.span_cost_ns = parts.iter().map(|o| o.span_cost_ns).fold(0.0, f64::max);
     merged.cpu_read_ns = parts.iter().map(|o| o.cpu_read_ns).fold(0.0, f64::max);
-    merged.measured_span_ns = parts
+    // The largest sure measured cost, with the samples of the inputs that were sure (of all
+    // of them where none was).
+    let sure: Vec<&Overhead> = parts
+        .iter()
+        .copied()
+        .filter(|o| o.span_ns_sure().is_some())
+        .collect();
+    merged.measured_span_ns = sure
         .iter()
         .filter_map(|o| o.measured_span_ns)
         .reduce(f64::max);
+    merged.measured_samples = if sure.is_empty() {
+        &parts[..]
+    } else {
+        &sure[..]
+    }
+    .iter()
+    .map(|o| o.measured_samples)
+    .fold(0u64, u64::saturating_add);
     merged.readings_ns = sum(|o| o.readings_ns);
     merged.estimated_ns = estimated_ns;
     merged.process_cpu_ns = process_cpu_ns;

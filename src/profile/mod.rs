@@ -231,12 +231,24 @@ pub struct Overhead {
     /// Cost of one span at `basic` (open, enter, exit, close), calibrated at start-up, ns.
     pub span_cost_ns: f64,
     /// Cost of one span (or one entry of a span entered several times) as measured while the
-    /// program ran: every callback of 1 span in 64 timed whole (table lookups and cache misses
-    /// included), their mean times every callback made, per span; absent until 32 callbacks
-    /// were timed. Where present, the estimate uses it instead of `span_cost_ns`: spans polled on
-    /// several threads or entered many times cost more than the calibration's loop.
+    /// program ran, over every span name: every callback of 1 span in 64 timed whole (table
+    /// lookups and cache misses included), each name charged the trimmed mean of its own timed
+    /// callbacks (the fastest and slowest tenth left out; every name's together for a name
+    /// with fewer than 32) times its callbacks, a thread's first span of each name left out (a
+    /// one-time cost). Present only when sure: [`Overhead::SURE_SAMPLES`] callbacks timed
+    /// ([`Overhead::measured_samples`]). Where present, the estimate uses it instead of
+    /// `span_cost_ns`: callbacks cost what the program around them leaves in the caches (a
+    /// long span's exit and close miss them), more than the calibration's loop. (Profiles
+    /// written before `measured_samples` hold a plain mean of 32 callbacks or more here:
+    /// unsure, [`Overhead::span_ns_sure`].)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_span_ns: Option<f64>,
+    /// Warm callbacks timed whole behind `measured_span_ns` (absent: none, or a profile written
+    /// before they were counted). Under [`Overhead::SURE_SAMPLES`] the estimate is unsure: it
+    /// uses `span_cost_ns`, the reports say so and name no costly span names, and the back-off
+    /// goes by the calibrated cost.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub measured_samples: u64,
     /// Cost of one read of the thread CPU clock, calibrated at start-up, ns (0 where there is
     /// none).
     pub cpu_read_ns: f64,
@@ -271,6 +283,28 @@ pub struct Overhead {
     /// (see the README's "No distortion"), less exactly than the perf event avoids them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_clock: Option<String>,
+}
+
+impl Overhead {
+    /// The fewest warm callbacks timed for a sure measured cost of a span
+    /// ([`Overhead::measured_samples`]).
+    pub const SURE_SAMPLES: u64 = 64;
+
+    /// The measured cost of one span, ns, where it is sure: measured from at least
+    /// [`Overhead::SURE_SAMPLES`] timed callbacks. `None`: unsure (too few spans, or a profile
+    /// written before the samples were counted); the estimate is then the calibrated cost
+    /// [`Overhead::span_cost_ns`], and no note on costly span names is raised from it.
+    pub fn span_ns_sure(&self) -> Option<f64> {
+        self.measured_span_ns
+            .filter(|ns| ns.is_finite() && *ns > 0.0)
+            .filter(|_| self.measured_samples >= Self::SURE_SAMPLES)
+    }
+
+    /// The cost of one span the estimate charged, ns: [`Overhead::span_ns_sure`], else the
+    /// calibrated [`Overhead::span_cost_ns`].
+    pub fn span_ns(&self) -> f64 {
+        self.span_ns_sure().unwrap_or(self.span_cost_ns)
+    }
 }
 
 /// Metadata of the profiled run.

@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 use super::hist::{new_histogram, record_n, Exact};
 use super::metrics::NO_SPAN;
 use super::names::{Kind, NameInfo, INSTANCE_BUSY, INSTANCE_SELF, KINDS};
-use super::overhead::{CPU_SAMPLE_EVERY, MIN_PROBES};
+use super::overhead::{estimate, NameWork, ProbeSums, CPU_SAMPLE_EVERY};
 use super::resources::ResourceTotals;
 use super::shards::{NameStats, Shard};
 use super::spans::ENTRIES_ONE;
@@ -176,10 +176,7 @@ impl Recorder {
                 span.calls += s.skipped;
             }
         }
-        let probes = all_shards.iter().fold((0, 0), |(n, ns), s| {
-            (n + s.probed.load(Relaxed), ns + s.probed_ns.load(Relaxed))
-        });
-        let overhead = self.overhead(&mut spans, &readings, probes);
+        let overhead = self.overhead(&mut spans, &indices, &shards, &readings);
 
         Snapshot {
             schema: SCHEMA.to_string(),
@@ -215,36 +212,50 @@ impl Recorder {
     }
 
     /// spanprof's own cost: each span's, and the run's (none without calibrated costs).
-    /// `probes`: (callbacks timed whole, their time in ns) over every thread.
+    /// `indices`: each span's name index in `shards` (every thread's stats, by name index).
     fn overhead(
         &self,
         spans: &mut [SpanStats],
+        indices: &[usize],
+        shards: &[Vec<Option<Arc<NameStats>>>],
         readings: &[u64],
-        probes: (u64, u64),
     ) -> Option<Overhead> {
         let costs = self.costs;
         if costs.span_ns <= 0.0 {
             return None;
         }
-        // Recorded spans' units of cost (a span, or an entry of one entered several times) and
-        // their callbacks (open, enter, exit, close).
-        let (mut units, mut callbacks) = (0u64, 0u64);
-        for span in spans.iter() {
-            let left_out = span.sampled.as_ref().map_or(0, |s| s.skipped);
-            units += span.created.max(span.calls) - left_out;
-            callbacks +=
-                (span.created + 2 * span.calls + span.instances).saturating_sub(4 * left_out);
-        }
-        // Measured as the program ran, once enough callbacks were timed: their mean times
-        // every callback made, per unit. Else the calibrated cost of a span.
-        let measured = (probes.0 >= MIN_PROBES && units > 0)
-            .then(|| probes.1 as f64 / probes.0 as f64 * callbacks as f64 / units as f64);
-        let span_ns = measured.unwrap_or(costs.span_ns);
+        // Each name's recorded units of cost (a span, or an entry of one entered several
+        // times), its callbacks (open, enter, exit, close) and its timed callbacks.
+        let work: Vec<NameWork> = spans
+            .iter()
+            .zip(indices)
+            .map(|(span, &index)| {
+                let left_out = span.sampled.as_ref().map_or(0, |s| s.skipped);
+                let mut probes = ProbeSums::default();
+                for shard in shards {
+                    if let Some(p) = shard.get(index).and_then(|s| s.as_ref()?.cost.probe_sums()) {
+                        probes.merge(&p);
+                    }
+                }
+                NameWork {
+                    units: span.created.max(span.calls) - left_out,
+                    callbacks: (span.created + 2 * span.calls + span.instances)
+                        .saturating_sub(4 * left_out),
+                    probes,
+                }
+            })
+            .collect();
+        // Measured as the program ran where enough callbacks were timed, else the calibrated
+        // cost of a span (`overhead::estimate`).
+        let est = estimate(&work, costs.span_ns);
         let mut estimated = 0u64;
-        for (span, &own) in spans.iter_mut().zip(readings) {
+        for ((span, &own), (w, &unit_ns)) in spans
+            .iter_mut()
+            .zip(readings)
+            .zip(work.iter().zip(&est.unit_ns))
+        {
             let left_out = span.sampled.as_ref().map_or(0, |s| s.skipped);
-            let recorded = span.created.max(span.calls) - left_out;
-            let ns = (recorded as f64 * span_ns + left_out as f64 * costs.skip_ns) as u64 + own;
+            let ns = (w.units as f64 * unit_ns + left_out as f64 * costs.skip_ns) as u64 + own;
             span.overhead_ns = Some(ns);
             estimated += ns;
         }
@@ -254,7 +265,8 @@ impl Recorder {
             .unwrap_or_else(|| self.clock.delta_ns(self.start_raw, self.clock.raw()));
         Some(Overhead {
             span_cost_ns: costs.span_ns,
-            measured_span_ns: measured,
+            measured_span_ns: est.measured,
+            measured_samples: est.samples,
             cpu_read_ns: costs.cpu_read_ns,
             cpu_every_entry_from_ns: costs.long_ns,
             cpu_sample_every: CPU_SAMPLE_EVERY,
