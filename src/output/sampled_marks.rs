@@ -15,6 +15,7 @@ fn sampled_profile() -> (Snapshot, String, u64) {
         every: 8,
         since_ns: 2_000_000_000,
         skipped,
+        skipped_ns: 0,
     });
     let name = s.name.clone();
     // The mean of the recorded entries × all of them.

@@ -976,8 +976,12 @@ pub(crate) fn costly_share(s: &SpanStats, o: &Overhead) -> Option<f64> {
 /// cheap clock; a busy time shorter than that is mostly the clock's own.
 pub(crate) const COSTLY_MIN_MEAN_NS: f64 = 10.0;
 
-/// A span name's CPU utilisation, `~` before it where the figure is a sample of its entries.
+/// A span name's CPU utilisation, `~` before it where the figure is a sample of its entries;
+/// "not read (N entries sampled out)" where no entry got a CPU read.
 pub(crate) fn cpu_pct(c: &CpuUse) -> String {
+    if !c.any_read() {
+        return format!("not read ({} entries sampled out)", c.skipped_entries);
+    }
     format!(
         "{}{:.0}%",
         if c.sampled() { "~" } else { "" },
