@@ -476,21 +476,11 @@ fn top_names_the_bottlenecks_with_their_figures() {
         "{hot_line}\n{}",
         ran.stdout
     );
-    // The instrumentation cost is the profile's own estimate for the name, not a constant.
-    let vb = detailed.span("validate_batch").unwrap();
-    let per_span = vb.overhead_ns.unwrap() as f64 / vb.created.max(vb.instances) as f64;
-    let cost = format!(
-        "a span costs about {} (this profile's estimate for the name), {:.0} % of it",
-        spanprof::output::format_duration(per_span.round() as u64),
-        100.0 * vb.overhead_ns.unwrap() as f64 / vb.entry_busy.total_ns as f64
-    );
-    assert!(
-        ran.stdout
-            .lines()
-            .any(|l| l.starts_with("- instrumentation: validate_batch ") && l.contains(&cost)),
-        "{cost}\n{}",
-        ran.stdout
-    );
+    // The profile has no cost of a span measured as the program ran (its recorder predates
+    // it): spanprof's estimate is unsure, and no instrumentation finding is raised.
+    let overhead = detailed.overhead.as_ref().unwrap();
+    assert_eq!(overhead.span_ns_sure(), None);
+    assert!(!ran.stdout.contains("instrumentation:"), "{}", ran.stdout);
     golden("top.txt", &ran.stdout);
     let md = spanprof(&["top", "cli-detailed.json", "--format", "markdown"]);
     golden("top.md", &md.stdout);

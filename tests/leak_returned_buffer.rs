@@ -1,5 +1,6 @@
 //! Leak suspicion, live: a span returning a buffer its caller frees at once is not flagged,
-//! even while another span really leaks and the process's heap grows; the real leak is.
+//! even while another span really leaks and the process's heap grows; the real leak is, with
+//! the call tree and without it.
 //!
 //! One test in its own binary (the counting allocator installed): it judges process-wide heap.
 
@@ -74,15 +75,26 @@ fn a_returned_buffer_is_not_a_leak_while_another_span_leaks() {
     let report = Table::new().to_string(&snap);
     assert!(report.contains("possible leak: remember"), "{report}");
     assert!(!report.contains("possible leak: render"), "{report}");
-    // The evidence names what the other spans freed, which did not account for the leak.
+    // What handle freed was render's, its callee's (the call tree says so): none of it is
+    // evidence against remember, and the evidence does not claim any freed elsewhere.
     // (on a second line where one is too narrow for it)
+    assert_eq!(found[0].freed_elsewhere_bytes, 0, "{found:?}");
     let lines: Vec<&str> = report.lines().collect();
     let at = lines
         .iter()
         .position(|l| l.starts_with("possible leak: remember"))
         .unwrap();
     let evidence = lines[at..(at + 2).min(lines.len())].join("\n");
-    assert!(evidence.contains("freed elsewhere"), "{evidence}");
+    assert!(evidence.contains("kept "), "{evidence}");
+    assert!(!evidence.contains("freed elsewhere"), "{evidence}");
+    // Without the tree, any free elsewhere may have been remember's memory: what handle freed
+    // is then counted, and the leak is still flagged, being larger.
+    let mut bare = snap.clone();
+    bare.tree = None;
+    let found = leaks(&bare);
+    let names: Vec<&str> = found.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["remember"], "{found:?}");
+    assert!(found[0].freed_elsewhere_bytes >= 40 * 4000, "{found:?}");
     for line in &lines {
         assert!(line.chars().count() <= 100, "too wide: {line:?}");
     }

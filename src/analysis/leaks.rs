@@ -1,5 +1,7 @@
 //! Leak suspicion: span names whose calls keep retaining memory that the process keeps.
 
+use std::collections::{BTreeSet, HashMap};
+
 use crate::profile::{HeapUse, MemoryUse, Snapshot, SpanStats};
 
 /// Fewest calls before a span name is judged.
@@ -42,9 +44,10 @@ pub struct Leak {
     pub share_of_calls: f64,
     /// How much the process's heap (or RSS) grew over the second half of the run.
     pub process_growth_bytes: i64,
-    /// What other span names freed beyond what they allocated (the sum of their negative self
-    /// retention), which may have been this span name's memory: the suspicion rests on
-    /// `retained_bytes - freed_elsewhere_bytes`. Always 0 for [`LeakSource::Rss`].
+    /// What other span names freed beyond what they allocated (their negative self retention)
+    /// that may have been this span name's memory, by the call tree where the profile has
+    /// one (see [`leaks`]): the suspicion rests on `retained_bytes - freed_elsewhere_bytes`.
+    /// Always 0 for [`LeakSource::Rss`].
     pub freed_elsewhere_bytes: i64,
 }
 
@@ -57,23 +60,31 @@ pub struct Leak {
 /// Memory that outlives the entry that allocated it shows there: a leak, but also a buffer a
 /// span returns and its caller frees (positive in the span, negative in the caller), or items a
 /// producer span hands to a consumer span that frees them later (positive in the producer,
-/// negative in the consumer). The profile has no call tree, so it cannot tell which span's
-/// memory a free released. The rule takes the view least likely to accuse wrongly: any of the
-/// frees elsewhere may have released this span name's memory. So, with
+/// negative in the consumer). The heap figures are per span name, so which span's memory a free
+/// released is not recorded; the rule takes the view least likely to accuse wrongly that the
+/// profile allows. A span name N is suspected only if *kept − freed elsewhere*, the part of
+/// what it kept that no free elsewhere can account for, is at least [`LEAK_MIN_HEAP_BYTES`],
+/// where *kept* is N's self retention and *freed elsewhere* what the other span names freed
+/// beyond what they allocated (their negative self retention) that may have been N's memory:
 ///
-/// - *kept* = the span name's self retention, and
-/// - *freed elsewhere* = the sum, over every **other** span name whose self retention is
-///   negative, of its magnitude (what those spans freed beyond what they allocated),
+/// - **with a call tree** ([`Snapshot::tree`]), per call path. A caller's frees release what
+///   its callees returned first: the frees of a span name F count for the span names the tree
+///   puts below F (on any path), whole; what F freed beyond all that those names kept (or all
+///   of it, where F has an `[other]` node below it, whose names are unknown) may have been
+///   anyone's, and counts for every span name. So a buffer a span returns is cleared by its
+///   caller's frees, and unrelated frees (another name freeing what its own callee returned)
+///   do not mask a leak elsewhere. A span name with no node in the tree (past its bounds) is
+///   judged as without one;
+/// - **without a call tree**, any free elsewhere may have released N's memory: the frees of
+///   every other span name count.
 ///
-/// a span name is suspected only if *kept − freed elsewhere*, the part that no free elsewhere
-/// can account for, is at least [`LEAK_MIN_HEAP_BYTES`]; and over at least [`LEAK_MIN_CALLS`]
-/// entries, at least [`LEAK_MIN_SHARE`] of them kept memory; and the process's heap grew over the
-/// second half of the run (from the timeline's middle sample to the snapshot) by at least a
-/// quarter of that unaccounted part (a steady leak grows it by about half). A span returning a
-/// buffer its caller frees is thus cleared by the caller's negative retention even while another
-/// span really leaks and the process grows; the leak is flagged if it keeps more than all the
-/// frees elsewhere. The price: a real leak no larger than unrelated frees elsewhere is not
-/// flagged, and memory freed outside any span (or on a thread without spans) clears nothing.
+/// And over at least [`LEAK_MIN_CALLS`] entries, at least [`LEAK_MIN_SHARE`] of them kept
+/// memory; and the process's heap grew over the second half of the run (from the timeline's
+/// middle sample to the snapshot) by at least a quarter of the unaccounted part (a steady leak
+/// grows it by about half). The price: memory handed between span names the tree does not
+/// nest (a producer and its consumer) is told from a leak only by its size, so a real leak no
+/// larger than such frees is not flagged; a leak below a span name that frees as much is not
+/// either; and memory freed outside any span (or on a thread without spans) clears nothing.
 ///
 /// **RSS** (without the counting allocator). A span name is suspected when at least
 /// `LEAK_MIN_CALLS / 2` instances were judged, half of them grew RSS, by
@@ -88,20 +99,113 @@ pub struct Leak {
 /// Needs the resource figures of the `detailed` preset; returns nothing without them.
 pub fn leaks(snapshot: &Snapshot) -> Vec<Leak> {
     let growth = Growth::of(snapshot);
-    let freed = |s: &SpanStats| -> i128 {
-        let retained = s
-            .resources
-            .as_ref()
-            .and_then(|r| r.heap.as_ref())
-            .map_or(0, |h| h.self_retained_bytes);
-        -i128::from(retained.min(0))
-    };
-    let freed_by_all: i128 = snapshot.spans.iter().map(freed).sum();
+    let frees = Frees::of(snapshot);
     snapshot
         .spans
         .iter()
-        .filter_map(|s| judge(s, growth, clamp_i64(freed_by_all - freed(s))))
+        .enumerate()
+        .filter_map(|(i, s)| judge(s, growth, frees.elsewhere(i)))
         .collect()
+}
+
+/// The frees of each span name beyond what it allocated, and which span names' memory they may
+/// have released, from the call tree where there is one.
+struct Frees {
+    /// What each span name (in [`Snapshot::spans`] order) freed beyond what it allocated.
+    freed: Vec<i128>,
+    /// Of that, what its descendants' retention does not account for: it counts for every
+    /// span name.
+    unexplained: Vec<i128>,
+    /// Per span name, the span names above it in the tree; `None` where the tree does not
+    /// place it (no tree, or no node of its own).
+    callers: Vec<Option<BTreeSet<usize>>>,
+}
+
+impl Frees {
+    fn of(snapshot: &Snapshot) -> Self {
+        let spans = &snapshot.spans;
+        let retained = |s: &SpanStats| -> i128 {
+            s.resources
+                .as_ref()
+                .and_then(|r| r.heap.as_ref())
+                .map_or(0, |h| h.self_retained_bytes.into())
+        };
+        let freed: Vec<i128> = spans.iter().map(|s| -retained(s).min(0)).collect();
+        let mut callers: Vec<Option<BTreeSet<usize>>> = vec![None; spans.len()];
+        // Span names with an `[other]` node below them: spans of unknown names.
+        let mut hidden = vec![false; spans.len()];
+        if let Some(tree) = &snapshot.tree {
+            let index: HashMap<(&str, &str), usize> = spans
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ((s.name.as_str(), s.target.as_str()), i))
+                .collect();
+            let parent = |i: usize| tree.nodes[i].parent.map(|p| p as usize).filter(|&p| p < i);
+            let span_of: Vec<Option<usize>> = tree
+                .nodes
+                .iter()
+                .map(|n| {
+                    (!n.other)
+                        .then(|| index.get(&(n.name.as_str(), n.target.as_str())).copied())
+                        .flatten()
+                })
+                .collect();
+            for (i, node) in tree.nodes.iter().enumerate() {
+                let mut above = parent(i);
+                if node.other {
+                    while let Some(p) = above {
+                        if let Some(f) = span_of[p] {
+                            hidden[f] = true;
+                        }
+                        above = parent(p);
+                    }
+                    continue;
+                }
+                let Some(n) = span_of[i] else { continue };
+                let mine = callers[n].get_or_insert_with(BTreeSet::new);
+                while let Some(p) = above {
+                    if let Some(f) = span_of[p].filter(|&f| f != n) {
+                        mine.insert(f);
+                    }
+                    above = parent(p);
+                }
+            }
+        }
+        // What each span name's descendants kept, against what it freed.
+        let mut below = vec![0i128; spans.len()];
+        for (n, above) in callers.iter().enumerate() {
+            for &f in above.iter().flatten() {
+                below[f] += retained(&spans[n]).max(0);
+            }
+        }
+        let unexplained = (0..spans.len())
+            .map(|f| {
+                if hidden[f] || callers[f].is_none() {
+                    freed[f]
+                } else {
+                    (freed[f] - below[f]).max(0)
+                }
+            })
+            .collect();
+        Frees {
+            freed,
+            unexplained,
+            callers,
+        }
+    }
+
+    /// What span names other than the `n`th freed that may have been its memory.
+    fn elsewhere(&self, n: usize) -> i64 {
+        let total: i128 = (0..self.freed.len())
+            .filter(|&f| f != n)
+            .map(|f| match &self.callers[n] {
+                Some(above) if above.contains(&f) => self.freed[f],
+                Some(_) => self.unexplained[f],
+                None => self.freed[f],
+            })
+            .sum();
+        clamp_i64(total)
+    }
 }
 
 /// How much the process's memory grew over the second half of the run.
@@ -286,6 +390,141 @@ mod tests {
 
     fn names(found: &[Leak]) -> Vec<&str> {
         found.iter().map(|l| l.name.as_str()).collect()
+    }
+
+    /// `snapshot` with a call tree of `paths` (each a node: its name and its parent's index in
+    /// `paths`), nodes made from the golden profile's.
+    fn with_tree(mut snapshot: Snapshot, paths: &[(&str, Option<u32>)]) -> Snapshot {
+        let golden = Snapshot::from_json(
+            include_str!("../../tests/data/golden-profile.json"),
+            "test data",
+        )
+        .unwrap();
+        let like = golden.tree.as_ref().unwrap().nodes[1].clone();
+        let target = snapshot.spans[0].target.clone();
+        let nodes = paths
+            .iter()
+            .map(|&(name, parent)| {
+                let mut node = like.clone();
+                node.name = name.to_string();
+                node.target = target.clone();
+                node.parent = parent;
+                node.other = name == crate::profile::TreeNode::OTHER;
+                node
+            })
+            .collect();
+        snapshot.tree = Some(crate::profile::CallTree::new(nodes, 64, 16));
+        snapshot
+    }
+
+    /// The audit's run: `stash` keeps 64 KiB on each of its 20 calls and the process grows,
+    /// while `serve` frees the 128 KiB page `fetch`, its callee, returns, 40 times over (5 MiB
+    /// freed, more than the leak). Frees the tree puts below `serve` release `fetch`'s memory,
+    /// not `stash`'s: the leak is flagged, the returned page is not.
+    #[test]
+    fn a_leak_beside_larger_frees_of_an_unrelated_returned_buffer_is_flagged() {
+        let spans = [
+            Named("serve", 40, -128 * 1024),
+            Named("fetch", 40, 128 * 1024),
+            Named("stash", 20, 64 * 1024),
+        ];
+        let s = with_tree(
+            profile_of(&spans, 640 * 1024, 1280 * 1024),
+            &[("serve", None), ("fetch", Some(0)), ("stash", None)],
+        );
+        let found = leaks(&s);
+        assert_eq!(names(&found), ["stash"], "{found:?}");
+        assert_eq!(found[0].retained_bytes, 20 * 64 * 1024);
+        assert_eq!(found[0].freed_elsewhere_bytes, 0, "{found:?}");
+    }
+
+    /// With the tree: the returned buffer is cleared by its caller alone, and the caller's
+    /// frees are no evidence for the real leak beside it.
+    #[test]
+    fn with_a_tree_a_callers_frees_clear_its_callees_only() {
+        let spans = [
+            Named("render", 100, 2 * 1024),
+            Named("handle", 100, -2 * 1024),
+            Named("cache_insert", 100, 8 * 1024),
+        ];
+        let tree = [
+            ("handle", None),
+            ("render", Some(0)),
+            ("cache_insert", None),
+        ];
+        let found = leaks(&with_tree(
+            profile_of(&spans, 400 * 1024, 800 * 1024),
+            &tree,
+        ));
+        assert_eq!(names(&found), ["cache_insert"], "{found:?}");
+        assert_eq!(found[0].freed_elsewhere_bytes, 0);
+        // The returned buffer alone, the process flat: nothing.
+        let alone = with_tree(profile_of(&spans[..2], 0, 0), &tree[..2]);
+        assert_eq!(leaks(&alone), []);
+        // A caller two levels up clears it as well: render under handle under serve, which
+        // frees it.
+        let spans = [
+            Named("serve", 100, -2 * 1024),
+            Named("handle", 100, 0),
+            Named("render", 100, 2 * 1024),
+            Named("cache_insert", 100, 8 * 1024),
+        ];
+        let tree = [
+            ("serve", None),
+            ("handle", Some(0)),
+            ("render", Some(1)),
+            ("cache_insert", None),
+        ];
+        let found = leaks(&with_tree(
+            profile_of(&spans, 400 * 1024, 800 * 1024),
+            &tree,
+        ));
+        assert_eq!(names(&found), ["cache_insert"], "{found:?}");
+    }
+
+    /// With the tree, frees its nesting does not explain (a consumer freeing what a sibling
+    /// produced; a caller freeing more than its callees kept; spans past the tree's bounds
+    /// below the caller) may have been anyone's, as without a tree.
+    #[test]
+    fn with_a_tree_frees_it_does_not_explain_count_for_every_name() {
+        let spans = [
+            Named("produce", 100, 8 * 1024),
+            Named("consume", 100, -8 * 1024),
+            Named("leak_small", 50, 8 * 1024),
+        ];
+        let siblings = [("produce", None), ("consume", None), ("leak_small", None)];
+        let s = with_tree(profile_of(&spans, 200 * 1024, 400 * 1024), &siblings);
+        assert_eq!(leaks(&s), []);
+        // serve frees 5 MiB, fetch below it kept 2.5 MiB of it: the other 2.5 MiB may have
+        // been stash's 1.25 MiB.
+        let spans = [
+            Named("serve", 40, -128 * 1024),
+            Named("fetch", 40, 64 * 1024),
+            Named("stash", 20, 64 * 1024),
+        ];
+        let nested = [("serve", None), ("fetch", Some(0)), ("stash", None)];
+        let s = with_tree(profile_of(&spans, 640 * 1024, 1280 * 1024), &nested);
+        let found = leaks(&s);
+        assert_eq!(names(&found), [] as [&str; 0], "{found:?}");
+        // The audit's run, but with spans past the tree's bounds below serve: what serve freed
+        // may have been theirs, of names unknown, and stash's.
+        let spans = [
+            Named("serve", 40, -128 * 1024),
+            Named("fetch", 40, 128 * 1024),
+            Named("stash", 20, 64 * 1024),
+        ];
+        let bounded = [
+            ("serve", None),
+            ("fetch", Some(0)),
+            (crate::profile::TreeNode::OTHER, Some(0)),
+            ("stash", None),
+        ];
+        let s = with_tree(profile_of(&spans, 640 * 1024, 1280 * 1024), &bounded);
+        assert_eq!(leaks(&s), []);
+        // And a span name the tree does not place is judged as without a tree.
+        let unplaced = [("serve", None), ("fetch", Some(0))];
+        let s = with_tree(profile_of(&spans, 640 * 1024, 1280 * 1024), &unplaced);
+        assert_eq!(leaks(&s), []);
     }
 
     #[test]

@@ -1,62 +1,58 @@
 //! Bottlenecks: what in a profile deserves attention first, each finding with the figures
 //! that justify it.
+//!
+//! Every kind of finding has a minimum effect size (the constants below): below it, a figure
+//! is noise or too small to act on, and nothing is said.
 
-use crate::profile::{Snapshot, SpanStats};
+use crate::profile::{Snapshot, SpanStats, TreeNode};
 
 use super::{leaks, Leak};
 
-/// A span name with at least this share of all self time dominates.
+/// A span name with at least this share of all self time dominates (a [`Finding::SelfTime`]).
 pub const DOMINANT_SELF_SHARE_PCT: f64 = 10.0;
+/// The hottest call path is named ([`Finding::HotPath`]) when its node holds at least this
+/// share of the call tree's self time: below it, no one path stands out.
+pub const HOT_PATH_MIN_SHARE_PCT: f64 = 10.0;
 /// A span name whose p99 is at least this many times its p50 has a heavy tail.
 pub const HEAVY_TAIL_RATIO: f64 = 10.0;
 /// Fewest calls before a tail is judged (a p99 of fewer calls is a handful of samples).
 pub const HEAVY_TAIL_MIN_CALLS: u64 = 100;
-/// What one span costs to instrument, ns: creation, entry, exit and close through the
-/// `tracing` registry and spanprof's `basic` preset (the README's overhead table: 125 ns
-/// measured on a 2-core VM). An estimate: it moves with the machine. Used only for profiles
-/// without spanprof's own estimate ([`CostSource`]).
-pub const SPAN_COST_NS: f64 = 125.0;
-/// Instrumentation costing at least this share of a span's own busy time is worth a look.
+/// A heavy tail is named when its span name's busy time is at least this share of all the
+/// time inside spans (all self time): the tail of a name that hardly runs costs nothing.
+pub const HEAVY_TAIL_MIN_SHARE_PCT: f64 = 1.0;
+/// Instrumentation costing at least this share of a span's own time is worth a look: per call
+/// (busy time) for a span entered once per instance, per instance (wall time) for one entered
+/// more often.
 pub const INSTRUMENTATION_MIN_SHARE_PCT: f64 = 5.0;
+/// An instrumentation finding also needs spanprof's estimated cost in the name's spans to be
+/// at least this share of all the time inside spans (all self time): a short span that runs
+/// seldom costs nothing worth a change of the code.
+pub const INSTRUMENTATION_MIN_RUN_SHARE_PCT: f64 = 1.0;
 /// Fewest entries before a span name's allocations per call are judged (a span entered once,
 /// around the whole run, allocates everything its children do).
 pub const ALLOCATIONS_MIN_CALLS: u64 = 30;
+/// A span name's allocations are named when its calls make at least this many allocations
+/// each, or allocate at least [`ALLOCATIONS_MIN_BYTES_PER_CALL`] each (child spans included).
+pub const ALLOCATIONS_MIN_PER_CALL: f64 = 1.0;
+/// See [`ALLOCATIONS_MIN_PER_CALL`]: bytes allocated per call (1 KiB).
+pub const ALLOCATIONS_MIN_BYTES_PER_CALL: f64 = 1024.0;
+/// A span name's allocations are named only when they are at least this share of the run's
+/// allocations (by count or by bytes; see [`Finding::Allocations`] for what the run's are).
+pub const ALLOCATIONS_MIN_SHARE_PCT: f64 = 1.0;
 /// A GPU below this utilisation while a span runs is idle.
 pub const GPU_IDLE_PCT: f64 = 20.0;
+/// An idle GPU is named when its span name's instances take at least this share of the run's
+/// wall time.
+pub const GPU_IDLE_MIN_WALL_SHARE_PCT: f64 = 10.0;
 /// At most this many findings of each kind.
 pub const FINDINGS_PER_KIND: usize = 5;
-
-/// Where the instrumentation cost of a [`Finding::Instrumentation`] comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CostSource {
-    /// The span name's own estimate, [`SpanStats::overhead_ns`]: spans × the cost of a span
-    /// calibrated at start-up, plus the measured time of its readings.
-    Measured,
-    /// The profile's calibrated cost of one span ([`Overhead::span_cost_ns`](crate::profile::Overhead::span_cost_ns))
-    /// × the span name's instances (a profile with [`Snapshot::overhead`] but no per-name figure).
-    Calibrated,
-    /// [`SPAN_COST_NS`] × the span name's instances: a profile written before spanprof
-    /// estimated its own cost.
-    Assumed,
-}
-
-impl CostSource {
-    /// The words in reports: `measured`, `calibrated`, `assumed`.
-    pub fn name(self) -> &'static str {
-        match self {
-            CostSource::Measured => "measured",
-            CostSource::Calibrated => "calibrated",
-            CostSource::Assumed => "assumed",
-        }
-    }
-}
 
 /// What [`top`] found, with the figures behind it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Finding {
-    /// A span name holding a large share of the time inside spans (self time).
+    /// A span name holding a large share of the time inside spans (self time), at least
+    /// [`DOMINANT_SELF_SHARE_PCT`].
     SelfTime {
         /// Span name.
         name: String,
@@ -67,7 +63,9 @@ pub enum Finding {
         /// Share of all self time, %.
         share_pct: f64,
     },
-    /// The call path holding the most self time (from the call tree, where recorded).
+    /// The call path holding the most self time (from the call tree, where recorded), at least
+    /// [`HOT_PATH_MIN_SHARE_PCT`] of it. Only a node the tree places on a path of known names
+    /// (no `[other]` node on it) and with closed instances is named.
     HotPath {
         /// The path's names, root first, joined by `;`.
         path: String,
@@ -75,12 +73,15 @@ pub enum Finding {
         target: String,
         /// Closed instances on this path.
         instances: u64,
-        /// Its self time, ns.
+        /// Its self time, ns ([`TreeNode::self_ns`]: with the estimate for spans the back-off
+        /// left out).
         self_ns: u64,
-        /// Share of the tree's self time, %.
+        /// `self_ns` as a share of the tree's self time, %.
         share_pct: f64,
     },
-    /// A span name whose slow calls are far slower than its typical one.
+    /// A span name whose slow calls are far slower than its typical one: p99 at least
+    /// [`HEAVY_TAIL_RATIO`] × p50, over at least [`HEAVY_TAIL_MIN_CALLS`] calls, the name
+    /// holding at least [`HEAVY_TAIL_MIN_SHARE_PCT`] of the time inside spans.
     HeavyTail {
         /// Span name.
         name: String,
@@ -96,27 +97,49 @@ pub enum Finding {
         ratio: f64,
     },
     /// A span name so short that its instrumentation is a large share of its time.
+    ///
+    /// Every figure is per span: a span entered once per instance (`entries_per_span` 1) is
+    /// judged on its busy time per call; one entered more often (an async span, entered at
+    /// every poll, or a long-lived span entered at every use) on its instance's wall time,
+    /// with the cost of all its entries: an instance lasting 11 ms polled three times is no
+    /// span too short, however short each poll. `cost_share_pct` is
+    /// `100 × cost_per_span_ns / mean_ns`.
+    ///
+    /// The cost is the profile's own estimate of a span's cost, measured as the program ran
+    /// (per span, or per entry of one entered several times), where it is sure
+    /// ([`Overhead::span_ns_sure`](crate::profile::Overhead::span_ns_sure)), × the entries
+    /// per span. A profile without a sure one (too few callbacks timed, or one written before
+    /// spanprof measured its cost) raises no instrumentation finding.
     Instrumentation {
         /// Span name.
         name: String,
         /// Span target.
         target: String,
-        /// Calls.
+        /// Calls (entries).
         calls: u64,
-        /// Mean busy time per call, ns.
+        /// Spans (instances created).
+        spans: u64,
+        /// Entries per span recorded (1 for a span entered once).
+        entries_per_span: f64,
+        /// The time judged per span, ns: mean busy time per call where `entries_per_span` is
+        /// 1, else mean wall time per closed instance.
         mean_ns: f64,
-        /// spanprof's estimated cost per instance, ns.
+        /// spanprof's estimated cost per span (all its entries), ns.
         cost_per_span_ns: f64,
-        /// Where that estimate comes from.
-        cost_source: CostSource,
-        /// Estimated instrumentation cost over busy time, %.
+        /// `cost_per_span_ns` over `mean_ns`, %.
         cost_share_pct: f64,
-        /// N where the automatic back-off sampled the name (1 span in N recorded; its busy
-        /// time scaled to every call): spanprof has already cut its cost there.
+        /// N where the automatic back-off sampled the name (1 span in N recorded): spanprof
+        /// has already cut its cost there; the figures are those of the spans recorded.
         sampled_every: Option<u32>,
     },
     /// A span name allocating much per call (counting allocator; child spans included), over
-    /// at least [`ALLOCATIONS_MIN_CALLS`] entries.
+    /// at least [`ALLOCATIONS_MIN_CALLS`] entries: at least [`ALLOCATIONS_MIN_PER_CALL`]
+    /// allocations or [`ALLOCATIONS_MIN_BYTES_PER_CALL`] bytes per call, and at least
+    /// [`ALLOCATIONS_MIN_SHARE_PCT`] of the run's allocations or bytes.
+    ///
+    /// The run's allocations: those of the span names the call tree has at its roots (every
+    /// span name's where the profile has no tree, or spans past its bounds at its roots, which
+    /// counts nested allocations more than once: the shares are then lower bounds).
     Allocations {
         /// Span name.
         name: String,
@@ -128,10 +151,15 @@ pub enum Finding {
         per_call: f64,
         /// Bytes allocated per entry.
         bytes_per_call: f64,
+        /// The name's allocations as a share of the run's, %.
+        share_pct: f64,
+        /// The name's bytes allocated as a share of the run's, %.
+        bytes_share_pct: f64,
     },
     /// A leak suspicion ([`leaks`](super::leaks)).
     Leak(Leak),
-    /// A GPU mostly idle while a span name ran.
+    /// A GPU mostly idle while a span name ran: below [`GPU_IDLE_PCT`], the name's instances
+    /// taking at least [`GPU_IDLE_MIN_WALL_SHARE_PCT`] of the run.
     GpuIdle {
         /// Span name.
         name: String,
@@ -169,7 +197,9 @@ fn most(
 
 /// The bottlenecks of `snapshot`, by kind (self time, the hottest call path, tails,
 /// instrumentation, allocations, leaks, idle GPUs), the largest first within a kind, at most
-/// [`FINDINGS_PER_KIND`] each, then a [`Finding::More`] saying how many more there were.
+/// [`FINDINGS_PER_KIND`] each, then a [`Finding::More`] saying how many more there were. Each
+/// kind has its minimum effect size (see the constants of this module): below it, nothing is
+/// said.
 ///
 /// ```
 /// use spanprof::analysis::{top, Finding};
@@ -177,7 +207,7 @@ fn most(
 /// #     include_str!("../../tests/data/profile-v1-basic.json"), "doc")?;
 /// for finding in top(&snapshot) {
 ///     if let Finding::SelfTime { name, share_pct, .. } = finding {
-///         println!("{name}: {share_pct:.0} % of the time in spans");
+///         println!("{name}: {share_pct:.0} % of the time inside spans");
 ///     }
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -187,9 +217,10 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
     let key = |s: &SpanStats| (s.name.clone(), s.target.clone());
     let mut findings = Vec::new();
 
-    // Totals of names the back-off sampled are scaled to every call (mean × calls).
-    let self_ns = |s: &SpanStats| s.scaled_total_ns(&s.entry_self);
-    let all_self: u128 = spans.iter().map(|s| u128::from(self_ns(s))).sum();
+    // The profile's one rule for totals (those of names the back-off sampled scaled to every
+    // call) and its one total self time, as every output.
+    let self_ns = SpanStats::self_ns;
+    let all_self = u128::from(snapshot.totals().self_ns);
     let mut dominant: Vec<&SpanStats> = spans
         .iter()
         .filter(|s| all_self > 0 && share(self_ns(s), all_self) >= DOMINANT_SELF_SHARE_PCT)
@@ -214,6 +245,7 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
     let mut tails: Vec<(f64, &SpanStats)> = spans
         .iter()
         .filter(|s| s.calls >= HEAVY_TAIL_MIN_CALLS && s.entry_busy.p50_ns > 0)
+        .filter(|s| all_self > 0 && share(s.busy_ns(), all_self) >= HEAVY_TAIL_MIN_SHARE_PCT)
         .map(|s| (s.entry_busy.p99_ns as f64 / s.entry_busy.p50_ns as f64, s))
         .filter(|(r, _)| *r >= HEAVY_TAIL_RATIO)
         .collect();
@@ -234,73 +266,55 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         }),
     );
 
-    let mut cheap: Vec<(f64, f64, CostSource, &SpanStats)> = spans
-        .iter()
-        .filter(|s| s.calls > 0 && s.entry_busy.total_ns > 0)
-        .map(|s| {
-            let spans = s.created.max(s.instances);
-            let (cost, source) = instrumentation_cost(snapshot, s);
-            let per_span = if spans == 0 { 0.0 } else { cost / spans as f64 };
-            (
-                100.0 * cost / s.scaled_total_ns(&s.entry_busy) as f64,
-                per_span,
-                source,
-                s,
-            )
-        })
-        .filter(|(pct, ..)| *pct >= INSTRUMENTATION_MIN_SHARE_PCT)
-        .collect();
-    cheap.sort_by(|a, b| b.0.total_cmp(&a.0));
-    most(
-        &mut findings,
-        "instrumentation",
-        cheap.iter().map(|&(pct, per_span, source, s)| {
-            let (name, target) = key(s);
-            Finding::Instrumentation {
-                name,
-                target,
-                calls: s.calls,
-                mean_ns: s.entry_busy.mean_ns,
-                cost_per_span_ns: per_span,
-                cost_source: source,
-                cost_share_pct: pct,
-                sampled_every: s.sampled.as_ref().map(|x| x.every),
-            }
-        }),
-    );
+    let mut cheap: Vec<Finding> = match span_cost_ns(snapshot) {
+        Some(per_entry) => spans
+            .iter()
+            .filter_map(|s| instrumentation(s, per_entry, all_self))
+            .collect(),
+        None => Vec::new(),
+    };
+    let pct = |f: &Finding| match f {
+        Finding::Instrumentation { cost_share_pct, .. } => *cost_share_pct,
+        _ => 0.0,
+    };
+    cheap.sort_by(|a, b| pct(b).total_cmp(&pct(a)));
+    most(&mut findings, "instrumentation", cheap.into_iter());
 
-    let mut allocating: Vec<(f64, f64, u64, &SpanStats)> = spans
+    let (run_allocations, run_bytes) = run_allocations(snapshot);
+    let mut allocating: Vec<Finding> = spans
         .iter()
         .filter_map(|s| {
             let heap = s.resources.as_ref()?.heap.as_ref()?;
-            (heap.entries >= ALLOCATIONS_MIN_CALLS && heap.allocations > 0).then(|| {
-                let n = heap.entries as f64;
-                (
-                    heap.allocations as f64 / n,
-                    heap.allocated_bytes as f64 / n,
-                    heap.entries,
-                    s,
-                )
-            })
-        })
-        .collect();
-    allocating.sort_by(|a, b| b.0.total_cmp(&a.0));
-    most(
-        &mut findings,
-        "allocations",
-        allocating
-            .iter()
-            .map(|&(per_call, bytes_per_call, entries, s)| {
-                let (name, target) = key(s);
-                Finding::Allocations {
+            if heap.entries < ALLOCATIONS_MIN_CALLS {
+                return None;
+            }
+            let n = heap.entries as f64;
+            let (per_call, bytes_per_call) =
+                (heap.allocations as f64 / n, heap.allocated_bytes as f64 / n);
+            let share_pct = share(heap.allocations, run_allocations.max(1));
+            let bytes_share_pct = share(heap.allocated_bytes, run_bytes.max(1));
+            let (name, target) = key(s);
+            ((per_call >= ALLOCATIONS_MIN_PER_CALL
+                || bytes_per_call >= ALLOCATIONS_MIN_BYTES_PER_CALL)
+                && (share_pct >= ALLOCATIONS_MIN_SHARE_PCT
+                    || bytes_share_pct >= ALLOCATIONS_MIN_SHARE_PCT))
+                .then_some(Finding::Allocations {
                     name,
                     target,
-                    entries,
+                    entries: heap.entries,
                     per_call,
                     bytes_per_call,
-                }
-            }),
-    );
+                    share_pct,
+                    bytes_share_pct,
+                })
+        })
+        .collect();
+    let per_call = |f: &Finding| match f {
+        Finding::Allocations { per_call, .. } => *per_call,
+        _ => 0.0,
+    };
+    allocating.sort_by(|a, b| per_call(b).total_cmp(&per_call(a)));
+    most(&mut findings, "allocations", allocating.into_iter());
 
     findings.extend(leaks(snapshot).into_iter().map(Finding::Leak));
 
@@ -311,7 +325,7 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         let Some(r) = &s.resources else { continue };
         for gpu in &r.gpus {
             match gpu.mean_utilization_pct {
-                Some(u) if u < GPU_IDLE_PCT && wall_share_pct >= DOMINANT_SELF_SHARE_PCT => {
+                Some(u) if u < GPU_IDLE_PCT && wall_share_pct >= GPU_IDLE_MIN_WALL_SHARE_PCT => {
                     let (name, target) = key(s);
                     idle.push(Finding::GpuIdle {
                         name,
@@ -340,33 +354,123 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
     findings
 }
 
-/// spanprof's estimated cost in the spans of one name, ns, and where the estimate comes from.
-fn instrumentation_cost(snapshot: &Snapshot, s: &SpanStats) -> (f64, CostSource) {
-    let spans = s.created.max(s.instances) as f64;
-    match (s.overhead_ns, &snapshot.overhead) {
-        (Some(ns), _) => (ns as f64, CostSource::Measured),
-        (None, Some(o)) => (spans * o.span_cost_ns, CostSource::Calibrated),
-        (None, None) => (spans * SPAN_COST_NS, CostSource::Assumed),
+/// spanprof's cost of one span (or one entry of a span entered several times), ns, where the
+/// profile's estimate of it is sure: [`Overhead::span_ns_sure`](crate::profile::Overhead::span_ns_sure),
+/// the cost measured as the program ran from enough timed callbacks. The cost calibrated at
+/// start-up (a loop on an idle core, not the program's spans) and a constant are no estimate of
+/// this run's spans: without a sure one, `None`, and no instrumentation finding.
+fn span_cost_ns(snapshot: &Snapshot) -> Option<f64> {
+    snapshot.overhead.as_ref()?.span_ns_sure()
+}
+
+/// The instrumentation finding of one span name, if its cost is a large enough share of its
+/// time, and of the time inside spans (`all_self`, ns); `per_entry`: spanprof's cost of one
+/// span or entry, ns.
+fn instrumentation(s: &SpanStats, per_entry: f64, all_self: u128) -> Option<Finding> {
+    // The spans recorded and their entries: a span the back-off left out was entered once
+    // and costs a skip, not a span.
+    let skipped = s.sampled.as_ref().map_or(0, |x| x.skipped);
+    let spans = s.created.max(s.instances);
+    let recorded = spans.checked_sub(skipped).filter(|&n| n > 0)?;
+    let entries = s.calls.saturating_sub(skipped);
+    if entries == 0 {
+        return None;
+    }
+    let entries_per_span = (entries as f64 / recorded as f64).max(1.0);
+    let mean_ns = if entries_per_span > 1.0 {
+        // Entered more than once per instance: judged on the instance, over its wall time.
+        (s.wall.count > 0).then_some(s.wall.mean_ns)?
+    } else {
+        s.entry_busy.mean_ns
+    };
+    if mean_ns.is_nan() || mean_ns <= 0.0 {
+        return None;
+    }
+    let cost_per_span_ns = per_entry * entries_per_span;
+    let cost_share_pct = 100.0 * cost_per_span_ns / mean_ns;
+    let total_cost = cost_per_span_ns * recorded as f64;
+    let worth =
+        all_self > 0 && 100.0 * total_cost / all_self as f64 >= INSTRUMENTATION_MIN_RUN_SHARE_PCT;
+    (cost_share_pct >= INSTRUMENTATION_MIN_SHARE_PCT && worth).then(|| Finding::Instrumentation {
+        name: s.name.clone(),
+        target: s.target.clone(),
+        calls: s.calls,
+        spans,
+        entries_per_span,
+        mean_ns,
+        cost_per_span_ns,
+        cost_share_pct,
+        sampled_every: s.sampled.as_ref().map(|x| x.every),
+    })
+}
+
+/// The run's allocations and bytes allocated (see [`Finding::Allocations`]).
+fn run_allocations(snapshot: &Snapshot) -> (u128, u128) {
+    let heap = |s: &SpanStats| {
+        s.resources
+            .as_ref()
+            .and_then(|r| r.heap.as_ref())
+            .map_or((0, 0), |h| {
+                (u128::from(h.allocations), u128::from(h.allocated_bytes))
+            })
+    };
+    let sum = |spans: &mut dyn Iterator<Item = &SpanStats>| {
+        spans
+            .map(heap)
+            .fold((0, 0), |(a, b), (x, y)| (a + x, b + y))
+    };
+    let roots: Option<Vec<(&str, &str)>> = snapshot.tree.as_ref().and_then(|tree| {
+        let roots: Vec<&TreeNode> = tree.nodes.iter().filter(|n| n.parent.is_none()).collect();
+        (!roots.is_empty() && roots.iter().all(|n| !n.other)).then(|| {
+            roots
+                .iter()
+                .map(|n| (n.name.as_str(), n.target.as_str()))
+                .collect()
+        })
+    });
+    match roots {
+        Some(roots) => sum(&mut snapshot
+            .spans
+            .iter()
+            .filter(|s| roots.contains(&(s.name.as_str(), s.target.as_str())))),
+        None => sum(&mut snapshot.spans.iter()),
     }
 }
 
-/// The call path with the most self time, where the profile has a call tree. An `[other]`
-/// node (the spans past the tree's bounds under a parent, many paths together) is no path.
+/// The call path with the most self time, where the profile has a call tree and one path
+/// holds at least [`HOT_PATH_MIN_SHARE_PCT`] of it.
+///
+/// Only a node whose figures support the claim is named: a node of a span name (not an
+/// `[other]` node, the spans past the tree's bounds under a parent, many paths together), on a
+/// path of such nodes from a root (a node below an `[other]` node, or under a parent index
+/// that is not before its own, is on no path the tree knows), with closed instances (its
+/// self time is per closed instance).
 fn hot_path(snapshot: &Snapshot) -> Option<Finding> {
     let tree = snapshot.tree.as_ref()?;
     let all = u128::from(tree.self_ns());
+    // Whether each node is on a path of known names from a root (parents come first).
+    let mut placed = vec![false; tree.nodes.len()];
+    for (i, node) in tree.nodes.iter().enumerate() {
+        placed[i] = !node.other
+            && match node.parent.map(|p| p as usize) {
+                None => true,
+                Some(p) => p < i && placed[p],
+            };
+    }
     let (index, node) = tree
         .nodes
         .iter()
         .enumerate()
-        .filter(|(_, n)| n.self_time.total_ns > 0 && !n.other)
-        .max_by_key(|(_, n)| n.self_time.total_ns)?;
-    Some(Finding::HotPath {
+        .filter(|&(i, n)| placed[i] && n.instances > 0 && n.self_time.count > 0)
+        .filter(|(_, n)| n.self_ns() > 0)
+        .max_by_key(|(_, n)| n.self_ns())?;
+    let share_pct = share(node.self_ns(), all.max(1));
+    (share_pct >= HOT_PATH_MIN_SHARE_PCT).then(|| Finding::HotPath {
         path: tree.path(index).join(";"),
         target: node.target.clone(),
         instances: node.instances,
-        self_ns: node.self_time.total_ns,
-        share_pct: share(node.self_time.total_ns, all),
+        self_ns: node.self_ns(),
+        share_pct,
     })
 }
 
@@ -377,7 +481,7 @@ fn share(part: u64, all: u128) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{GpuUse, SpanResources};
+    use crate::profile::{GpuUse, SpanResources, TreeNode};
 
     fn detailed() -> Snapshot {
         crate::profile::detailed_test_profile()
@@ -432,7 +536,7 @@ mod tests {
         let mut other = tree.nodes[hottest].clone();
         other.name = "[other]".to_string();
         other.other = true;
-        other.self_time.total_ns *= 10;
+        other.self_time.total_ns += 1; // the most, the real hottest keeping its share
         tree.nodes.push(other);
         let expected = tree.path(hottest).join(";");
         let found = hot_path(&s).unwrap();
@@ -467,134 +571,452 @@ mod tests {
         assert!((share_pct - want).abs() < 1e-9);
     }
 
-    /// The detailed test profile cut to one span name of 1000 calls of 200 ns each.
-    fn one_short_span() -> Snapshot {
-        let mut s = detailed();
-        s.spans.truncate(1);
-        let span = &mut s.spans[0];
-        span.calls = 1000;
-        span.created = 1000;
-        span.instances = 1000;
-        span.entry_busy.total_ns = 1000 * 200;
+    /// A span name of `calls` entries over `spans` instances, each entry `entry_ns` of busy
+    /// (and self) time, each instance `wall_ns` of wall time; no resources, no estimate.
+    fn timed(name: &str, calls: u64, spans: u64, entry_ns: u64, wall_ns: u64) -> SpanStats {
+        let mut s = detailed().spans[0].clone();
+        s.name = name.to_string();
+        (s.calls, s.created, s.instances, s.open) = (calls, spans, spans, 0);
+        for (stat, count, total) in [
+            (&mut s.entry_busy, calls, calls * entry_ns),
+            (&mut s.entry_self, calls, calls * entry_ns),
+            (&mut s.busy, spans, calls * entry_ns),
+            (&mut s.self_time, spans, calls * entry_ns),
+            (&mut s.wall, spans, spans * wall_ns),
+        ] {
+            stat.count = count;
+            stat.total_ns = total;
+            stat.mean_ns = total as f64 / count as f64;
+        }
+        (s.resources, s.overhead_ns, s.sampled) = (None, None, None);
         s
     }
 
+    /// A profile of `spans` alone, no tree, spanprof's cost of a span `measured` (ns, measured
+    /// as the program ran; `None`: fewer callbacks timed than the estimate needs), the
+    /// per-name figures as the recorder makes them from it.
+    fn profile_of(mut spans: Vec<SpanStats>, measured: Option<f64>) -> Snapshot {
+        let mut s = detailed();
+        let span_cost_ns = 40.0;
+        for span in &mut spans {
+            let units = span.created.max(span.calls) as f64;
+            span.overhead_ns = Some((units * measured.unwrap_or(span_cost_ns)) as u64);
+        }
+        s.spans = spans;
+        s.tree = None;
+        s.resources = None;
+        // Through serde: the fields a profile must have, and the measured cost sure (from
+        // enough timed callbacks) where given.
+        s.overhead = Some(
+            serde_json::from_value(serde_json::json!({
+                "span_cost_ns": span_cost_ns,
+                "measured_span_ns": measured,
+                "measured_samples": 1000,
+                "cpu_read_ns": 0.0,
+                "cpu_every_entry_from_ns": 0,
+                "cpu_sample_every": 1,
+                "readings_ns": 0,
+                "estimated_ns": 0,
+                "percent": 1.0,
+            }))
+            .unwrap(),
+        );
+        s
+    }
+
+    fn instrumentation_of<'a>(found: &'a [Finding], of: &str) -> Option<&'a Finding> {
+        found
+            .iter()
+            .find(|f| matches!(f, Finding::Instrumentation { name, .. } if name == of))
+    }
+
+    /// The audit's async fn: polled 3 times per instance, 6.17 µs per poll, an instance
+    /// lasting 11 ms; spanprof's cost 3.16 µs per entry, 9.47 µs per instance. Judged per
+    /// entry it was "51 % of it: instrument its caller instead"; an instance of 11 ms is no
+    /// span too short to keep.
     #[test]
-    fn tails_instrumentation_allocations_and_idle_gpus() {
-        let mut s = one_short_span();
-        let span = &mut s.spans[0];
-        span.entry_busy.p50_ns = 100;
-        span.entry_busy.p99_ns = 5_000;
-        span.wall.total_ns = s.run.duration_ns / 2;
+    fn an_async_span_is_judged_per_instance() {
+        let fetch = timed("fetch", 1800, 600, 6_170, 11_000_000);
+        let found = top(&profile_of(vec![fetch], Some(9_470.0 / 3.0)));
+        assert_eq!(instrumentation_of(&found, "fetch"), None, "{found:?}");
+    }
+
+    /// Every figure of an instrumentation finding is per span, and its share is computed from
+    /// them: an instance of 2 entries lasting 400 ns, 50 ns of cost per entry, is 100 ns of
+    /// 400 ns, 25 %.
+    #[test]
+    fn an_instrumentation_finding_states_figures_that_agree() {
+        let poll = timed("poll", 2000, 1000, 100, 400);
+        let found = top(&profile_of(vec![poll], Some(50.0)));
+        let Some(Finding::Instrumentation {
+            mean_ns,
+            cost_per_span_ns,
+            cost_share_pct,
+            ..
+        }) = instrumentation_of(&found, "poll")
+        else {
+            panic!("{found:?}")
+        };
+        assert_eq!((*mean_ns, *cost_per_span_ns), (400.0, 100.0));
+        assert!(
+            (cost_share_pct - 100.0 * cost_per_span_ns / mean_ns).abs() < 1e-9,
+            "{cost_share_pct} % of {mean_ns} ns is not {cost_per_span_ns} ns"
+        );
+    }
+
+    /// Without spanprof's cost measured as the program ran (too few callbacks timed, or no
+    /// estimate at all), the cost is unsure: no instrumentation finding.
+    #[test]
+    fn an_unsure_cost_raises_no_instrumentation_finding() {
+        let short = || timed("short", 1000, 1000, 200, 250);
+        let found = top(&profile_of(vec![short()], None));
+        assert_eq!(instrumentation_of(&found, "short"), None, "{found:?}");
+        let mut bare = profile_of(vec![short()], None);
+        bare.overhead = None;
+        bare.spans[0].overhead_ns = None;
+        let found = top(&bare);
+        assert_eq!(instrumentation_of(&found, "short"), None, "{found:?}");
+        // Measured, but from too few timed callbacks.
+        let mut few = profile_of(vec![short()], Some(40.0));
+        let o = few.overhead.as_mut().unwrap();
+        o.measured_samples = crate::profile::Overhead::SURE_SAMPLES - 1;
+        let found = top(&few);
+        assert_eq!(instrumentation_of(&found, "short"), None, "{found:?}");
+        // Measured from enough: 40 ns of 200 ns.
+        let found = top(&profile_of(vec![short()], Some(40.0)));
+        assert!(instrumentation_of(&found, "short").is_some(), "{found:?}");
+    }
+
+    /// The audit's "validate makes 0.0 allocations (10 B) per call": noise, no finding.
+    #[test]
+    fn allocations_too_few_to_matter_are_no_finding() {
+        let mut validate = timed("validate", 200, 200, 1_000, 1_000);
+        let r = validate
+            .resources
+            .get_or_insert_with(SpanResources::default);
+        r.heap = Some(crate::profile::HeapUse {
+            entries: 200,
+            allocated_bytes: 2_000,
+            allocations: 10,
+            freed_bytes: 2_000,
+            net_retained_bytes: 0,
+            self_retained_bytes: 0,
+            retaining_entries: 0,
+        });
+        let found = top(&profile_of(vec![validate], None));
+        assert!(
+            !found
+                .iter()
+                .any(|f| matches!(f, Finding::Allocations { .. })),
+            "{found:?}"
+        );
+    }
+
+    /// `span` with a GPU at `utilization_pct` over its instances.
+    fn on_gpu(mut span: SpanStats, utilization_pct: f64) -> SpanStats {
         let r = span.resources.get_or_insert_with(SpanResources::default);
         r.gpus = vec![GpuUse {
             device: 0,
-            instances: 1000,
+            instances: span.instances,
             memory_delta_bytes: 0,
             peak_memory_bytes: 0,
-            mean_utilization_pct: Some(3.0),
+            mean_utilization_pct: Some(utilization_pct),
             energy_j: None,
         }];
+        span
+    }
+
+    /// `span` with `allocations` and `bytes` allocated over its entries.
+    fn allocating(mut span: SpanStats, allocations: u64, bytes: u64) -> SpanStats {
+        let r = span.resources.get_or_insert_with(SpanResources::default);
+        r.heap = Some(crate::profile::HeapUse {
+            entries: span.calls,
+            allocated_bytes: bytes,
+            allocations,
+            freed_bytes: bytes,
+            net_retained_bytes: 0,
+            self_retained_bytes: 0,
+            retaining_entries: 0,
+        });
+        span
+    }
+
+    fn named(found: &[Finding], kind: fn(&Finding) -> Option<&str>) -> Vec<&str> {
+        found.iter().filter_map(kind).collect()
+    }
+
+    #[test]
+    fn tails_and_idle_gpus() {
+        let mut span = on_gpu(timed("step", 1000, 1000, 2_000, 2_000), 3.0);
+        (span.entry_busy.p50_ns, span.entry_busy.p99_ns) = (1_000, 50_000);
+        let mut s = profile_of(vec![span], None);
+        s.run.duration_ns = 4_000_000;
         let found = top(&s);
-        let tail = found
-            .iter()
-            .find_map(|f| match f {
-                Finding::HeavyTail { ratio, .. } => Some(*ratio),
-                _ => None,
-            })
-            .unwrap();
-        assert_eq!(tail, 50.0);
-        let cost = found
-            .iter()
-            .find_map(|f| match f {
-                Finding::Instrumentation { cost_share_pct, .. } => Some(*cost_share_pct),
-                _ => None,
-            })
-            .unwrap();
-        assert!((cost - 100.0 * SPAN_COST_NS / 200.0).abs() < 1e-9);
         assert!(found.iter().any(|f| matches!(
             f,
-            Finding::Instrumentation { cost_source: CostSource::Assumed, cost_per_span_ns, .. }
-                if *cost_per_span_ns == SPAN_COST_NS
+            Finding::HeavyTail { ratio, calls: 1000, .. } if *ratio == 50.0
         )));
         assert!(found.iter().any(|f| matches!(
             f,
             Finding::GpuIdle { utilization_pct, wall_share_pct, .. }
-                if *utilization_pct == 3.0 && (*wall_share_pct - 50.0).abs() < 0.01
+                if *utilization_pct == 3.0 && (*wall_share_pct - 50.0).abs() < 1e-9
         )));
-        if let Some(heap) = s.spans[0].resources.as_ref().and_then(|r| r.heap.as_ref()) {
-            if heap.allocations > 0 && heap.entries >= ALLOCATIONS_MIN_CALLS {
-                let per = heap.allocations as f64 / heap.entries as f64;
-                assert!(found.iter().any(
-                    |f| matches!(f, Finding::Allocations { per_call, .. } if *per_call == per)
-                ));
-            }
-        }
     }
 
-    fn instrumentation(found: &[Finding]) -> (f64, f64, CostSource) {
-        found
-            .iter()
-            .find_map(|f| match f {
-                Finding::Instrumentation {
-                    cost_share_pct,
-                    cost_per_span_ns,
-                    cost_source,
-                    ..
-                } => Some((*cost_share_pct, *cost_per_span_ns, *cost_source)),
-                _ => None,
-            })
-            .expect("an instrumentation finding")
+    /// Each kind's minimum effect size, from both sides: a name just above it is named, one
+    /// just below is not.
+    #[test]
+    fn self_time_starts_at_its_share() {
+        let s = profile_of(
+            vec![
+                timed("big", 1, 1, 8_001, 8_001),
+                timed("above", 1, 1, 1_001, 1_001),
+                timed("below", 1, 1, 998, 998),
+            ],
+            None,
+        );
+        let found = top(&s);
+        let shown = named(&found, |f| match f {
+            Finding::SelfTime { name, .. } => Some(name),
+            _ => None,
+        });
+        assert_eq!(shown, ["big", "above"], "{found:?}");
+        assert_eq!(DOMINANT_SELF_SHARE_PCT, 10.0);
     }
 
     #[test]
-    fn instrumentation_uses_the_profiles_own_estimate() {
-        let mut s = one_short_span();
-        // The profile's calibrated cost of a span: 40 ns, 20 % of a 200 ns span.
-        s.overhead = Some(crate::profile::Overhead {
-            span_cost_ns: 40.0,
-            measured_span_ns: None,
-            measured_samples: 0,
-            cpu_read_ns: 0.0,
-            cpu_every_entry_from_ns: 0,
-            cpu_sample_every: 1,
-            cpu_sample_gap_ns: 0,
-            readings_ns: 0,
-            estimated_ns: 40_000,
-            process_cpu_ns: None,
-            cpu_clock: None,
-            percent: 1.0,
-        });
-        let (pct, per_span, source) = instrumentation(&top(&s));
-        assert_eq!(source, CostSource::Calibrated);
-        assert_eq!(per_span, 40.0);
-        assert!((pct - 20.0).abs() < 1e-9, "{pct}");
-        // The span name's own figure wins: 60 µs over 200 µs of busy time.
-        s.spans[0].overhead_ns = Some(60_000);
-        let (pct, per_span, source) = instrumentation(&top(&s));
-        assert_eq!(source, CostSource::Measured);
-        assert_eq!(per_span, 60.0);
-        assert!((pct - 30.0).abs() < 1e-9, "{pct}");
-        // Sampled 1 in 4 by the back-off (3 spans left out for each recorded): the cost is
-        // against the busy time scaled to every call, 800 µs, and the finding says so.
-        let e = &mut s.spans[0].entry_busy;
-        e.mean_ns = e.total_ns as f64 / e.count as f64;
-        let recorded = e.count;
-        s.spans[0].sampled = Some(crate::profile::Sampled {
-            every: 4,
-            since_ns: 0,
-            skipped: 3 * recorded,
-        });
-        let found = top(&s);
-        let (pct, ..) = instrumentation(&found);
-        assert!((pct - 7.5).abs() < 1e-6, "{pct}");
-        assert!(found.iter().any(|f| matches!(
-            f,
-            Finding::Instrumentation {
-                sampled_every: Some(4),
-                ..
-            }
-        )));
+    fn the_hot_path_starts_at_its_share() {
+        // Eleven roots: the hottest with 1001 ns of 10001 (10.01 %), then 999 of 9999.
+        let golden = Snapshot::from_json(
+            include_str!("../../tests/data/golden-profile.json"),
+            "golden-profile.json",
+        )
+        .unwrap();
+        let like = golden.tree.as_ref().unwrap().nodes[1].clone();
+        for (hottest, found) in [(1_001, true), (999, false)] {
+            let mut s = golden.clone();
+            let tree = s.tree.as_mut().unwrap();
+            tree.nodes = (0..11)
+                .map(|i| {
+                    let mut node = like.clone();
+                    node.name = format!("root{i}");
+                    node.parent = None;
+                    node.self_time.total_ns = if i == 0 { hottest } else { 900 };
+                    node
+                })
+                .collect();
+            assert_eq!(hot_path(&s).is_some(), found, "{:?}", hot_path(&s));
+        }
+        assert_eq!(HOT_PATH_MIN_SHARE_PCT, 10.0);
+    }
+
+    #[test]
+    fn a_heavy_tail_starts_at_its_ratio_and_share() {
+        let tail = |entry_ns: u64, p99_ns: u64| {
+            let mut span = timed("tail", 100, 100, entry_ns, entry_ns);
+            (span.entry_busy.p50_ns, span.entry_busy.p99_ns) = (10, p99_ns);
+            span
+        };
+        let shown = |spans: Vec<SpanStats>| {
+            let found = top(&profile_of(spans, None));
+            found
+                .iter()
+                .any(|f| matches!(f, Finding::HeavyTail { name, .. } if name == "tail"))
+        };
+        // Busy time 1.01 % of the time inside spans, then 0.99 %; p99 10× p50, then 9.9×.
+        assert!(shown(vec![tail(101, 100), timed("big", 1, 1, 989_900, 0)]));
+        assert!(!shown(vec![tail(99, 100), timed("big", 1, 1, 990_100, 0)]));
+        assert!(!shown(vec![tail(101, 99), timed("big", 1, 1, 989_900, 0)]));
+        assert_eq!((HEAVY_TAIL_MIN_SHARE_PCT, HEAVY_TAIL_RATIO), (1.0, 10.0));
+    }
+
+    #[test]
+    fn instrumentation_starts_at_its_shares() {
+        let shown = |measured: f64, big_ns: u64| {
+            let spans = vec![
+                timed("short", 1000, 1000, 1_000, 1_000),
+                timed("big", 1, 1, big_ns, big_ns),
+            ];
+            instrumentation_of(&top(&profile_of(spans, Some(measured))), "short").is_some()
+        };
+        // 50.1 ns of a 1 µs call, 5.01 %; then 4.99 %.
+        assert!(shown(50.1, 0));
+        assert!(!shown(49.9, 0));
+        // 100 µs of cost in all, 1.001 % of the time inside spans; then 0.999 %.
+        assert!(shown(100.0, 8_990_000));
+        assert!(!shown(100.0, 9_010_000));
+        assert_eq!(
+            (
+                INSTRUMENTATION_MIN_SHARE_PCT,
+                INSTRUMENTATION_MIN_RUN_SHARE_PCT
+            ),
+            (5.0, 1.0)
+        );
+    }
+
+    #[test]
+    fn allocations_start_at_their_size_and_share() {
+        let shown = |spans: Vec<SpanStats>| {
+            let found = top(&profile_of(spans, None));
+            named(&found, |f| match f {
+                Finding::Allocations { name, .. } => Some(name),
+                _ => None,
+            })
+            .into_iter()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+        };
+        let calls = |name| timed(name, 100, 100, 1_000, 1_000);
+        // One allocation per call, or 1 KiB: named; 0.99 allocations of 1023 B: not.
+        let found = shown(vec![
+            allocating(calls("one_each"), 100, 100),
+            allocating(calls("kib_each"), 50, 100 * 1024),
+            allocating(calls("under"), 99, 100 * 1023),
+        ]);
+        assert_eq!(found, ["one_each", "kib_each"]);
+        // 1 % of the run's allocations (or bytes): named; 0.99 %: not.
+        let found = shown(vec![
+            allocating(calls("crowd"), 9_900, 990 * 1024),
+            allocating(calls("share"), 100, 100),
+        ]);
+        assert_eq!(found, ["crowd", "share"]);
+        let found = shown(vec![
+            allocating(calls("crowd"), 10_000, 10 * 1024 * 1024),
+            allocating(calls("share"), 100, 100),
+        ]);
+        assert_eq!(found, ["crowd"]);
+        assert_eq!(
+            (
+                ALLOCATIONS_MIN_PER_CALL,
+                ALLOCATIONS_MIN_BYTES_PER_CALL,
+                ALLOCATIONS_MIN_SHARE_PCT
+            ),
+            (1.0, 1024.0, 1.0)
+        );
+    }
+
+    #[test]
+    fn an_idle_gpu_starts_at_its_utilisation_and_share() {
+        let shown = |utilization_pct: f64, wall_ns: u64| {
+            let mut s = profile_of(
+                vec![on_gpu(timed("step", 1, 1, 1, wall_ns), utilization_pct)],
+                None,
+            );
+            s.run.duration_ns = 100_000;
+            top(&s).iter().any(|f| matches!(f, Finding::GpuIdle { .. }))
+        };
+        assert!(shown(19.9, 10_010));
+        assert!(!shown(20.0, 10_010));
+        assert!(!shown(19.9, 9_990));
+        assert_eq!((GPU_IDLE_PCT, GPU_IDLE_MIN_WALL_SHARE_PCT), (20.0, 10.0));
+    }
+
+    /// A name the back-off sampled 1 in 4: judged on the spans recorded (their busy time and
+    /// their cost), and the finding says so.
+    #[test]
+    fn instrumentation_of_a_sampled_name_is_of_the_spans_recorded() {
+        let mut span = timed("short", 4000, 4000, 200, 250);
+        let e = &mut span.entry_busy;
+        (e.count, e.total_ns, e.mean_ns) = (1000, 1000 * 200, 200.0);
+        span.sampled = Some(
+            serde_json::from_value(serde_json::json!({"every": 4, "since_ns": 0, "skipped": 3000}))
+                .unwrap(),
+        );
+        let found = top(&profile_of(vec![span], Some(40.0)));
+        let Some(Finding::Instrumentation {
+            mean_ns,
+            cost_per_span_ns,
+            cost_share_pct,
+            entries_per_span,
+            sampled_every,
+            ..
+        }) = instrumentation_of(&found, "short")
+        else {
+            panic!("{found:?}")
+        };
+        assert_eq!(
+            (*mean_ns, *cost_per_span_ns, *entries_per_span),
+            (200.0, 40.0, 1.0)
+        );
+        assert!((cost_share_pct - 20.0).abs() < 1e-9, "{cost_share_pct}");
+        assert_eq!(*sampled_every, Some(4));
+    }
+
+    /// A node below an `[other]` node is on no path the tree knows, and a node without a
+    /// closed instance has no figures per instance: neither is the hot path.
+    #[test]
+    fn the_hot_path_is_a_node_its_figures_support() {
+        let mut s = Snapshot::from_json(
+            include_str!("../../tests/data/golden-profile.json"),
+            "golden-profile.json",
+        )
+        .unwrap();
+        let tree = s.tree.as_mut().unwrap();
+        let hottest = (0..tree.nodes.len())
+            .max_by_key(|&i| tree.nodes[i].self_time.total_ns)
+            .unwrap();
+        let expected = tree.path(hottest).join(";");
+        let mut other = tree.nodes[hottest].clone();
+        other.name = TreeNode::OTHER.to_string();
+        other.target = String::new();
+        other.other = true;
+        other.self_time.total_ns = 0;
+        tree.nodes.push(other);
+        let mut below = tree.nodes[hottest].clone();
+        below.name = "below_other".to_string();
+        below.parent = Some(tree.nodes.len() as u32 - 1);
+        below.self_time.total_ns += 1;
+        tree.nodes.push(below);
+        let mut unclosed = tree.nodes[hottest].clone();
+        unclosed.name = "never_closed".to_string();
+        unclosed.instances = 0;
+        unclosed.self_time.count = 0;
+        unclosed.self_time.total_ns += 2;
+        tree.nodes.push(unclosed);
+        let found = hot_path(&s);
+        let Some(Finding::HotPath { path, .. }) = &found else {
+            panic!("{found:?}")
+        };
+        assert_eq!(path, &expected);
+    }
+
+    /// A path the back-off sampled holds its recorded self time plus the estimate for the
+    /// spans it left out: chosen, and its share stated, by that same figure.
+    #[test]
+    fn the_hot_path_counts_the_spans_the_back_off_left_out() {
+        let mut s = Snapshot::from_json(
+            include_str!("../../tests/data/golden-profile.json"),
+            "golden-profile.json",
+        )
+        .unwrap();
+        let tree = s.tree.as_mut().unwrap();
+        let by_self = |tree: &crate::profile::CallTree| {
+            let mut order: Vec<usize> = (0..tree.nodes.len()).collect();
+            order.sort_by_key(|&i| std::cmp::Reverse(tree.nodes[i].self_time.total_ns));
+            order
+        };
+        let (hottest, second) = (by_self(tree)[0], by_self(tree)[1]);
+        // The second's left-out spans: as much busy time as it recorded, twice over.
+        let node = &mut tree.nodes[second];
+        node.skipped = 2 * node.instances;
+        node.skipped_ns = 2 * node.busy.total_ns;
+        assert!(node.self_ns() > tree.nodes[hottest].self_ns());
+        let expected = (tree.path(second).join(";"), tree.nodes[second].self_ns());
+        let share_of = 100.0 * expected.1 as f64 / tree.self_ns() as f64;
+        let Some(Finding::HotPath {
+            path,
+            self_ns,
+            share_pct,
+            ..
+        }) = hot_path(&s)
+        else {
+            panic!("{:?}", hot_path(&s))
+        };
+        assert_eq!((path, self_ns), expected);
+        assert!(
+            (share_pct - share_of).abs() < 1e-9,
+            "{share_pct} {share_of}"
+        );
     }
 
     #[test]

@@ -2,9 +2,7 @@
 
 use std::fmt::Write as _;
 
-use spanprof::analysis::{
-    CompareOptions, Comparison, CostSource, Finding, Side, TimingChange, Verdict,
-};
+use spanprof::analysis::{CompareOptions, Comparison, Finding, Side, TimingChange, Verdict};
 use spanprof::output::{format_bytes, format_count, format_duration};
 use spanprof::profile::Snapshot;
 
@@ -166,43 +164,7 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
             change(c.overall_ratio)
         );
     }
-    let regressions: Vec<String> = c
-        .timings
-        .iter()
-        .chain(&c.paths)
-        .filter(|t| t.verdict == Verdict::Regression)
-        .map(|t| {
-            format!(
-                "{} ({} {})",
-                code(format, &t.name),
-                t.metric,
-                change(t.ratio)
-            )
-        })
-        .chain(
-            c.counts
-                .iter()
-                .filter(|x| x.verdict == Verdict::Regression)
-                .map(|x| {
-                    format!(
-                        "{} ({} {} → {})",
-                        code(format, &x.name),
-                        x.count.name(),
-                        x.base,
-                        x.new
-                    )
-                }),
-        )
-        .chain(c.budgets.iter().filter(|b| !b.within).map(|b| {
-            format!(
-                "{} ({} {} over budget {})",
-                code(format, &b.name),
-                b.metric,
-                dur(b.value_ns),
-                dur(b.max_ns)
-            )
-        }))
-        .collect();
+    let regressions = regressions(c, format);
     let verdict = if regressions.is_empty() {
         "result: no regression".to_string()
     } else {
@@ -295,6 +257,90 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
     f
 }
 
+/// One regression in the result line: what regressed (a span name or a call path, and its
+/// target) and how.
+struct Regressed<'a> {
+    /// A call path (`root;…;leaf`) rather than a span name.
+    path: bool,
+    text: &'a str,
+    target: &'a str,
+    how: String,
+}
+
+/// The regressions of `c` for the result line, each span name or call path once with every
+/// way it regressed (`forward (p50 +18.4 %, calls 256 → 300)`).
+///
+/// A root span name is also the call path of its name alone: where the name regressed, its
+/// path's regression (the same words) is left out; the path's row stays in its table. A name
+/// (or path) that regressed in two targets is told apart by its target (`step in a::b`).
+fn regressions(c: &Comparison, format: TextFormat) -> Vec<String> {
+    let timing = |t: &TimingChange| format!("{} {}", t.metric, change(t.ratio));
+    let mut all: Vec<Regressed> = Vec::new();
+    for (path, rows) in [(false, &c.timings), (true, &c.paths)] {
+        for t in rows.iter().filter(|t| t.verdict == Verdict::Regression) {
+            all.push(Regressed {
+                path,
+                text: &t.name,
+                target: &t.target,
+                how: timing(t),
+            });
+        }
+    }
+    for x in c.counts.iter().filter(|x| x.verdict == Verdict::Regression) {
+        all.push(Regressed {
+            path: false,
+            text: &x.name,
+            target: &x.target,
+            how: format!("{} {} → {}", x.count.name(), x.base, x.new),
+        });
+    }
+    for b in c.budgets.iter().filter(|b| !b.within) {
+        all.push(Regressed {
+            path: false,
+            text: &b.name,
+            target: &b.target,
+            how: format!(
+                "{} {} over budget {}",
+                b.metric,
+                dur(b.value_ns),
+                dur(b.max_ns)
+            ),
+        });
+    }
+    // A path that is a regressed name's own root path says nothing more.
+    let named = |text: &str, target: &str| {
+        all.iter()
+            .any(|r| !r.path && r.text == text && r.target == target)
+    };
+    let shown: Vec<&Regressed> = all
+        .iter()
+        .filter(|r| !(r.path && named(r.text, r.target)))
+        .collect();
+    let mut lines: Vec<(String, Vec<String>)> = Vec::new();
+    for r in &shown {
+        let twins = shown
+            .iter()
+            .any(|o| o.text == r.text && o.target != r.target);
+        let label = if twins {
+            format!("{} in {}", code(format, r.text), code(format, r.target))
+        } else {
+            code(format, r.text)
+        };
+        match lines.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, hows)) => {
+                if !hows.contains(&r.how) {
+                    hows.push(r.how.clone());
+                }
+            }
+            None => lines.push((label, vec![r.how.clone()])),
+        }
+    }
+    lines
+        .into_iter()
+        .map(|(label, hows)| format!("{label} ({})", hows.join(", ")))
+        .collect()
+}
+
 /// One row per timing change: `first` names the first column (a span name or a call path).
 fn timing_table(f: &mut String, format: TextFormat, first: &'static str, rows: &[TimingChange]) {
     let mut t = Table::new(&[
@@ -384,35 +430,45 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding], format: TextFo
             Finding::Instrumentation {
                 name,
                 calls,
+                spans,
+                entries_per_span,
                 mean_ns,
                 cost_per_span_ns,
-                cost_source,
                 cost_share_pct,
                 sampled_every,
                 ..
-            } => format!(
-                "instrumentation: {} lasts {} per call; a span costs about {} ({}), {cost_share_pct:.0} % of it ({} calls): instrument its caller instead{}",
-                code(format, name),
-                dur(*mean_ns),
-                dur(*cost_per_span_ns),
-                match cost_source {
-                    CostSource::Measured => "this profile's estimate for the name",
-                    CostSource::Calibrated => "calibrated at the run's start",
-                    _ => "assumed: the profile has no estimate of its own",
-                },
-                format_count(*calls),
-                sampled_every.map_or_else(String::new, |n| format!(
-                    " (sampled 1/{n} by the back-off: times from the spans recorded, totals scaled)"
-                ))
-            ),
+            } => {
+                let sampled = sampled_every.map_or_else(String::new, |n| {
+                    format!(" (sampled 1/{n} by the back-off: the figures of the spans recorded)")
+                });
+                if *entries_per_span > 1.0 {
+                    format!(
+                        "instrumentation: {} lasts {} per instance (wall time, {entries_per_span:.1} entries each); its span costs about {} per instance (measured in this run), {cost_share_pct:.0} % of it ({} instances): instrument its caller instead{sampled}",
+                        code(format, name),
+                        dur(*mean_ns),
+                        dur(*cost_per_span_ns),
+                        format_count(*spans)
+                    )
+                } else {
+                    format!(
+                        "instrumentation: {} lasts {} per call; a span costs about {} (measured in this run), {cost_share_pct:.0} % of it ({} calls): instrument its caller instead{sampled}",
+                        code(format, name),
+                        dur(*mean_ns),
+                        dur(*cost_per_span_ns),
+                        format_count(*calls)
+                    )
+                }
+            }
             Finding::Allocations {
                 name,
                 entries,
                 per_call,
                 bytes_per_call,
+                share_pct,
+                bytes_share_pct,
                 ..
             } => format!(
-                "allocations: {} makes {per_call:.1} allocations ({}) per call, child spans included ({} calls)",
+                "allocations: {} makes {per_call:.1} allocations ({}) per call, child spans included ({} calls; {share_pct:.1} % of the run's allocations, {bytes_share_pct:.1} % of the bytes it allocated)",
                 code(format, name),
                 format_bytes(*bytes_per_call),
                 format_count(*entries)
@@ -445,4 +501,142 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding], format: TextFo
         let _ = writeln!(f, "{bullet}{line}");
     }
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(json: &str) -> Snapshot {
+        Snapshot::from_json(json, "test data").unwrap()
+    }
+
+    /// The result line of `text`.
+    fn result(text: &str) -> &str {
+        text.lines()
+            .find(|l| l.starts_with("result:") || l.starts_with("**result:"))
+            .unwrap_or_else(|| panic!("{text}"))
+    }
+
+    /// A root span name (here `generate_dataset`, slower in the new run) is its own call path,
+    /// `generate_dataset`: the name's regression and its path's were both listed, the same
+    /// words twice.
+    #[test]
+    fn a_regressed_name_is_printed_once() {
+        let (base, new) = (
+            profile(include_str!("../../../tests/data/cli-slow.json")),
+            profile(include_str!("../../../tests/data/cli-base.json")),
+        );
+        let mut options = CompareOptions::default();
+        options.min_calls = 1;
+        let c = spanprof::analysis::compare(&[base], &[new], &options);
+        assert!(c
+            .paths
+            .iter()
+            .any(|p| p.name == "generate_dataset" && p.verdict == Verdict::Regression));
+        for format in [TextFormat::Text, TextFormat::Markdown] {
+            let text = comparison(&c, &options, format);
+            let line = result(&text);
+            assert_eq!(line.matches("generate_dataset").count(), 1, "{line}");
+        }
+    }
+
+    /// A name judged on two metrics that both regressed, and whose calls grew: once, with
+    /// each way it regressed; a path below it stays listed on its own.
+    #[test]
+    fn every_way_a_name_regressed_is_said_once() {
+        let (base, mut new) = (
+            profile(include_str!("../../../tests/data/cli-base.json")),
+            profile(include_str!("../../../tests/data/cli-slow.json")),
+        );
+        let forward = new.spans.iter_mut().find(|s| s.name == "forward").unwrap();
+        forward.calls += 10;
+        let mut options = CompareOptions::default();
+        options.thresholds = vec![(spanprof::analysis::Metric::P99, 1.0)];
+        let c = spanprof::analysis::compare(&[base], &[new], &options);
+        let text = comparison(&c, &options, TextFormat::Text);
+        let line = result(&text);
+        assert_eq!(line.matches("forward").count(), 2, "{line}");
+        // "forward (" also ends "…;train_step;forward (": the name's own is the first.
+        let at = line.find("forward (").unwrap_or_else(|| panic!("{line}"));
+        let forward = &line[at..line[at..].find(')').unwrap() + at + 1];
+        assert!(
+            forward.contains("p50 +")
+                && forward.contains("p99 +")
+                && forward.contains("calls 267 → 277"),
+            "{forward}"
+        );
+        assert!(line.contains("train;epoch;train_step;forward (p"), "{line}");
+    }
+
+    /// One name in two targets, both regressed: told apart by their targets.
+    #[test]
+    fn a_name_regressed_in_two_targets_names_each_target() {
+        let twin = |mut s: Snapshot| {
+            let mut copy = s.span("generate_dataset").unwrap().clone();
+            copy.target = "other::module".to_string();
+            s.spans.push(copy);
+            s
+        };
+        let (base, new) = (
+            twin(profile(include_str!("../../../tests/data/cli-slow.json"))),
+            twin(profile(include_str!("../../../tests/data/cli-base.json"))),
+        );
+        let mut options = CompareOptions::default();
+        options.min_calls = 1;
+        let c = spanprof::analysis::compare(&[base], &[new], &options);
+        let text = comparison(&c, &options, TextFormat::Markdown);
+        let line = result(&text);
+        assert_eq!(line.matches("`generate_dataset`").count(), 2, "{line}");
+        assert!(
+            line.contains("`generate_dataset` in `other::module` (p50 +")
+                && line.contains("`generate_dataset` in `training_loop::workload` (p50 +"),
+            "{line}"
+        );
+    }
+
+    /// An instrumentation finding in words: the share it states is the cost it prints over
+    /// the time it prints, per call or (a span entered more than once) per instance.
+    #[test]
+    fn an_instrumentation_finding_says_figures_that_agree() {
+        let snapshot = profile(include_str!("../../../tests/data/cli-base.json"));
+        let per_call = Finding::Instrumentation {
+            name: "validate".to_string(),
+            target: "app".to_string(),
+            calls: 2000,
+            spans: 2000,
+            entries_per_span: 1.0,
+            mean_ns: 200.0,
+            cost_per_span_ns: 40.0,
+            cost_share_pct: 20.0,
+            sampled_every: None,
+        };
+        let per_instance = Finding::Instrumentation {
+            name: "poll".to_string(),
+            target: "app".to_string(),
+            calls: 2000,
+            spans: 1000,
+            entries_per_span: 2.0,
+            mean_ns: 400.0,
+            cost_per_span_ns: 100.0,
+            cost_share_pct: 25.0,
+            sampled_every: Some(4),
+        };
+        let text = findings(&snapshot, &[per_call, per_instance], TextFormat::Text);
+        assert!(
+            text.contains(
+                "- instrumentation: validate lasts 200 ns per call; a span costs about 40 ns \
+                 (measured in this run), 20 % of it (2000 calls): instrument its caller instead\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "- instrumentation: poll lasts 400 ns per instance (wall time, 2.0 entries each); \
+                 its span costs about 100 ns per instance (measured in this run), 25 % of it \
+                 (1000 instances): instrument its caller instead (sampled 1/4"
+            ),
+            "{text}"
+        );
+    }
 }
