@@ -1031,6 +1031,7 @@ mod tests {
                 every: 4,
                 since_ns: 0,
                 skipped: e.count - recorded,
+                skipped_ns: 0,
             });
             e.count = recorded;
             e.total_ns = (e.mean_ns * recorded as f64) as u64;
