@@ -7,6 +7,9 @@
 #   scripts/instructions.sh                # every case, 20 000 and 40 000 spans
 #   SPANS_A=50000 SPANS_B=100000 scripts/instructions.sh basic floor
 #   scripts/instructions.sh event_floor event_plain event_metric   # per event (one a loop)
+#   scripts/instructions.sh scoped_in filtered_in scoped_out filtered_out
+#       # a span-directive filter (`[outer]=info`), spanprof's own against tracing-subscriber's
+#       # per-layer `Filtered`, for spans inside `outer` (recorded) and outside (excluded)
 #   BIN=/tmp/instructions-main scripts/instructions.sh   # another build of the bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +21,8 @@ cases=("$@")
 # `sampled` is not among the defaults: under valgrind the back-off sees the program slowed
 # down and may step N back during the loop (the bench then stops and says so): ask for it
 # by name, or see the ratios bench for a span left out.
-[ ${#cases[@]} -gt 0 ] || cases=(floor basic notree excluded off detailed nested_floor nested nested_notree)
+[ ${#cases[@]} -gt 0 ] || cases=(floor basic notree excluded off detailed nested_floor nested nested_notree
+  scoped_in filtered_in scoped_out filtered_out)
 bin=$(instructions_bin)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -41,3 +45,10 @@ done
 if [ -n "${per[floor]:-}" ] && [ -n "${per[basic]:-}" ]; then
   echo "spanprof basic adds $(( per[basic] - per[floor] )) instructions per flat span over the floor"
 fi
+for w in in out; do
+  own=${per[scoped_$w]:-} filtered=${per[filtered_$w]:-}
+  if [ -n "$own" ] && [ -n "$filtered" ]; then
+    echo "[outer]=info, spans $w: spanprof's own filter $own, Filtered $filtered" \
+      "($(( 100 * (filtered - own) / own ))% more)"
+  fi
+done

@@ -15,7 +15,7 @@ use crate::export::{Every, ExportSettings, StepSignal};
 use crate::filter_hint::SeenCallsites;
 use crate::gpu::GpuSource;
 use crate::guard::{ProfileGuard, ProfileHandle};
-use crate::layer::ProfileLayer;
+use crate::layer::{LayerFilter, ProfileLayer};
 use crate::output::{Destination, Format, Output, Selection, Table};
 use crate::record::{Recorder, RunSettings};
 use crate::samplers::{self, Readings, Timeline};
@@ -316,9 +316,11 @@ impl Builder {
     /// Directives on targets and levels are decided once per callsite. A span directive,
     /// `[name]` or `[name{field=value}]`, profiles every span named `name` and the spans
     /// created while one whose fields match is entered on the same thread, up to the
-    /// directive's level; `[{field=value}]` does the same for any span with that field. Those
-    /// are decided per span, and the filter keeps track of the spans they name (see the
-    /// README's "Filtering" for what that costs).
+    /// directive's level; `[{field=value}]` does the same for any span with that field (a
+    /// field name alone, `[{field}]`, is checked on events only: it enables every span up to
+    /// its level). With any directive that has such a span part (`[...]` before the level),
+    /// spans are decided per span, and the filter keeps track of the spans the directives name
+    /// (see the README's "Filtering" for what that costs).
     ///
     /// # Errors
     /// [`Error::InvalidFilter`] if the directives do not parse, [`Error::InvalidSetting`] if
@@ -617,7 +619,10 @@ impl Builder {
     ) -> Result<(ProfileLayer, ProfileGuard)> {
         let mut b = self.apply_env(&get)?.checked()?;
         let filter = match &b.filter {
-            Some(directives) => Some(parse_filter(directives, "the configuration")?),
+            Some(directives) => Some(LayerFilter::new(
+                parse_filter(directives, "the configuration")?,
+                directives,
+            )),
             None => None,
         };
         let records = b.preset.records();

@@ -255,6 +255,11 @@ const DIRECTIVES: &[&str] = &[
     "[{id=2}]=trace,app::worker=info",
     "[{items}]=info",
     "[{k}]",
+    // A field name alone is checked on events only: every span up to its level.
+    "[{n}]",
+    "[{n}]=debug",
+    // An empty span name: no span.
+    "[]=info",
     "warn,[query]=trace",
     "app::db[query{table=orders}]=trace,app::server=info",
     "[work]=debug,[handle_request{id=4}]",
@@ -312,16 +317,18 @@ mod fillers {
         }
     }
 
-    /// Creates and closes one span of a new callsite named `filler<i>`, as the `span!` macro
-    /// would (if the subscriber enables it).
-    pub fn span(i: usize) {
+    /// The metadata of a new span callsite (not registered).
+    pub fn metadata(name: &'static str, level: Level) -> &'static Metadata<'static> {
+        callsite(name, level).metadata()
+    }
+
+    fn callsite(name: &'static str, level: Level) -> &'static Filler {
         let callsite: &'static Filler = Box::leak(Box::new(Filler(OnceLock::new())));
-        let name: &'static str = Box::leak(format!("filler{i}").into_boxed_str());
-        let meta = callsite.0.get_or_init(|| {
+        callsite.0.get_or_init(|| {
             Metadata::new(
                 name,
                 "fillers",
-                Level::INFO,
+                level,
                 None,
                 None,
                 None,
@@ -329,6 +336,15 @@ mod fillers {
                 Kind::SPAN,
             )
         });
+        callsite
+    }
+
+    /// Creates and closes one span of a new callsite named `filler<i>`, as the `span!` macro
+    /// would (if the subscriber enables it).
+    pub fn span(i: usize) {
+        let name: &'static str = Box::leak(format!("filler{i}").into_boxed_str());
+        let callsite = callsite(name, Level::INFO);
+        let meta = callsite.metadata();
         tracing::callsite::register(callsite);
         if tracing::dispatcher::get_default(|d| d.enabled(meta)) {
             let values: [(&tracing::field::Field, Option<&dyn Value>); 0] = [];
@@ -414,4 +430,37 @@ fn span_directives_profile_the_spans_inside() {
     ]);
     assert_eq!(reference, expected);
     assert_eq!(spanprof, expected);
+}
+
+#[test]
+fn a_filter_that_follows_spans_leaves_the_other_layers_interest_alone() {
+    // spanprof's span filter is its own, not tracing-subscriber's per-layer filter
+    // (`Filtered`): its layer answers `always` for every callsite, those the directives name,
+    // leave to the scope or never enable alike, so a callsite the other layers enable always
+    // stays so. (A per-layer `EnvFilter` with span directives answers `sometimes` for every
+    // callsite they do not name, at any level, and then every layer is asked about each of its
+    // spans and events.)
+    use tracing::subscriber::Interest;
+    use tracing_subscriber::{Layer, Registry};
+    let (layer, _guard) = quiet(ProfileLayer::builder().with_filter("[outer]=info").unwrap())
+        .build()
+        .unwrap();
+    let filter = env_filter("[outer]=info");
+    for (name, level, per_layer) in [
+        ("outer", tracing::Level::INFO, Interest::always()),
+        ("inner", tracing::Level::INFO, Interest::sometimes()),
+        ("inner", tracing::Level::DEBUG, Interest::sometimes()),
+    ] {
+        let meta = fillers::metadata(name, level);
+        assert!(
+            <ProfileLayer as Layer<Registry>>::register_callsite(&layer, meta).is_always(),
+            "{name} at {level}"
+        );
+        let interest = <EnvFilter as Filter<Registry>>::callsite_enabled(&filter, meta);
+        assert_eq!(
+            format!("{interest:?}"),
+            format!("{per_layer:?}"),
+            "{name} at {level}"
+        );
+    }
 }

@@ -497,7 +497,7 @@ mod tests {
         let _layer = crate::layer::ProfileLayer::new(plain.clone(), None, true);
         assert!(plain.sampling_allowed());
         let scoped = rec();
-        let filter = tracing_subscriber::EnvFilter::new("[work]=trace");
+        let filter = crate::layer::LayerFilter::parse("[work]=trace");
         let _layer = crate::layer::ProfileLayer::new(scoped.clone(), Some(filter), true);
         assert!(!scoped.sampling_allowed());
     }

@@ -16,16 +16,42 @@
 //! cases emit one `info` event per iteration instead, inside one span entered around the loop:
 //! `event_floor` (a plain event under the floor), `event_plain` (the same under spanprof
 //! `basic`), `event_metric` (an event with one `histogram.` metric field under spanprof
-//! `basic`). Instruction
-//! counts do not move with the machine's load: the script counts only inside
-//! `measured_spans`, at two span counts, and divides the difference, so first-use costs cancel
-//! out too.
+//! `basic`). The `scoped*` and `filtered*` cases put a span filter with a span directive,
+//! `[outer]=info` (the spans inside an `outer` span), on spanprof: `scoped*` as
+//! `Builder::with_filter` gives it, `filtered*` as tracing-subscriber's per-layer filter
+//! (`layer.with_filter(EnvFilter)`, a `Filtered` layer) around a layer built without one;
+//! `*_in` runs the loop inside one `outer` span (every span recorded), `*_out` outside it (none
+//! recorded). Instruction counts do not move with the machine's load: the script counts only
+//! inside `measured_spans`, at two span counts, and divides the difference, so first-use costs
+//! cancel out too.
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) it runs one small case and returns.
 
 mod common;
 
 use common::spanprof;
+use tracing::Dispatch;
+use tracing_subscriber::prelude::*;
+
+/// The span filter of the `scoped*` and `filtered*` cases: the spans inside `outer`.
+const SPAN_DIRECTIVE: &str = "[outer]=info";
+
+/// spanprof as `builder` configures it (no filter of its own), behind tracing-subscriber's
+/// per-layer filter: `layer.with_filter(EnvFilter)`.
+fn spanprof_filtered(builder: spanprof::Builder) -> (Dispatch, spanprof::ProfileGuard) {
+    let (layer, guard) = builder
+        .with_env(false)
+        .with_report(spanprof::ReportTarget::Off)
+        .build()
+        .expect("spanprof builds");
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .parse(SPAN_DIRECTIVE)
+        .expect("valid");
+    (
+        Dispatch::new(tracing_subscriber::registry().with(layer.with_filter(filter))),
+        guard,
+    )
+}
 
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
@@ -53,6 +79,14 @@ fn main() {
         }
         "notree" | "nested_notree" => {
             let (d, g) = spanprof(builder().with_tree(false));
+            (d, Some(g))
+        }
+        "scoped_in" | "scoped_out" => {
+            let (d, g) = spanprof(builder().with_filter(SPAN_DIRECTIVE).expect("valid"));
+            (d, Some(g))
+        }
+        "filtered_in" | "filtered_out" => {
+            let (d, g) = spanprof_filtered(builder());
             (d, Some(g))
         }
         "excluded" => {
@@ -121,6 +155,8 @@ fn main() {
     tracing::dispatcher::with_default(&dispatch, || {
         if matches!(shape, Shape::Event | Shape::MetricEvent) {
             tracing::info_span!("events").in_scope(|| measured_spans(spans, shape));
+        } else if case.ends_with("_in") {
+            tracing::info_span!("outer").in_scope(|| measured_spans(spans, shape));
         } else {
             measured_spans(spans, shape);
         }
@@ -128,7 +164,9 @@ fn main() {
     if let Some(guard) = guard {
         let calls: u64 = guard.snapshot().spans.iter().map(|s| s.calls).sum();
         let expected = match case.as_str() {
-            "excluded" | "off" => 0,
+            "excluded" | "off" | "scoped_out" | "filtered_out" => 0,
+            // The loop's spans and `outer`.
+            "scoped_in" | "filtered_in" => spans + 1,
             _ if nested => 3 * spans,
             "event_plain" | "event_metric" => 1,
             // Sampled: every span still counted.
