@@ -3,7 +3,7 @@
 //!
 //! # The rules
 //!
-//! **Timing** (the chosen [`Metric`], per span name, matched by name and target):
+//! **Timing** (the chosen [`Measure`], per span name, matched by name and target):
 //! - each run gives one value; a side's value is the median of its runs' values and its
 //!   *spread* the largest minus the smallest of them;
 //! - the change is `new / base − 1`. Beyond `+threshold` it is a regression, below
@@ -53,13 +53,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::output::glob_match;
+use crate::profile::glob::glob_match;
 use crate::profile::{CallTree, Snapshot, SpanStats, Stat, TreeNode};
 
 /// The timing figure compared, per span name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
-pub enum Metric {
+pub enum Measure {
     /// Median busy time per call (entry).
     #[default]
     P50,
@@ -75,41 +75,41 @@ pub enum Metric {
     Total,
 }
 
-impl Metric {
+impl Measure {
     /// Every metric, in the order `--help` lists them.
-    pub const ALL: [Metric; 6] = [
-        Metric::P50,
-        Metric::P90,
-        Metric::P99,
-        Metric::Mean,
-        Metric::SelfTime,
-        Metric::Total,
+    pub const ALL: [Measure; 6] = [
+        Measure::P50,
+        Measure::P90,
+        Measure::P99,
+        Measure::Mean,
+        Measure::SelfTime,
+        Measure::Total,
     ];
 
     /// The name on the command line and in policy files: `p50`, `p90`, `p99`, `mean`, `self`,
     /// `total`.
     pub fn name(self) -> &'static str {
         match self {
-            Metric::P50 => "p50",
-            Metric::P90 => "p90",
-            Metric::P99 => "p99",
-            Metric::Mean => "mean",
-            Metric::SelfTime => "self",
-            Metric::Total => "total",
+            Measure::P50 => "p50",
+            Measure::P90 => "p90",
+            Measure::P99 => "p99",
+            Measure::Mean => "mean",
+            Measure::SelfTime => "self",
+            Measure::Total => "total",
         }
     }
 
-    /// This metric of one span name, ns ([`Metric::Total`] scaled to every call where the
+    /// This metric of one span name, ns ([`Measure::Total`] scaled to every call where the
     /// back-off sampled the name: [`SpanStats::scaled_total_ns`]).
     pub fn of(self, span: &SpanStats) -> f64 {
         match self {
-            Metric::Total => span.scaled_total_ns(&span.entry_busy) as f64,
+            Measure::Total => span.scaled_total_ns(&span.entry_busy) as f64,
             _ => self.pick(&span.entry_busy, &span.entry_self),
         }
     }
 
-    /// This metric of one call path: its node's busy time per closed instance ([`Metric::P50`]
-    /// to [`Metric::Mean`], [`Metric::Total`]) or self time per instance ([`Metric::SelfTime`]),
+    /// This metric of one call path: its node's busy time per closed instance ([`Measure::P50`]
+    /// to [`Measure::Mean`], [`Measure::Total`]) or self time per instance ([`Measure::SelfTime`]),
     /// ns.
     pub fn of_node(self, node: &TreeNode) -> f64 {
         self.pick(&node.busy, &node.self_time)
@@ -118,27 +118,27 @@ impl Metric {
     /// This metric from a busy-time and a self-time statistic.
     fn pick(self, busy: &Stat, self_time: &Stat) -> f64 {
         match self {
-            Metric::P50 => busy.p50_ns as f64,
-            Metric::P90 => busy.p90_ns as f64,
-            Metric::P99 => busy.p99_ns as f64,
-            Metric::Mean => busy.mean_ns,
-            Metric::SelfTime => self_time.mean_ns,
-            Metric::Total => busy.total_ns as f64,
+            Measure::P50 => busy.p50_ns as f64,
+            Measure::P90 => busy.p90_ns as f64,
+            Measure::P99 => busy.p99_ns as f64,
+            Measure::Mean => busy.mean_ns,
+            Measure::SelfTime => self_time.mean_ns,
+            Measure::Total => busy.total_ns as f64,
         }
     }
 }
 
-impl fmt::Display for Metric {
+impl fmt::Display for Measure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
 }
 
-impl FromStr for Metric {
+impl FromStr for Measure {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        Metric::ALL
+        Measure::ALL
             .into_iter()
             .find(|m| m.name() == s.trim())
             .ok_or_else(|| {
@@ -190,7 +190,7 @@ pub struct Rule {
     /// Glob of span names (`*`, `?`).
     pub name: String,
     /// The metric for these names, if not the default.
-    pub metric: Option<Metric>,
+    pub metric: Option<Measure>,
     /// The threshold for these names, %, if not the default.
     pub threshold_pct: Option<f64>,
 }
@@ -206,7 +206,7 @@ impl Rule {
     }
 
     /// With this metric.
-    pub fn with_metric(self, metric: Metric) -> Self {
+    pub fn with_metric(self, metric: Measure) -> Self {
         Self {
             metric: Some(metric),
             ..self
@@ -230,14 +230,14 @@ pub struct Budget {
     /// Glob of span names.
     pub name: String,
     /// The metric limited.
-    pub metric: Metric,
+    pub metric: Measure,
     /// The limit, ns.
     pub max_ns: f64,
 }
 
 impl Budget {
     /// `metric` of the names `glob` matches must stay below `max_ns`.
-    pub fn new(glob: impl Into<String>, metric: Metric, max_ns: f64) -> Self {
+    pub fn new(glob: impl Into<String>, metric: Measure, max_ns: f64) -> Self {
         Self {
             name: glob.into(),
             metric,
@@ -250,8 +250,8 @@ impl Budget {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct CompareOptions {
-    /// The timing metric (default [`Metric::P50`]).
-    pub metric: Metric,
+    /// The timing metric (default [`Measure::P50`]).
+    pub metric: Measure,
     /// A timing change beyond this, %, is a regression or an improvement (default 15); a
     /// [`thresholds`](CompareOptions::thresholds) entry for the same metric, or a rule's
     /// threshold, is more specific and wins ([`CompareOptions::for_name`]).
@@ -268,7 +268,7 @@ pub struct CompareOptions {
     /// `threshold_pct`, unless the rule sets one: p50 at 5 % here, not at 80 %, and judged
     /// once (`threshold = "80%"`, `[thresholds] p50 = "5%"` in a policy file). The first entry
     /// of a metric listed twice counts.
-    pub thresholds: Vec<(Metric, f64)>,
+    pub thresholds: Vec<(Measure, f64)>,
     /// Per-name overrides of the metric and threshold; the first rule whose glob matches
     /// applies.
     pub rules: Vec<Rule>,
@@ -279,7 +279,7 @@ pub struct CompareOptions {
 impl Default for CompareOptions {
     fn default() -> Self {
         Self {
-            metric: Metric::P50,
+            metric: Measure::P50,
             threshold_pct: Self::DEFAULT_THRESHOLD_PCT,
             min_calls: Self::DEFAULT_MIN_CALLS,
             min_shift_ns: Self::DEFAULT_MIN_SHIFT_NS,
@@ -307,7 +307,7 @@ impl CompareOptions {
     /// [`threshold_pct`](CompareOptions::threshold_pct) ([`CompareOptions::threshold_for`]).
     /// So `threshold = "80%"` with `[thresholds] p50 = "5%"` judges p50 at 5 %, and a rule's
     /// threshold for its names wins over both.
-    pub fn for_name(&self, name: &str) -> Vec<(Metric, f64)> {
+    pub fn for_name(&self, name: &str) -> Vec<(Measure, f64)> {
         let rule = self.rules.iter().find(|r| glob_match(&r.name, name));
         let metric = rule.and_then(|r| r.metric).unwrap_or(self.metric);
         let primary = (
@@ -328,7 +328,7 @@ impl CompareOptions {
     /// [`thresholds`](CompareOptions::thresholds) entry, else
     /// [`threshold_pct`](CompareOptions::threshold_pct). For [`CompareOptions::metric`], the
     /// threshold of every span name no rule matches.
-    pub fn threshold_for(&self, metric: Metric) -> f64 {
+    pub fn threshold_for(&self, metric: Measure) -> f64 {
         self.thresholds
             .iter()
             .find(|(m, _)| *m == metric)
@@ -384,7 +384,7 @@ pub struct Side {
 
 impl Side {
     /// `metric` of each run's statistics of one span name.
-    fn of(stats: &[&SpanStats], metric: Metric) -> Self {
+    fn of(stats: &[&SpanStats], metric: Measure) -> Self {
         Self {
             sampled_every: stats
                 .iter()
@@ -430,7 +430,7 @@ pub struct TimingChange {
     /// Span target.
     pub target: String,
     /// The metric compared.
-    pub metric: Metric,
+    pub metric: Measure,
     /// The threshold applied, %.
     pub threshold_pct: f64,
     /// The baseline runs, ns.
@@ -477,7 +477,7 @@ pub struct BudgetCheck {
     /// Span target.
     pub target: String,
     /// The metric limited.
-    pub metric: Metric,
+    pub metric: Measure,
     /// The limit, ns.
     pub max_ns: f64,
     /// The new runs' median, ns.
@@ -595,7 +595,7 @@ fn compare_paths(
         let Some((leaf, target, _)) = key.last() else {
             continue;
         };
-        let side = |nodes: &[&TreeNode], metric: Metric| {
+        let side = |nodes: &[&TreeNode], metric: Measure| {
             Side::new(
                 nodes.iter().map(|node| metric.of_node(node)).collect(),
                 nodes.iter().map(|node| node.instances).min().unwrap_or(0),
@@ -725,7 +725,7 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
 /// The timing rule (see the module's docs) for one span name and metric.
 fn judge_timing(
     key: &Key,
-    metric: Metric,
+    metric: Measure,
     threshold_pct: f64,
     bs: Side,
     ns: Side,
@@ -930,14 +930,14 @@ mod tests {
         let c = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.2)], &opts);
         assert_eq!(verdict_of(&c, &name), Verdict::Unchanged);
         opts.budgets
-            .push(Budget::new(name.clone(), Metric::P50, p50 * 1.1));
+            .push(Budget::new(name.clone(), Measure::P50, p50 * 1.1));
         let c = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.2)], &opts);
         assert_eq!(c.budgets.len(), 1);
         assert!(!c.budgets[0].within);
         assert!((c.budgets[0].value_ns - p50 * 1.2).abs() <= 1.0);
         assert!(c.regressed());
-        assert_eq!("self".parse::<Metric>(), Ok(Metric::SelfTime));
-        assert!("p75".parse::<Metric>().unwrap_err().contains("p75"));
+        assert_eq!("self".parse::<Measure>(), Ok(Measure::SelfTime));
+        assert!("p75".parse::<Measure>().unwrap_err().contains("p75"));
     }
 
     #[test]
@@ -955,13 +955,13 @@ mod tests {
             &opts,
         );
         assert!(!c.regressed(), "p50 alone does not see the tail");
-        opts.thresholds.push((Metric::P99, 50.0));
+        opts.thresholds.push((Measure::P99, 50.0));
         let c = compare(
             std::slice::from_ref(&b),
             std::slice::from_ref(&slow_tail),
             &opts,
         );
-        let rows: Vec<(Metric, Verdict)> = c
+        let rows: Vec<(Measure, Verdict)> = c
             .timings
             .iter()
             .filter(|t| t.name == name)
@@ -970,8 +970,8 @@ mod tests {
         assert_eq!(
             rows,
             [
-                (Metric::P99, Verdict::Regression),
-                (Metric::P50, Verdict::Unchanged)
+                (Measure::P99, Verdict::Regression),
+                (Measure::P50, Verdict::Unchanged)
             ]
         );
     }
@@ -988,18 +988,18 @@ mod tests {
             threshold_pct: 80.0,
             ..CompareOptions::default()
         };
-        opts.thresholds.push((Metric::P50, 5.0));
-        opts.thresholds.push((Metric::P99, 25.0));
-        opts.thresholds.push((Metric::P50, 90.0));
+        opts.thresholds.push((Measure::P50, 5.0));
+        opts.thresholds.push((Measure::P99, 25.0));
+        opts.thresholds.push((Measure::P50, 90.0));
         assert_eq!(
             opts.for_name(&name),
-            [(Metric::P50, 5.0), (Metric::P99, 25.0)]
+            [(Measure::P50, 5.0), (Measure::P99, 25.0)]
         );
         let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&slow), &opts);
         let p50: Vec<&TimingChange> = c
             .timings
             .iter()
-            .filter(|t| t.name == name && t.metric == Metric::P50)
+            .filter(|t| t.name == name && t.metric == Measure::P50)
             .collect();
         assert_eq!(p50.len(), 1, "judged once");
         assert_eq!(p50[0].threshold_pct, 5.0);
@@ -1008,12 +1008,12 @@ mod tests {
         // A rule's threshold for the name wins over the entry; its metric takes the entry's.
         opts.rules
             .push(Rule::new(name.clone()).with_threshold(60.0));
-        opts.rules.push(Rule::new("*").with_metric(Metric::P99));
+        opts.rules.push(Rule::new("*").with_metric(Measure::P99));
         assert_eq!(
             opts.for_name(&name),
-            [(Metric::P50, 60.0), (Metric::P99, 25.0)]
+            [(Measure::P50, 60.0), (Measure::P99, 25.0)]
         );
-        assert_eq!(opts.for_name("other")[0], (Metric::P99, 25.0));
+        assert_eq!(opts.for_name("other")[0], (Measure::P99, 25.0));
         let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&slow), &opts);
         assert!(!c.regressed(), "{:?}", c.timings);
     }
@@ -1037,12 +1037,12 @@ mod tests {
             e.total_ns = (e.mean_ns * recorded as f64) as u64;
         }
         let mut opts = CompareOptions::default();
-        opts.thresholds.push((Metric::Total, 5.0));
+        opts.thresholds.push((Measure::Total, 5.0));
         let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&new), &opts);
         let t = c
             .timings
             .iter()
-            .find(|t| t.name == name && t.metric == Metric::Total)
+            .find(|t| t.name == name && t.metric == Measure::Total)
             .unwrap();
         // Recorded alone, the total fell by 75%: scaled to every call, it did not move.
         assert!((t.ratio - 1.0).abs() < 0.01, "{}", t.ratio);

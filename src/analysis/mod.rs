@@ -3,21 +3,21 @@
 //! exactly as the live one was; outputs (and the `spanprof` command) turn the findings into
 //! words.
 //!
-//! - [`leaks`]: span names suspected of leaking memory;
+//! - [`leaks`]: span names suspected of leaking memory (a figure of the model every report
+//!   shows, [`crate::profile::leaks`], named here too);
 //! - [`compare`]: baseline runs against new runs, with regressions beyond the noise;
 //! - [`top`]: the bottlenecks of one profile.
 
 mod compare;
-mod leaks;
 mod top;
 
-pub use compare::{
-    compare, Budget, BudgetCheck, CompareOptions, Comparison, Count, CountChange, Metric, Rule,
-    Side, TimingChange, Verdict,
-};
-pub use leaks::{
+pub use crate::profile::leaks::{
     leaks, Leak, LeakSource, LEAK_MIN_CALLS, LEAK_MIN_HEAP_BYTES, LEAK_MIN_RSS_BYTES,
     LEAK_MIN_SHARE,
+};
+pub use compare::{
+    compare, Budget, BudgetCheck, CompareOptions, Comparison, Count, CountChange, Measure, Rule,
+    Side, TimingChange, Verdict,
 };
 pub use top::{
     top, Finding, ALLOCATIONS_MIN_BYTES_PER_CALL, ALLOCATIONS_MIN_CALLS, ALLOCATIONS_MIN_PER_CALL,

@@ -502,9 +502,10 @@ fn trees(snap: &Snapshot, want: &HashMap<String, Expected>, hot: &str, f: &mut F
         });
         // A name at several paths has a row per path: its total is checked in the folded
         // stacks above.
-        let paths = snap.tree.as_ref().map_or(0, |t| {
-            t.nodes.iter().filter(|n| n.name == *name).count()
-        });
+        let paths = snap
+            .tree
+            .as_ref()
+            .map_or(0, |t| t.nodes.iter().filter(|n| n.name == *name).count());
         if paths != 1 {
             continue;
         }

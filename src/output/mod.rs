@@ -9,7 +9,7 @@
 //! | format | file | what |
 //! |---|---|---|
 //! | [`Table`] | `report.txt` | the console report: one row per span name, sorted by self time |
-//! | [`Json`] | [`PROFILE_FILE`] | the JSON profile, full histograms (schema in the README) |
+//! | [`Json`] | [`PROFILE_FILE`] | the JSON profile, full histograms (`docs/profile-format.md`) |
 //! | [`TreeView`] | [`TREE_FILE`] | the call tree as indented text (the report shows it too) |
 //! | [`Folded`] | [`FOLDED_FILE`] | the call tree as folded stacks (`a;b;c <self ns>`) |
 //! | `Flamegraph` | `FLAMEGRAPH_FILE` | the call tree as an SVG flamegraph (feature `flamegraph`) |
@@ -57,7 +57,7 @@ mod sampled_marks;
 mod select;
 mod table;
 mod tree;
-pub(crate) mod units;
+pub mod units;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -76,10 +76,12 @@ pub use markdown::{Markdown, MARKDOWN_FILE};
 #[cfg(feature = "pprof")]
 pub use pprof::{Pprof, PPROF_FILE};
 pub use select::Selection;
-pub(crate) use select::{glob_match, SELECTION_EXPECTED};
-pub use table::{escape_controls, Table, REPORT_FILE};
+pub(crate) use select::SELECTION_EXPECTED;
+pub use table::{Table, REPORT_FILE};
 pub use tree::{TreeView, TREE_FILE};
-pub use units::{format_bytes, format_count, format_duration, format_duration_f64};
+pub use units::{
+    escape_controls, format_bytes, format_count, format_duration, format_duration_f64,
+};
 
 use crate::error::{Error, Result};
 use crate::profile::{Figure, Snapshot, SpanStats, Totals};

@@ -6,8 +6,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-use crate::profile::{CallTree, Selected, Snapshot, SpanStats, Stat, TreeNode};
 use crate::profile::buckets::new_histogram;
+use crate::profile::glob::glob_match;
+use crate::profile::{CallTree, Selected, Snapshot, SpanStats, Stat, TreeNode};
 
 /// A selection of span names: the spans whose name matches one of the name globs (all, if
 /// none) and whose target matches one of the target globs (all, if none), then the `top` with
@@ -252,35 +253,6 @@ fn paths_to(tree: &CallTree, selected: impl Fn(&TreeNode) -> bool) -> CallTree {
         nodes.push(node);
     }
     CallTree::new(nodes, tree.max_nodes, tree.max_depth)
-}
-
-/// Whether `text` matches `glob` whole: `*` any run of characters, `?` any one.
-pub(crate) fn glob_match(glob: &str, text: &str) -> bool {
-    let (g, t): (Vec<char>, Vec<char>) = (glob.chars().collect(), text.chars().collect());
-    // The classic backtracking matcher: remember the last `*` and how much it swallowed.
-    let (mut gi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        match g.get(gi) {
-            Some('*') => {
-                star = Some((gi, ti));
-                gi += 1;
-            }
-            Some(&c) if c == '?' || c == t[ti] => {
-                gi += 1;
-                ti += 1;
-            }
-            _ => match star {
-                Some((sg, st)) => {
-                    gi = sg + 1;
-                    ti = st + 1;
-                    star = Some((sg, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    g[gi..].iter().all(|&c| c == '*')
 }
 
 #[cfg(test)]

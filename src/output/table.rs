@@ -9,10 +9,10 @@ use std::fmt::{self, Write as _};
 use std::io::{self, Write};
 use std::ops::Deref;
 
-use super::units::{format_bytes, format_count, format_duration, format_metric};
+use super::units::{escape_controls, format_bytes, format_count, format_duration, format_metric};
 use super::{shown, Format, TreeView};
-use crate::analysis::{leaks, Leak, LeakSource};
 use crate::profile::figures::{self as fig, clamped_spans, Figure};
+use crate::profile::leaks::{leaks, Leak, LeakSource};
 use crate::profile::{
     BackoffStep, CpuUse, MetricKind, MetricValue, Overhead, ResourceInfo, Snapshot, SpanResources,
     SpanStats, Totals,
@@ -1228,31 +1228,6 @@ pub(super) fn truncate(text: &str, width: usize) -> String {
         cut.push('…');
         cut
     }
-}
-
-/// `text` with its control characters ([`char::is_control`]) and U+2028, U+2029 (line and
-/// paragraph separators) escaped by [`char::escape_default`]; the other characters as they
-/// are. How every text report prints a span or metric name, so that a name stays on its row:
-///
-/// ```
-/// use spanprof::output::escape_controls;
-/// assert_eq!(escape_controls("load\nbatch\t3"), r"load\nbatch\t3");
-/// assert_eq!(escape_controls("ünï 名前"), "ünï 名前");
-/// ```
-pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
-    let escaped = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
-    if !text.chars().any(escaped) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if escaped(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 /// `part` as a percentage of `whole` (0 when `whole` is 0).

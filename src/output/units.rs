@@ -1,4 +1,7 @@
-//! Numbers for people: durations, bytes and counts in human units, three significant digits.
+//! Numbers and names for people, as every report writes them: durations, bytes and counts in
+//! human units, three significant digits, and names with their control characters escaped.
+//! Public for renderers of your own (the `spanprof` command writes its findings with them), so
+//! a figure reads the same in yours as in spanprof's reports.
 //!
 //! Every value is rounded to what will be printed (three significant digits) *before* its unit
 //! is chosen, so a value that rounds up to the next unit is printed in that unit: 999,500 ns is
@@ -183,6 +186,31 @@ fn three_digits(value: f64, size: f64, max_decimals: usize) -> (f64, usize) {
         }
         return (rounded, decimals);
     }
+}
+
+/// `text` with its control characters ([`char::is_control`]) and U+2028, U+2029 (line and
+/// paragraph separators) escaped by [`char::escape_default`]; the other characters as they
+/// are. How every text report prints a span or metric name, so that a name stays on its row:
+///
+/// ```
+/// use spanprof::output::escape_controls;
+/// assert_eq!(escape_controls("load\nbatch\t3"), r"load\nbatch\t3");
+/// assert_eq!(escape_controls("ünï 名前"), "ünï 名前");
+/// ```
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+    if !text.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escaped(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]

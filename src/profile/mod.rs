@@ -32,9 +32,11 @@
 pub mod buckets;
 mod combine;
 pub mod figures;
+pub(crate) mod glob;
 mod hdr;
 mod interval;
 mod json;
+pub mod leaks;
 mod merge;
 pub mod metrics;
 mod resources;

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::Stat;
 use super::buckets::{new_histogram, record_n};
+use super::Stat;
 
 /// The call tree of a profile (schema version 4; absent when it was not recorded).
 ///
@@ -99,9 +99,11 @@ impl TreeNode {
     /// Self time at this path, ns: the entries recorded, plus the spans the back-off left out
     /// at the recorded entries' ratio of self to busy time. The figure every output shows.
     pub fn self_ns(&self) -> u64 {
-        self.self_time
-            .total_ns
-            .saturating_add(scale(self.skipped_ns, self.self_time.total_ns, self.busy.total_ns))
+        self.self_time.total_ns.saturating_add(scale(
+            self.skipped_ns,
+            self.self_time.total_ns,
+            self.busy.total_ns,
+        ))
     }
 
     /// Whether this node's times hold an estimate for spans the back-off left out.

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use spanprof::analysis::{self, CompareOptions, Metric};
+use spanprof::analysis::{self, CompareOptions, Measure};
 use spanprof::output::{format_named, Selection, FORMAT_NAMES};
 use spanprof::profile::Snapshot;
 
@@ -118,15 +118,15 @@ enum MetricArg {
     Total,
 }
 
-impl From<MetricArg> for Metric {
-    fn from(m: MetricArg) -> Metric {
+impl From<MetricArg> for Measure {
+    fn from(m: MetricArg) -> Measure {
         match m {
-            MetricArg::P50 => Metric::P50,
-            MetricArg::P90 => Metric::P90,
-            MetricArg::P99 => Metric::P99,
-            MetricArg::Mean => Metric::Mean,
-            MetricArg::SelfTime => Metric::SelfTime,
-            MetricArg::Total => Metric::Total,
+            MetricArg::P50 => Measure::P50,
+            MetricArg::P90 => Measure::P90,
+            MetricArg::P99 => Measure::P99,
+            MetricArg::Mean => Measure::Mean,
+            MetricArg::SelfTime => Measure::SelfTime,
+            MetricArg::Total => Measure::Total,
         }
     }
 }

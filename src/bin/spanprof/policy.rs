@@ -25,7 +25,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use spanprof::analysis::{Budget, CompareOptions, Metric, Rule};
+use spanprof::analysis::{Budget, CompareOptions, Measure, Rule};
 
 use crate::BadInput;
 
@@ -103,7 +103,7 @@ pub(crate) fn read(path: &Path) -> Result<CompareOptions, BadInput> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| BadInput(format!("reading policy {}: {e}", path.display())))?;
     let file: File = toml::from_str(&text).map_err(|e| bad(e.message().to_string()))?;
-    let metric = |m: &str| m.parse::<Metric>().map_err(bad);
+    let metric = |m: &str| m.parse::<Measure>().map_err(bad);
     let mut options = CompareOptions::default();
     if let Some(m) = &file.metric {
         options.metric = metric(m)?;

@@ -552,7 +552,7 @@ mod tests {
         let forward = new.spans.iter_mut().find(|s| s.name == "forward").unwrap();
         forward.calls += 10;
         let mut options = CompareOptions::default();
-        options.thresholds = vec![(spanprof::analysis::Metric::P99, 1.0)];
+        options.thresholds = vec![(spanprof::analysis::Measure::P99, 1.0)];
         let c = spanprof::analysis::compare(&[base], &[new], &options);
         let text = comparison(&c, &options, TextFormat::Text);
         let line = result(&text);

@@ -1,8 +1,14 @@
 //! Leak suspicion: span names whose calls keep retaining memory that the process keeps.
+//!
+//! A judgement derived from the model's figures (each name's heap and RSS figures, its place
+//! in the call tree, the run's end-of-run memory), kept with the model as its other derived
+//! values ([`figures`](super::figures)) are, so that every report shows it from one rule
+//! without an output reaching into the analyses; [`crate::analysis::leaks`] is the same
+//! function, among the analyses.
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::profile::{HeapUse, MemoryUse, Snapshot, SpanStats};
+use super::{HeapUse, MemoryUse, Snapshot, SpanStats};
 
 /// Fewest calls before a span name is judged.
 pub const LEAK_MIN_CALLS: u64 = 16;
