@@ -443,8 +443,7 @@ fn run_allocations(snapshot: &Snapshot) -> (u128, u128) {
 /// Only a node whose figures support the claim is named: a node of a span name (not an
 /// `[other]` node, the spans past the tree's bounds under a parent, many paths together), on a
 /// path of such nodes from a root (a node below an `[other]` node, or under a parent index
-/// that is not before its own, is on no path the tree knows), with closed instances (its
-/// self time is per closed instance).
+/// that is not before its own, is on no path the tree knows), with entries recorded there.
 fn hot_path(snapshot: &Snapshot) -> Option<Finding> {
     let tree = snapshot.tree.as_ref()?;
     let all = u128::from(tree.self_ns());
@@ -461,7 +460,7 @@ fn hot_path(snapshot: &Snapshot) -> Option<Finding> {
         .nodes
         .iter()
         .enumerate()
-        .filter(|&(i, n)| placed[i] && n.instances > 0 && n.self_time.count > 0)
+        .filter(|&(i, n)| placed[i] && n.calls > 0 && n.self_time.count > 0)
         .filter(|(_, n)| n.self_ns() > 0)
         .max_by_key(|(_, n)| n.self_ns())?;
     let share_pct = share(node.self_ns(), all.max(1));
