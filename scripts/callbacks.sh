@@ -4,7 +4,8 @@
 # for the floor and for a case, and the case's excess over the floor. Counted by valgrind's
 # callgrind on the instructions bench's timed loop (`--toggle-collect`, as
 # `scripts/instructions.sh`), at two span counts: the difference divided by the difference in
-# spans, so that first-use costs cancel. The README's Overhead section quotes its output.
+# spans, so that first-use costs cancel. docs/overhead.md ("Where the instructions go") quotes
+# its output.
 #
 #   scripts/callbacks.sh                   # basic against floor, nested against nested_floor
 #   scripts/callbacks.sh notree detailed   # flat cases against floor

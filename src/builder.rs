@@ -91,8 +91,8 @@ pub enum CpuClock {
     #[default]
     Perf,
     /// Always `CLOCK_THREAD_CPUTIME_ID`, whose reads bring the scheduler's accounting up to
-    /// date (a thread whose time slice is used up is switched out there). See the README's
-    /// "No distortion".
+    /// date (a thread whose time slice is used up is switched out there). See the guide's
+    /// `docs/resources-and-gpu.md`, "Thread CPU time" (its "No distortion" paragraph).
     Thread,
 }
 
@@ -150,7 +150,7 @@ impl std::str::FromStr for CpuClock {
 ///
 /// With the `otlp` feature, the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, …) configure the OTLP metrics push: see
-/// [`crate::otlp`].
+/// `spanprof::otlp`.
 ///
 /// One rule per option, whichever source gives the value: [`Builder::build`] checks the
 /// builder's values with the same rule the variable's value is checked with. Environment values
@@ -320,7 +320,8 @@ impl Builder {
     /// field name alone, `[{field}]`, is checked on events only: it enables every span up to
     /// its level). With any directive that has such a span part (`[...]` before the level),
     /// spans are decided per span, and the filter keeps track of the spans the directives name
-    /// (see the README's "Filtering" for what that costs).
+    /// (see the guide's `docs/configuration-and-filtering.md`, "Filtering", for what that
+    /// costs).
     ///
     /// # Errors
     /// [`Error::InvalidFilter`] if the directives do not parse, [`Error::InvalidSetting`] if

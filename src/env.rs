@@ -45,7 +45,8 @@ pub const ENV_MAX_OVERHEAD: &str = "SPANPROF_MAX_OVERHEAD";
 /// Environment variable: the thread CPU clock read per span at `detailed` and up: `perf` (the
 /// default: a per-thread perf event, `CLOCK_THREAD_CPUTIME_ID` where perf events are not
 /// allowed) or `thread` (always `CLOCK_THREAD_CPUTIME_ID`); see
-/// [`Builder::with_cpu_clock`](crate::Builder::with_cpu_clock) and the README's "No distortion".
+/// [`Builder::with_cpu_clock`](crate::Builder::with_cpu_clock) and the guide's
+/// `docs/resources-and-gpu.md`, "Thread CPU time" (its "No distortion" paragraph).
 pub const ENV_CPU_CLOCK: &str = "SPANPROF_CPU_CLOCK";
 
 /// Environment variable: the export cadence, a duration (`30s`) or a number of steps

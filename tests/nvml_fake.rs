@@ -14,7 +14,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use spanprof::gpu::{GpuDevice, GpuSample, GpuSource, NvmlSource};
+use nvml_wrapper::error::NvmlError;
+use spanprof::gpu::{GpuDevice, GpuError, GpuSample, GpuSource, NvmlSource};
 
 const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_nvml/fake_nvml.c");
 
@@ -121,8 +122,8 @@ fn finds_the_configured_devices() {
     assert_eq!(source.backend(), "nvml");
     assert_eq!(source.library(), fake.lib.to_str().unwrap());
     assert_eq!(
-        source.devices(),
-        Ok(vec![
+        source.devices().unwrap(),
+        vec![
             GpuDevice {
                 index: 0,
                 name: "Fake H100".into(),
@@ -137,7 +138,7 @@ fn finds_the_configured_devices() {
                 memory_total_bytes: Some(42_949_672_960),
                 power_limit_mw: Some(700_000),
             },
-        ])
+        ]
     );
 }
 
@@ -159,7 +160,7 @@ fn samples_carry_the_configured_readings() {
          GRAPHICS_PROCS_1=\n",
     );
     let mut source = fake.source();
-    assert_eq!(source.devices().map(|d| d.len()), Ok(2));
+    assert_eq!(source.devices().unwrap().len(), 2);
 
     // Sampled on another thread, as spanprof's sampler thread does.
     let (source, zero, one, missing) = std::thread::spawn(move || {
@@ -249,14 +250,14 @@ fn a_failing_function_degrades_only_its_reading() {
     // Device discovery degrades the same way.
     fake.configure("FAIL=name,uuid,memory,power_limit,temperature,compute_procs\n");
     assert_eq!(
-        source.devices(),
-        Ok(vec![GpuDevice {
+        source.devices().unwrap(),
+        vec![GpuDevice {
             index: 0,
             name: "unknown".into(),
             uuid: None,
             memory_total_bytes: None,
             power_limit_mw: None,
-        }])
+        }]
     );
     let s = source.sample(0);
     assert_eq!((s.memory_used_bytes, s.temperature_c), (None, None));
@@ -268,10 +269,16 @@ fn a_failing_function_degrades_only_its_reading() {
     // No device handle: the same.
     fake.configure("FAIL=handle\n");
     assert_eq!(source.sample(0), GpuSample::default());
-    assert!(source
-        .devices()
-        .unwrap_err()
-        .contains("none could be opened"));
+    let e = source.devices().unwrap_err();
+    assert!(
+        matches!(e, GpuError::NvmlNoDeviceOpened { count: 1, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("none could be opened"), "{e}");
+    assert!(
+        std::error::Error::source(&e).is_some(),
+        "NVML's error is the cause"
+    );
 }
 
 #[test]
@@ -279,7 +286,7 @@ fn a_library_without_the_energy_function_still_samples() {
     let fake = fake!("omit-energy", "OMIT_ENERGY");
     fake.configure("POWER_MW=123000\nUTIL=12\n");
     let mut source = fake.source();
-    assert_eq!(source.devices().map(|d| d.len()), Ok(1));
+    assert_eq!(source.devices().unwrap().len(), 1);
     let s = source.sample(0);
     assert_eq!(s.energy_mj, None);
     assert_eq!(s.power_mw, Some(123_000));
@@ -291,13 +298,16 @@ fn a_library_without_the_energy_function_still_samples() {
 fn no_gpu_is_an_error_with_a_reason() {
     let fake = fake!("no-gpu");
     fake.configure("DEVICES=0\n");
-    assert_eq!(
-        fake.source().devices(),
-        Err("NVML reports no GPU".to_string())
-    );
+    let e = fake.source().devices().unwrap_err();
+    assert!(matches!(e, GpuError::Unavailable { .. }), "{e:?}");
+    assert_eq!(e.to_string(), "NVML reports no GPU");
     fake.configure("FAIL=count\n");
     let e = fake.source().devices().unwrap_err();
-    assert!(e.starts_with("NVML could not count the GPUs"), "{e}");
+    assert!(matches!(e, GpuError::NvmlDeviceCount { .. }), "{e:?}");
+    assert!(
+        e.to_string().starts_with("NVML could not count the GPUs"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -305,16 +315,36 @@ fn driver_not_loaded_is_an_error_with_a_reason() {
     let fake = fake!("no-driver");
     fake.configure("INIT_ERROR=9\n"); // NVML_ERROR_DRIVER_NOT_LOADED
     let e = NvmlSource::with_library(&fake.lib).unwrap_err();
-    assert!(e.starts_with("NVIDIA driver not loaded"), "{e}");
-    assert!(e.contains("libnvidia-ml.so.1"), "{e}");
+    assert!(
+        matches!(
+            &e,
+            GpuError::NvmlInit { library, source: NvmlError::DriverNotLoaded }
+                if *library == fake.lib.to_string_lossy()
+        ),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(text.starts_with("NVIDIA driver not loaded"), "{text}");
+    assert!(text.contains("libnvidia-ml.so.1"), "{text}");
 }
 
 #[test]
 fn a_library_without_nvml_init_is_an_error() {
     let fake = fake!("omit-init", "OMIT_INIT");
     let e = NvmlSource::with_library(&fake.lib).unwrap_err();
-    assert!(e.contains("is not a usable NVML library"), "{e}");
-    assert!(e.contains("nvmlInit_v2"), "{e}");
+    assert!(
+        matches!(
+            e,
+            GpuError::NvmlInit {
+                source: NvmlError::FailedToLoadSymbol(_),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(text.contains("is not a usable NVML library"), "{text}");
+    assert!(text.contains("nvmlInit_v2"), "{text}");
 }
 
 #[test]
@@ -330,8 +360,22 @@ fn a_library_without_nvml_shutdown_drops_without_panicking() {
 fn a_missing_library_is_an_error_with_a_reason() {
     let e = NvmlSource::with_library("/nonexistent/libnvidia-ml.so.1").unwrap_err();
     assert!(
-        e.starts_with("NVML library not found (/nonexistent/libnvidia-ml.so.1)"),
-        "{e}"
+        matches!(
+            e,
+            GpuError::NvmlInit {
+                source: NvmlError::LibloadingError(_),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // The cause chain: NVML's error, then the loader's.
+    let cause = std::error::Error::source(&e).expect("NVML's error");
+    assert!(cause.source().is_some(), "{cause:?}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("NVML library not found (/nonexistent/libnvidia-ml.so.1)"),
+        "{text}"
     );
 
     // Not a shared library at all.
@@ -341,7 +385,7 @@ fn a_missing_library_is_an_error_with_a_reason() {
     std::fs::create_dir_all(&dir).unwrap();
     let bogus = dir.join("libnvidia-ml.so.1");
     std::fs::write(&bogus, "not an ELF file").unwrap();
-    let e = NvmlSource::with_library(&bogus).unwrap_err();
+    let e = NvmlSource::with_library(&bogus).unwrap_err().to_string();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(e.starts_with("NVML library could not be loaded"), "{e}");
 }
@@ -376,6 +420,7 @@ fn default_library_without_a_driver_is_an_error() {
         // A machine with NVIDIA's library and driver: nothing to check but that it works.
         Ok(mut source) => eprintln!("NVML found: {:?}", source.devices()),
         Err(e) => {
+            let e = e.to_string();
             eprintln!("NvmlSource::new(): {e}");
             if !real_nvml_installed() {
                 assert!(

@@ -71,8 +71,9 @@ const DEFAULT_EPOCHS: usize = 10;
 const USAGE: &str = "\
 usage: training_loop [--out DIR] [--epochs N] [--slowdown PCT] [--trace] [--no-profile]
 
-  --out DIR      where spanprof writes profile.json, report.html, report.csv, metrics.prom,
-                 profile.folded, flamegraph.svg and profile.pb.gz (default: target/spanprof)
+  --out DIR      where spanprof writes profile.json, report.html, report.csv, metrics.csv,
+                 metrics.prom, profile.folded, flamegraph.svg and profile.pb.gz
+                 (default: target/spanprof)
   --epochs N     number of training epochs (default: 10)
   --slowdown PCT make every forward pass PCT % slower (busy-waiting): a regression
                  for `spanprof compare` to find

@@ -8,7 +8,8 @@ use crate::profile::Snapshot;
 /// Name of the JSON profile in an output directory.
 pub const PROFILE_FILE: &str = "profile.json";
 
-/// The JSON profile (schema in the README; read back with [`Snapshot::read_json`]).
+/// The JSON profile (schema in the guide's `docs/profile-format.md`; read back with
+/// [`Snapshot::read_json`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json;
 

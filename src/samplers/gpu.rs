@@ -1,22 +1,165 @@
-//! The GPU reading interface every backend implements, and a scripted backend for tests and
-//! demos.
+//! The GPU reading interface every backend implements, its error type, and a scripted backend
+//! for tests and demos.
 
 use std::collections::HashMap;
 
+#[cfg(feature = "nvml")]
+use nvml_wrapper::error::NvmlError;
+
 use crate::profile::{GpuDevice, GpuSample};
 
-/// A source of GPU readings: NVML ([`NvmlSource`](crate::gpu::NvmlSource)) or a script
-/// ([`ScriptedSource`]).
+/// A source of GPU readings: NVML ([`NvmlSource`](crate::gpu::NvmlSource)), a script
+/// ([`ScriptedSource`]), or one of your own.
 ///
-/// spanprof calls it from its sampler thread only, never on the hot path.
+/// spanprof calls it from its sampler thread only, never on the hot path: [`devices`] once,
+/// when the sampler starts, then [`sample`] for each device at every sampling interval. Its
+/// code runs with no `tracing` subscriber, so its own spans and events never reach the profile.
+///
+/// [`devices`]: GpuSource::devices
+/// [`sample`]: GpuSource::sample
+///
+/// A source of your own, for a device NVML does not read (here, a made-up accelerator):
+///
+/// ```
+/// use spanprof::gpu::{GpuDevice, GpuError, GpuSample, GpuSource};
+///
+/// struct MyAccelerator {
+///     /// `None` when the machine has no such device.
+///     handle: Option<u32>,
+/// }
+///
+/// impl GpuSource for MyAccelerator {
+///     fn backend(&self) -> &'static str {
+///         "my-accelerator"
+///     }
+///
+///     fn devices(&mut self) -> Result<Vec<GpuDevice>, GpuError> {
+///         // The report shows the reason: "GPU: not available (no accelerator found)".
+///         let _handle = self.handle.ok_or_else(|| GpuError::unavailable("no accelerator found"))?;
+///         Ok(vec![GpuDevice {
+///             index: 0,
+///             name: "My Accelerator".to_string(),
+///             uuid: None,
+///             memory_total_bytes: Some(32 << 30),
+///             power_limit_mw: None,
+///         }])
+///     }
+///
+///     fn sample(&mut self, _index: u32) -> GpuSample {
+///         // Readings the device does not give stay `None`.
+///         GpuSample { utilization_pct: Some(75), ..GpuSample::default() }
+///     }
+/// }
+///
+/// let mut absent = MyAccelerator { handle: None };
+/// assert_eq!(absent.devices().unwrap_err().to_string(), "no accelerator found");
+/// let mut present = MyAccelerator { handle: Some(7) };
+/// assert_eq!(present.devices().unwrap()[0].name, "My Accelerator");
+///
+/// let layer = spanprof::ProfileLayer::builder()
+///     .with_preset(spanprof::Preset::Full)
+///     .with_gpu_source(present);
+/// # drop(layer);
+/// ```
+///
+/// A source written when this method returned `Result<_, String>` migrates with
+/// `.map_err(Into::into)` (or `?` on a `String` error): [`GpuError`] converts from `String` and
+/// `&str`.
 pub trait GpuSource: Send + 'static {
     /// Short backend name for reports (`"nvml"`, `"scripted"`).
     fn backend(&self) -> &'static str;
-    /// The devices, discovered once. `Err(reason)` = no GPU available (the reason is shown in
-    /// the report).
-    fn devices(&mut self) -> Result<Vec<GpuDevice>, String>;
+    /// The devices, discovered once. An error means no GPU is available: its `Display` text is
+    /// shown in the report as the reason (an empty list reads as "no device found by"
+    /// [`backend`](GpuSource::backend)).
+    ///
+    /// # Errors
+    /// Why no GPU can be read: [`GpuError::unavailable`] with a reason of the source's own.
+    fn devices(&mut self) -> Result<Vec<GpuDevice>, GpuError>;
     /// A fresh reading of device `index`. Must not panic; failing calls give `None` fields.
     fn sample(&mut self, index: u32) -> GpuSample;
+}
+
+/// Why a [`GpuSource`] cannot read any GPU.
+///
+/// Not an error for the profiler: it goes on without GPU readings, and the report and the
+/// JSON profile (`resources.gpu_unavailable`) give this error's `Display` text as the reason.
+/// NVML's variants keep NVML's error as their [`source`](std::error::Error::source); their text
+/// already includes it.
+///
+/// A source of your own gives its reason with [`GpuError::unavailable`], or converts a `String`
+/// or `&str` with `Into`.
+///
+/// ```
+/// use spanprof::gpu::GpuError;
+///
+/// let e = GpuError::unavailable("no device");
+/// assert_eq!(e.to_string(), "no device");
+/// let from_string: GpuError = String::from("driver too old").into();
+/// assert!(matches!(from_string, GpuError::Unavailable { reason } if reason == "driver too old"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuError {
+    /// No GPU can be read, for this reason: a source's own words, e.g. `"NVML reports no GPU"`.
+    #[error("{reason}")]
+    Unavailable {
+        /// Why, as the report shows it.
+        reason: String,
+    },
+    /// NVML could not be loaded or initialised (feature `nvml`): no library, not a usable one,
+    /// no driver, no permission, or a library and driver of different versions. The text names
+    /// the library, e.g. `NVIDIA driver not loaded (NVML: libnvidia-ml.so.1)`.
+    #[cfg(feature = "nvml")]
+    #[error("{}", super::nvml::init_message(.library, .source))]
+    NvmlInit {
+        /// The library as it was named: a path, or a name for the library search path.
+        library: String,
+        /// NVML's error.
+        #[source]
+        source: NvmlError,
+    },
+    /// NVML was initialised but could not count the GPUs (feature `nvml`).
+    #[cfg(feature = "nvml")]
+    #[error("NVML could not count the GPUs: {source}")]
+    NvmlDeviceCount {
+        /// NVML's error.
+        #[source]
+        source: NvmlError,
+    },
+    /// NVML counts GPUs, but none of them could be opened (feature `nvml`); the error is the
+    /// last device's.
+    #[cfg(feature = "nvml")]
+    #[error("NVML reports {count} GPU(s), but none could be opened: {source}")]
+    NvmlNoDeviceOpened {
+        /// How many GPUs NVML counts.
+        count: u32,
+        /// NVML's error for the last device tried.
+        #[source]
+        source: NvmlError,
+    },
+}
+
+impl GpuError {
+    /// No GPU can be read, for this reason (shown in the report as it is given).
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        Self::Unavailable {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<String> for GpuError {
+    /// [`GpuError::Unavailable`] with this reason.
+    fn from(reason: String) -> Self {
+        Self::unavailable(reason)
+    }
+}
+
+impl From<&str> for GpuError {
+    /// [`GpuError::Unavailable`] with this reason.
+    fn from(reason: &str) -> Self {
+        Self::unavailable(reason)
+    }
 }
 
 /// A [`GpuSource`] that returns what it is given: for tests and demos, and to run GPU reports
@@ -40,13 +183,15 @@ pub trait GpuSource: Send + 'static {
 /// let idle = GpuSample { utilization_pct: Some(0), power_mw: Some(60_000), ..GpuSample::default() };
 /// let mut source = ScriptedSource::new(vec![device.clone()]).with_samples(0, vec![busy, idle]);
 ///
-/// assert_eq!(source.devices(), Ok(vec![device]));
+/// assert_eq!(source.devices().unwrap(), vec![device]);
 /// assert_eq!(source.sample(0), busy);
 /// assert_eq!(source.sample(0), idle);
 /// assert_eq!(source.sample(0), idle); // the last one repeats
 /// ```
 #[derive(Debug, Clone)]
 pub struct ScriptedSource {
+    /// The devices, or the reason there are none (kept as text, so that the source stays
+    /// `Clone`).
     devices: Result<Vec<GpuDevice>, String>,
     scripts: HashMap<u32, Script>,
 }
@@ -94,8 +239,8 @@ impl GpuSource for ScriptedSource {
         "scripted"
     }
 
-    fn devices(&mut self) -> Result<Vec<GpuDevice>, String> {
-        self.devices.clone()
+    fn devices(&mut self) -> Result<Vec<GpuDevice>, GpuError> {
+        self.devices.clone().map_err(GpuError::from)
     }
 
     fn sample(&mut self, index: u32) -> GpuSample {
@@ -138,7 +283,7 @@ mod tests {
             .with_samples(0, vec![util(10), util(20), util(30)])
             .with_samples(3, vec![util(99)]);
         assert_eq!(s.backend(), "scripted");
-        assert_eq!(s.devices(), Ok(vec![device(0), device(3)]));
+        assert_eq!(s.devices().unwrap(), vec![device(0), device(3)]);
         let zero: Vec<_> = (0..5).map(|_| s.sample(0)).collect();
         assert_eq!(zero, vec![util(10), util(20), util(30), util(30), util(30)]);
         // Devices keep their own place.
@@ -170,13 +315,40 @@ mod tests {
     #[test]
     fn scripted_unavailable_and_empty_report_a_reason() {
         let mut s = ScriptedSource::unavailable("no driver");
-        assert_eq!(s.devices(), Err("no driver".to_string()));
+        assert!(matches!(
+            s.devices(),
+            Err(GpuError::Unavailable { reason }) if reason == "no driver"
+        ));
         assert_eq!(s.sample(0), GpuSample::default());
         let mut s = ScriptedSource::new(vec![]);
         assert_eq!(
-            s.devices(),
-            Err("the scripted source has no devices".to_string())
+            s.devices().unwrap_err().to_string(),
+            "the scripted source has no devices"
         );
+    }
+
+    #[test]
+    fn gpu_error_from_words() {
+        for e in [
+            GpuError::unavailable("no device"),
+            GpuError::from("no device"),
+            GpuError::from("no device".to_string()),
+        ] {
+            assert_eq!(e.to_string(), "no device");
+            assert!(std::error::Error::source(&e).is_none());
+            assert!(matches!(e, GpuError::Unavailable { ref reason } if reason == "no device"));
+        }
+        // `?` on a `String` error, as a source that returned `Result<_, String>` did.
+        fn old_style() -> Result<Vec<GpuDevice>, String> {
+            Err("old reason".to_string())
+        }
+        fn migrated() -> Result<Vec<GpuDevice>, GpuError> {
+            old_style().map_err(Into::into)
+        }
+        assert_eq!(migrated().unwrap_err().to_string(), "old reason");
+        // Usable with `?` into boxed errors and `anyhow`-style wrappers.
+        fn assert_send_sync<T: std::error::Error + Send + Sync + 'static>() {}
+        assert_send_sync::<GpuError>();
     }
 
     #[test]

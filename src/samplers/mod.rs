@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::switches::Resources;
 use crate::PERF_TARGET;
-use gpu::GpuSource;
+use gpu::{GpuError, GpuSource};
 pub(crate) use thread::{Sampler, SamplerConfig, SamplerUse, WeakSamplerUse, DEFAULT_INTERVAL};
 pub(crate) use timeline::{Readings, SourceStatus, Timeline};
 
@@ -46,7 +46,7 @@ pub(crate) fn start(
             Ok(source) => Some(source),
             Err(reason) => {
                 tracing::warn!(target: PERF_TARGET, %reason, "spanprof: GPU not available");
-                readings.set_gpus(SourceStatus::Unavailable(reason));
+                readings.set_gpus(SourceStatus::Unavailable(reason.to_string()));
                 None
             }
         }
@@ -70,11 +70,13 @@ pub(crate) fn start(
 }
 
 #[cfg(feature = "nvml")]
-fn default_gpu_source() -> Result<Box<dyn GpuSource>, String> {
+fn default_gpu_source() -> Result<Box<dyn GpuSource>, GpuError> {
     nvml::NvmlSource::new().map(|s| Box::new(s) as Box<dyn GpuSource>)
 }
 
 #[cfg(not(feature = "nvml"))]
-fn default_gpu_source() -> Result<Box<dyn GpuSource>, String> {
-    Err("spanprof was built without its `nvml` feature".to_string())
+fn default_gpu_source() -> Result<Box<dyn GpuSource>, GpuError> {
+    Err(GpuError::unavailable(
+        "spanprof was built without its `nvml` feature",
+    ))
 }

@@ -11,7 +11,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
-use super::gpu::GpuSource;
+use super::gpu::{GpuError, GpuSource};
 use crate::profile::{GpuDevice, GpuSample};
 
 /// The library [`NvmlSource::new`] loads.
@@ -19,8 +19,8 @@ const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// A [`GpuSource`] reading NVIDIA GPUs through NVML.
 ///
-/// NVML is loaded at run time: [`NvmlSource::new`] fails with a reason (no library, no driver)
-/// on machines without an NVIDIA driver, and the program goes on without GPU readings.
+/// NVML is loaded at run time: [`NvmlSource::new`] fails with a [`GpuError`] (no library, no
+/// driver) on machines without an NVIDIA driver, and the program goes on without GPU readings.
 ///
 /// Every NVML function is looked up on its own: a function the installed library lacks (an old
 /// driver, a GPU that does not support it) makes only its own reading `None`. The readings and
@@ -53,10 +53,10 @@ impl NvmlSource {
     /// search path, and initialises it.
     ///
     /// # Errors
-    /// A human-readable reason when NVML cannot be used, e.g.
-    /// `"NVML library not found (libnvidia-ml.so.1): …"` or
-    /// `"NVIDIA driver not loaded (NVML: libnvidia-ml.so.1)"`.
-    pub fn new() -> Result<Self, String> {
+    /// [`GpuError::NvmlInit`] when NVML cannot be used, with NVML's error as its source; its
+    /// text is the reason, e.g. `NVML library not found (libnvidia-ml.so.1): …` or
+    /// `NVIDIA driver not loaded (NVML: libnvidia-ml.so.1)`.
+    pub fn new() -> Result<Self, GpuError> {
         let library = if cfg!(windows) {
             "nvml.dll"
         } else {
@@ -70,7 +70,7 @@ impl NvmlSource {
     ///
     /// # Errors
     /// As [`NvmlSource::new`].
-    pub fn with_library(path: impl AsRef<OsStr>) -> Result<Self, String> {
+    pub fn with_library(path: impl AsRef<OsStr>) -> Result<Self, GpuError> {
         let path = path.as_ref();
         Self::init(
             &path.to_string_lossy(),
@@ -78,14 +78,17 @@ impl NvmlSource {
         )
     }
 
-    fn init(library: &str, nvml: Result<Nvml, NvmlError>) -> Result<Self, String> {
+    fn init(library: &str, nvml: Result<Nvml, NvmlError>) -> Result<Self, GpuError> {
         match nvml {
             Ok(nvml) => Ok(Self {
                 nvml: Some(nvml),
                 library: library.to_string(),
                 pid: std::process::id(),
             }),
-            Err(e) => Err(init_error(library, &e)),
+            Err(source) => Err(GpuError::NvmlInit {
+                library: library.to_string(),
+                source,
+            }),
         }
     }
 
@@ -95,8 +98,9 @@ impl NvmlSource {
     }
 }
 
-/// Why NVML could not be initialised, for the report.
-fn init_error(library: &str, e: &NvmlError) -> String {
+/// Why NVML could not be initialised from `library`, for the report: the text of
+/// [`GpuError::NvmlInit`].
+pub(super) fn init_message(library: &str, e: &NvmlError) -> String {
     match e {
         NvmlError::LibloadingError(cause) => {
             let cause = cause.to_string();
@@ -125,15 +129,15 @@ impl GpuSource for NvmlSource {
         "nvml"
     }
 
-    fn devices(&mut self) -> Result<Vec<GpuDevice>, String> {
+    fn devices(&mut self) -> Result<Vec<GpuDevice>, GpuError> {
         let Some(nvml) = &self.nvml else {
-            return Err("NVML was shut down".to_string());
+            return Err(GpuError::unavailable("NVML was shut down"));
         };
         let count = nvml
             .device_count()
-            .map_err(|e| format!("NVML could not count the GPUs: {e}"))?;
+            .map_err(|source| GpuError::NvmlDeviceCount { source })?;
         if count == 0 {
-            return Err("NVML reports no GPU".to_string());
+            return Err(GpuError::unavailable("NVML reports no GPU"));
         }
         let mut devices = Vec::new();
         let mut last_error = None;
@@ -154,9 +158,7 @@ impl GpuSource for NvmlSource {
             });
         }
         match (devices.is_empty(), last_error) {
-            (true, Some(e)) => Err(format!(
-                "NVML reports {count} GPU(s), but none could be opened: {e}"
-            )),
+            (true, Some(source)) => Err(GpuError::NvmlNoDeviceOpened { count, source }),
             _ => Ok(devices),
         }
     }

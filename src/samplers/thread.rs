@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::cpu;
 use super::energy::Rapl;
-use super::gpu::GpuSource;
+use super::gpu::{GpuError, GpuSource};
 use super::memory::{self, RssReader};
 use super::timeline::{Readings, SourceStatus, Timeline};
 use crate::profile::Sample;
@@ -373,7 +373,7 @@ impl Worker {
         let mut devices = Vec::new();
         if let Some(source) = gpu.as_mut() {
             let found = catch_unwind(AssertUnwindSafe(|| silent(|| source.devices())))
-                .unwrap_or_else(|_| Err("the GPU backend panicked".to_string()));
+                .unwrap_or_else(|_| Err(GpuError::unavailable("the GPU backend panicked")));
             match found {
                 Ok(found) if !found.is_empty() => {
                     devices = found;
@@ -385,7 +385,7 @@ impl Worker {
                         source.backend()
                     )));
                 }
-                Err(reason) => readings.set_gpus(SourceStatus::Unavailable(reason)),
+                Err(reason) => readings.set_gpus(SourceStatus::Unavailable(reason.to_string())),
             }
         }
         if devices.is_empty() {
@@ -597,7 +597,7 @@ mod tests {
             "fake"
         }
 
-        fn devices(&mut self) -> Result<Vec<GpuDevice>, String> {
+        fn devices(&mut self) -> Result<Vec<GpuDevice>, GpuError> {
             let name = std::thread::current().name().unwrap_or("").to_string();
             let silent =
                 tracing::dispatcher::get_default(|d| d.is::<tracing::subscriber::NoSubscriber>());
@@ -808,13 +808,13 @@ mod tests {
         fn backend(&self) -> &'static str {
             "hang"
         }
-        fn devices(&mut self) -> Result<Vec<GpuDevice>, String> {
+        fn devices(&mut self) -> Result<Vec<GpuDevice>, GpuError> {
             let (lock, cv) = &*self.0;
             let mut released = lock.lock().unwrap();
             while !*released {
                 released = cv.wait(released).unwrap();
             }
-            Err("released".to_string())
+            Err(GpuError::unavailable("released"))
         }
         fn sample(&mut self, _: u32) -> GpuSample {
             GpuSample::default()
@@ -939,24 +939,30 @@ mod tests {
 
     #[test]
     fn gpu_without_devices_or_failing() {
-        struct NoDev(Result<Vec<GpuDevice>, String>);
+        /// `None`: discovery panics.
+        struct NoDev(Option<Result<Vec<GpuDevice>, String>>);
         impl GpuSource for NoDev {
             fn backend(&self) -> &'static str {
                 "nodev"
             }
-            fn devices(&mut self) -> Result<Vec<GpuDevice>, String> {
-                self.0.clone()
+            fn devices(&mut self) -> Result<Vec<GpuDevice>, GpuError> {
+                let Some(found) = self.0.clone() else {
+                    panic!("the fake GPU backend panics in discovery (expected by the test)");
+                };
+                // A source that still builds its reason as a `String` migrates with `Into`.
+                found.map_err(Into::into)
             }
             fn sample(&mut self, _: u32) -> GpuSample {
                 unreachable!("no device to sample")
             }
         }
         for (source, reason) in [
-            (NoDev(Ok(Vec::new())), "no device found by nodev"),
+            (NoDev(Some(Ok(Vec::new()))), "no device found by nodev"),
             (
-                NoDev(Err("NVML: driver not loaded".into())),
+                NoDev(Some(Err("NVML: driver not loaded".into()))),
                 "NVML: driver not loaded",
             ),
+            (NoDev(None), "the GPU backend panicked"),
         ] {
             let config = SamplerConfig {
                 interval: Duration::from_millis(5),

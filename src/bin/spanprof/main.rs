@@ -1,11 +1,16 @@
 //! `spanprof`: report, compare, merge and analyse saved spanprof profiles.
 //!
 //! ```text
-//! spanprof report PROFILE.json [--format table|json|markdown] [--top N] [--filter SELECTION]
+//! spanprof report PROFILE.json [--format FORMAT] [--top N] [--filter SELECTION]
 //! spanprof compare [--metric p50] [--threshold 15%] [--policy FILE] BASE.json... -- NEW.json...
 //! spanprof merge A.json B.json... -o ALL.json
 //! spanprof top PROFILE.json [--format text|markdown]
 //! ```
+//!
+//! `FORMAT` is one of `table` (the default), `json`, `markdown`, `html`, `csv`, `csv-metrics`,
+//! `prom`, `tree`, `folded`, `flamegraph` and `pprof` (`spanprof::output::FORMAT_NAMES`; `csv`
+//! and `csv-metrics` need the crate's `csv` feature, `prom` its `prometheus` feature,
+//! `flamegraph` and `pprof` features of the same names, all on by default).
 //!
 //! Exit status: 0 = done (no regression), 1 = `compare` found a regression, 2 = bad input
 //! (one line on stderr naming the file and the problem).
