@@ -42,16 +42,15 @@
 //! out (error stated in `record/sampling.rs`).
 
 use std::collections::BTreeMap;
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use crate::profile::BackoffStep;
 use crate::record::overhead::OwnTotals;
 use crate::record::sampling::NameLoad;
 use crate::record::Recorder;
 use crate::switches::Resources;
+use crate::worker::{Job, WeakUse, Worker, STOP_WAIT};
 use crate::PERF_TARGET;
 
 /// The default threshold: spanprof's estimated cost as a share of the process's CPU time, %.
@@ -278,95 +277,28 @@ fn deltas(last: &[NameLoad], now: &[NameLoad]) -> Vec<NameLoad> {
 /// The running back-off: its thread, and the steps it took.
 #[derive(Debug)]
 pub(crate) struct Backoff {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    worker: Worker<BackoffJob>,
     steps: Arc<Mutex<Steps>>,
 }
 
 impl Backoff {
     /// Starts the back-off thread for `recorder` (none where the process's CPU time cannot be
-    /// read or the thread cannot be started).
-    pub(crate) fn start(recorder: Arc<Recorder>, max_pct: f64) -> Option<Self> {
+    /// read or the thread cannot be started). It holds the recorder weakly, and ends once no
+    /// `uses` is left.
+    pub(crate) fn start(recorder: &Arc<Recorder>, max_pct: f64, uses: &WeakUse) -> Option<Self> {
         crate::samplers::cpu::process_cpu_ns()?;
         let steps = Arc::new(Mutex::new(Steps::default()));
-        let (stop, stopped) = mpsc::channel::<()>();
-        let log = steps.clone();
-        let thread = std::thread::Builder::new()
-            .name("spanprof-backoff".to_string())
-            .spawn(move || {
-                let costs = recorder.costs();
-                let mut controller = Controller::new(max_pct, costs.span_ns, costs.skip_ns);
-                let (mut said, mut said_sampling) = (false, false);
-                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(TICK) {
-                    let reading = Reading {
-                        t_ns: recorder.elapsed_ns(),
-                        own: recorder.own_totals(),
-                        cpu_ns: crate::samplers::cpu::process_cpu_ns().map_or(0, |(u, s)| u + s),
-                        // No candidates for sampling where the layer forbids it.
-                        names: if recorder.sampling_allowed() {
-                            recorder.name_loads()
-                        } else {
-                            Vec::new()
-                        },
-                    };
-                    let t_ns = reading.t_ns;
-                    let Some(decision) = controller.tick(reading, recorder.resources()) else {
-                        continue;
-                    };
-                    let step = match decision {
-                        Decision::Down { off, pct } => {
-                            recorder.set_resources(Resources::NONE);
-                            if !said {
-                                said = true;
-                                tracing::warn!(
-                                    target: PERF_TARGET,
-                                    overhead_pct = pct,
-                                    max_pct,
-                                    "spanprof costs more than its limit: per-span resource \
-                                     readings off until the span rate falls (in the report)"
-                                );
-                            }
-                            BackoffStep::new(t_ns, false, off, pct)
-                        }
-                        Decision::Up { on, pct } => {
-                            recorder.set_resources(on);
-                            BackoffStep::new(t_ns, true, on, pct)
-                        }
-                        Decision::Sample { names, pct } => {
-                            let names = set_sampling(&recorder, &names);
-                            if !said_sampling {
-                                said_sampling = true;
-                                let sampled: Vec<String> = names
-                                    .iter()
-                                    .map(|(name, _, every)| format!("{name} 1/{every}"))
-                                    .collect();
-                                tracing::warn!(
-                                    target: PERF_TARGET,
-                                    overhead_pct = pct,
-                                    max_pct,
-                                    sampled = %sampled.join(", "),
-                                    span_cost_ns = costs.span_ns,
-                                    sampled_out_cost_ns = costs.skip_ns,
-                                    "spanprof still costs more than its limit: the hottest \
-                                     short spans sampled 1 in N until the span rate falls \
-                                     (counts exact, times scaled; in the report)"
-                                );
-                            }
-                            BackoffStep::sampling(t_ns, false, names, pct)
-                        }
-                        Decision::Unsample { names, pct } => {
-                            BackoffStep::sampling(t_ns, true, set_sampling(&recorder, &names), pct)
-                        }
-                    };
-                    log.lock().unwrap_or_else(|e| e.into_inner()).add(step);
-                }
-            })
-            .ok()?;
-        Some(Self {
-            stop: Some(stop),
-            thread: Some(thread),
-            steps,
-        })
+        let costs = recorder.costs();
+        let job = BackoffJob {
+            recorder: Arc::downgrade(recorder),
+            controller: Controller::new(max_pct, costs.span_ns, costs.skip_ns),
+            said: false,
+            said_sampling: false,
+            steps: steps.clone(),
+        };
+        let first = Instant::now() + TICK;
+        let worker = Worker::start("spanprof-backoff", job, first, Some(uses)).ok()?;
+        Some(Self { worker, steps })
     }
 
     /// The steps taken so far, and how many more were taken past [`MAX_STEPS`].
@@ -375,12 +307,99 @@ impl Backoff {
         (steps.kept.clone(), steps.past_bound)
     }
 
-    /// Stops the thread (it wakes at once) and waits for it.
-    pub(crate) fn stop(&mut self) {
-        self.stop.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+    /// Stops the thread (it wakes at once) and waits for it up to [`STOP_WAIT`]; returns
+    /// whether it ended in time (if not, a tick under way may still take its step; no later
+    /// one runs).
+    pub(crate) fn stop(&mut self) -> bool {
+        self.worker.stop(STOP_WAIT)
+    }
+}
+
+/// The back-off thread's job: a tick every [`TICK`] from the end of the last one.
+struct BackoffJob {
+    recorder: Weak<Recorder>,
+    controller: Controller,
+    /// Whether the first step of each stage was logged.
+    said: bool,
+    said_sampling: bool,
+    steps: Arc<Mutex<Steps>>,
+}
+
+impl Job for BackoffJob {
+    fn run(&mut self, _: Instant) -> Option<Instant> {
+        let recorder = self.recorder.upgrade()?;
+        self.tick(&recorder);
+        Some(Instant::now() + TICK)
+    }
+}
+
+impl BackoffJob {
+    fn tick(&mut self, recorder: &Recorder) {
+        let max_pct = self.controller.max_pct;
+        let reading = Reading {
+            t_ns: recorder.elapsed_ns(),
+            own: recorder.own_totals(),
+            cpu_ns: crate::samplers::cpu::process_cpu_ns().map_or(0, |(u, s)| u + s),
+            // No candidates for sampling where the layer forbids it.
+            names: if recorder.sampling_allowed() {
+                recorder.name_loads()
+            } else {
+                Vec::new()
+            },
+        };
+        let t_ns = reading.t_ns;
+        let Some(decision) = self.controller.tick(reading, recorder.resources()) else {
+            return;
+        };
+        let step = match decision {
+            Decision::Down { off, pct } => {
+                recorder.set_resources(Resources::NONE);
+                if !self.said {
+                    self.said = true;
+                    tracing::warn!(
+                        target: PERF_TARGET,
+                        overhead_pct = pct,
+                        max_pct,
+                        "spanprof costs more than its limit: per-span resource \
+                         readings off until the span rate falls (in the report)"
+                    );
+                }
+                BackoffStep::new(t_ns, false, off, pct)
+            }
+            Decision::Up { on, pct } => {
+                recorder.set_resources(on);
+                BackoffStep::new(t_ns, true, on, pct)
+            }
+            Decision::Sample { names, pct } => {
+                let names = set_sampling(recorder, &names);
+                if !self.said_sampling {
+                    self.said_sampling = true;
+                    let sampled: Vec<String> = names
+                        .iter()
+                        .map(|(name, _, every)| format!("{name} 1/{every}"))
+                        .collect();
+                    tracing::warn!(
+                        target: PERF_TARGET,
+                        overhead_pct = pct,
+                        max_pct,
+                        sampled = %sampled.join(", "),
+                        span_cost_ns = self.controller.span_ns,
+                        sampled_out_cost_ns = self.controller.skip_ns,
+                        "spanprof still costs more than its limit: the hottest \
+                         short spans sampled 1 in N until the span rate falls \
+                         (counts exact, times scaled; in the report)"
+                    );
+                }
+                BackoffStep::sampling(t_ns, false, names, pct)
+            }
+            Decision::Unsample { names, pct } => {
+                BackoffStep::sampling(t_ns, true, set_sampling(recorder, &names), pct)
+            }
+        };
+        self.steps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(step);
     }
 }
 
@@ -410,12 +429,6 @@ impl Steps {
         } else {
             self.past_bound += 1;
         }
-    }
-}
-
-impl Drop for Backoff {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

@@ -683,11 +683,20 @@ impl Builder {
         let (start_raw, origin) = (clock.raw(), Instant::now());
         let readings = Arc::new(Readings::new());
         let timeline = Arc::new(Timeline::default());
-        let mut sampler = if resources.is_empty() {
+        // Held by the layer and every handle, not the guard: spanprof's threads end once they
+        // are all dropped, so a leaked guard keeps none running.
+        let uses = crate::worker::Use::new();
+        let sampler = if resources.is_empty() {
             None
         } else {
             samplers::start(
-                b.interval, resources, gpu_source, origin, &readings, &timeline,
+                b.interval,
+                resources,
+                gpu_source,
+                origin,
+                &readings,
+                &timeline,
+                &uses.downgrade(),
             )
         };
         #[cfg(feature = "chrome")]
@@ -759,13 +768,10 @@ impl Builder {
             outputs.append(&mut b.outputs);
         }
 
-        // The layer and every handle keep the sampler running; the guard itself does not, so
-        // a leaked guard's sampler stops once they are gone.
-        let sampler_use = sampler
-            .as_mut()
-            .and_then(crate::samplers::Sampler::take_use);
         let backoff = match b.max_overhead_pct {
-            Some(pct) if records => crate::backoff::Backoff::start(recorder.clone(), pct),
+            Some(pct) if records => {
+                crate::backoff::Backoff::start(&recorder, pct, &uses.downgrade())
+            }
             _ => None,
         };
         let session = Arc::new(ProfileSession::new(
@@ -794,6 +800,7 @@ impl Builder {
                     #[cfg(feature = "otlp")]
                     selection: b.selection.clone(),
                 },
+                &uses.downgrade(),
             );
         }
         let handle = ProfileHandle::new(session);
@@ -801,11 +808,12 @@ impl Builder {
         if let Some(listener) = metrics_listener {
             handle.serve_metrics(listener);
         }
+        let guard = ProfileGuard::new(handle).with_use(&uses);
         Ok((
             ProfileLayer::new(recorder, filter, records)
-                .with_sampler_use(sampler_use.clone())
+                .with_use(uses)
                 .with_seen_callsites(seen),
-            ProfileGuard::new(handle).with_sampler_use(sampler_use.as_ref()),
+            guard,
         ))
     }
 

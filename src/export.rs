@@ -6,18 +6,23 @@
 //! The thread reads snapshots only (`ProfileSession::snapshot`), like every output. The hot path
 //! does not change, but for step spans: their callsite is marked once, when it is decided, and
 //! their close counts one step (an atomic add) and, every `N` steps, wakes this thread.
+//!
+//! It is a [`Worker`] (start, wake, stop): it holds the session weakly and runs while a layer or
+//! a handle lives. Once they are all dropped nothing more can be recorded, and it ends even if
+//! the guard is kept (or leaked); the last window, when the profile ends, then runs on a fresh
+//! thread with the windows' state the first one left.
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
-use std::thread::{JoinHandle, Thread};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::output::units::{format_count, format_duration};
 use crate::profile::figures::SELF_SHARE;
 use crate::profile::{Snapshot, SpanStats};
 use crate::session::ProfileSession;
+use crate::worker::{Job, Waker, WeakUse, Worker};
 use crate::PERF_TARGET;
 
 /// How often spanprof logs a summary of the last window at [`PERF_TARGET`]
@@ -107,7 +112,7 @@ pub(crate) struct StepSignal {
     name: String,
     every: u64,
     closed: AtomicU64,
-    waiter: OnceLock<Thread>,
+    waiter: OnceLock<Waker>,
 }
 
 impl StepSignal {
@@ -129,8 +134,8 @@ impl StepSignal {
     pub(crate) fn closed(&self) {
         let n = self.closed.fetch_add(1, Ordering::Relaxed) + 1;
         if n % self.every == 0 {
-            if let Some(thread) = self.waiter.get() {
-                thread.unpark();
+            if let Some(waiter) = self.waiter.get() {
+                waiter.wake();
             }
         }
     }
@@ -175,11 +180,14 @@ impl fmt::Debug for ExportSettings {
 pub(crate) const SUMMARY_TOP: usize = 5;
 /// How long finishing waits for the last window without an OTLP push.
 const LAST_WINDOW_WAIT: Duration = Duration::from_secs(1);
+/// The name of the export thread.
+const THREAD_NAME: &str = "spanprof-export";
 
 /// The running export thread.
 pub(crate) struct Exporter {
-    shared: Arc<Shared>,
-    thread: JoinHandle<()>,
+    worker: Worker<ExportJob>,
+    /// The final snapshot, handed to the thread for the last window, and whether it is done.
+    last: Arc<Mutex<LastWindow>>,
     /// How long [`Exporter::finish`] waits for the last window (and push).
     last_wait: Duration,
 }
@@ -191,52 +199,49 @@ impl fmt::Debug for Exporter {
 }
 
 #[derive(Default)]
-struct Shared {
-    state: Mutex<LastWindow>,
-    done: Condvar,
-    /// Set when `state` holds the last snapshot: the thread's wait loop reads it without the lock.
-    asked: AtomicBool,
-}
-
-#[derive(Default)]
 struct LastWindow {
     snapshot: Option<Snapshot>,
     done: bool,
 }
 
 impl Exporter {
-    /// Starts the export thread; `None` (with a warning) if the thread cannot be spawned.
-    pub(crate) fn start(settings: ExportSettings, session: Weak<ProfileSession>) -> Option<Self> {
+    /// Starts the export thread, which ends once no `uses` is left (its last window then runs
+    /// on a fresh thread at [`Exporter::finish`]); `None` (with a warning) if the thread cannot
+    /// be spawned.
+    pub(crate) fn start(
+        settings: ExportSettings,
+        session: Weak<ProfileSession>,
+        uses: &WeakUse,
+    ) -> Option<Self> {
         #[cfg(feature = "otlp")]
         let last_wait = settings.otlp.as_ref().map_or(LAST_WINDOW_WAIT, |p| {
             p.timeout() + Duration::from_millis(250)
         });
         #[cfg(not(feature = "otlp"))]
         let last_wait = LAST_WINDOW_WAIT;
-        let shared = Arc::new(Shared::default());
+        let last = Arc::new(Mutex::new(LastWindow::default()));
         let steps = settings.steps.clone();
-        let worker = Worker {
-            next: Instant::now() + period_of(settings.every),
+        let first = Instant::now() + period_of(settings.every);
+        let job = ExportJob {
+            next: first,
             settings,
+            session,
+            last: last.clone(),
             previous: None,
             index: 0,
             windows_seen: 0,
             panicked: false,
         };
-        let thread_shared = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("spanprof-export".to_string())
-            .spawn(move || worker.run(&thread_shared, &session));
-        match spawned {
-            Ok(thread) => {
+        match Worker::start(THREAD_NAME, job, first, Some(uses)) {
+            Ok(worker) => {
                 if let Some(steps) = steps {
-                    let _ = steps.waiter.set(thread.thread().clone());
+                    let _ = steps.waiter.set(worker.waker());
                     // Steps counted before the waiter was known: wake it to look.
-                    thread.thread().unpark();
+                    worker.wake();
                 }
                 Some(Self {
-                    shared,
-                    thread,
+                    worker,
+                    last,
                     last_wait,
                 })
             }
@@ -248,30 +253,36 @@ impl Exporter {
     }
 
     /// Hands the final snapshot to the thread for the last window (summary and push) and waits
-    /// for it, at most the OTLP timeout (plus a margin) or a second without OTLP. Returns
-    /// whether it completed in time; if not, the thread is left to finish alone.
-    pub(crate) fn finish(&self, snapshot: Snapshot) -> bool {
+    /// for it, at most the OTLP timeout (plus a margin) or a second without OTLP; a thread that
+    /// ended (no use left) gets a fresh one for it. Returns whether it completed in time; if
+    /// not, the thread is left to finish alone.
+    pub(crate) fn finish(mut self, snapshot: Snapshot) -> bool {
         let deadline = Instant::now() + self.last_wait;
-        let mut state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.snapshot = Some(snapshot);
-        self.shared.asked.store(true, Ordering::Release);
-        self.thread.thread().unpark();
-        while !state.done {
-            let now = Instant::now();
-            if now >= deadline || self.thread.is_finished() {
-                return state.done;
+        lock(&self.last).snapshot = Some(snapshot);
+        loop {
+            self.worker.wake();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !self.worker.wait(left) {
+                return false;
             }
-            // In slices: a thread that ended without saying so (it cannot, but) is noticed.
-            let wait = (deadline - now).min(Duration::from_millis(50));
-            state = self
-                .shared
-                .done
-                .wait_timeout(state, wait)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            if lock(&self.last).done {
+                return true;
+            }
+            // The thread ended before it saw the snapshot (no use left): its job, with the
+            // windows so far, runs the last one on a fresh thread, whatever the uses.
+            let Some(job) = self.worker.take_job() else {
+                return false;
+            };
+            match Worker::start(THREAD_NAME, job, Instant::now(), None) {
+                Ok(worker) => self.worker = worker,
+                Err(_) => return false,
+            }
         }
-        true
     }
+}
+
+fn lock(last: &Mutex<LastWindow>) -> std::sync::MutexGuard<'_, LastWindow> {
+    last.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn period_of(every: Every) -> Duration {
@@ -282,16 +293,11 @@ fn period_of(every: Every) -> Duration {
     }
 }
 
-/// Why the thread woke.
-enum Wake {
-    Window,
-    Last(Box<Snapshot>),
-    Gone,
-}
-
-/// The export thread's state.
-struct Worker {
+/// The export thread's job: a window when one is due, then the last one.
+struct ExportJob {
     settings: ExportSettings,
+    session: Weak<ProfileSession>,
+    last: Arc<Mutex<LastWindow>>,
     /// The snapshot at the end of the previous window (`None` before the first).
     previous: Option<Snapshot>,
     /// Windows logged.
@@ -303,27 +309,51 @@ struct Worker {
     panicked: bool,
 }
 
-impl Worker {
-    fn run(mut self, shared: &Shared, session: &Weak<ProfileSession>) {
-        loop {
-            match self.wait(shared, session) {
-                Wake::Gone => return,
-                Wake::Last(snapshot) => {
-                    self.guarded(|w| w.window(*snapshot, true));
-                    let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                    state.done = true;
-                    shared.done.notify_all();
-                    return;
+impl Job for ExportJob {
+    fn run(&mut self, now: Instant) -> Option<Instant> {
+        let last = lock(&self.last).snapshot.take();
+        if let Some(snapshot) = last {
+            self.guarded(|w| w.window(snapshot, true));
+            lock(&self.last).done = true;
+            return None;
+        }
+        if self.session.strong_count() == 0 {
+            return None;
+        }
+        if self.due(now) {
+            let session = self.session.upgrade()?;
+            let snapshot = session.snapshot();
+            session.write_periodic(&snapshot);
+            drop(session);
+            self.guarded(|w| w.window(snapshot, false));
+        }
+        Some(match (&self.settings.every, &self.settings.steps) {
+            (Every::Steps(_), Some(_)) => Instant::now() + period_of(self.settings.every),
+            _ => self.next,
+        })
+    }
+}
+
+impl ExportJob {
+    /// Whether a window ended: `N` more steps, or the period (the next one set).
+    fn due(&mut self, now: Instant) -> bool {
+        match (&self.settings.every, &self.settings.steps) {
+            (Every::Steps(_), Some(steps)) => {
+                let windows = steps.windows();
+                let due = windows > self.windows_seen;
+                self.windows_seen = windows;
+                due
+            }
+            (every, _) => {
+                if now < self.next {
+                    return false;
                 }
-                Wake::Window => {
-                    let Some(session) = session.upgrade() else {
-                        return;
-                    };
-                    let snapshot = session.snapshot();
-                    session.write_periodic(&snapshot);
-                    drop(session);
-                    self.guarded(|w| w.window(snapshot, false));
+                let period = period_of(*every);
+                self.next += period;
+                if self.next <= now {
+                    self.next = now + period;
                 }
+                true
             }
         }
     }
@@ -334,42 +364,6 @@ impl Worker {
         if result.is_err() && !self.panicked {
             self.panicked = true;
             tracing::warn!(target: PERF_TARGET, "spanprof's export thread panicked in a window; it goes on");
-        }
-    }
-
-    fn wait(&mut self, shared: &Shared, session: &Weak<ProfileSession>) -> Wake {
-        loop {
-            if shared.asked.load(Ordering::Acquire) {
-                let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(snapshot) = state.snapshot.take() {
-                    return Wake::Last(Box::new(snapshot));
-                }
-            }
-            if session.strong_count() == 0 {
-                return Wake::Gone;
-            }
-            let now = Instant::now();
-            match (&self.settings.every, &self.settings.steps) {
-                (Every::Steps(_), Some(steps)) => {
-                    let windows = steps.windows();
-                    if windows > self.windows_seen {
-                        self.windows_seen = windows;
-                        return Wake::Window;
-                    }
-                    std::thread::park_timeout(period_of(self.settings.every));
-                }
-                (every, _) => {
-                    if now >= self.next {
-                        let period = period_of(*every);
-                        self.next += period;
-                        if self.next <= now {
-                            self.next = now + period;
-                        }
-                        return Wake::Window;
-                    }
-                    std::thread::park_timeout(self.next - now);
-                }
-            }
         }
     }
 

@@ -7,20 +7,21 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::output::Outputs;
 use crate::profile::Snapshot;
-use crate::samplers::{SamplerUse, WeakSamplerUse};
 use crate::session::{ProfileSession, Tell};
 use crate::switches::Resources;
+use crate::worker::{Use, WeakUse};
 
 /// A cloneable, cheap handle to read a running profile from anywhere.
 ///
-/// While a handle lives, the sampler thread keeps sampling (as it does while a layer lives), so
-/// that its snapshots and [`finish`](ProfileHandle::finish) have resource figures up to date.
+/// While a handle lives, spanprof's threads keep running (as they do while a layer lives): the
+/// sampler, so that its snapshots and [`finish`](ProfileHandle::finish) have resource figures
+/// up to date, the back-off and the export cadence.
 #[derive(Clone)]
 pub struct ProfileHandle {
     session: Arc<ProfileSession>,
-    /// Keeps the sampler thread running. `None` in the guard's own handle: a leaked guard must
-    /// not keep it sampling. Only held, for what dropping it means.
-    _sampler_use: Option<SamplerUse>,
+    /// Keeps spanprof's threads running. `None` in the guard's own handle: a leaked guard must
+    /// not keep them running. Only held, for what dropping it means.
+    _uses: Option<Use>,
 }
 
 impl fmt::Debug for ProfileHandle {
@@ -33,7 +34,7 @@ impl ProfileHandle {
     pub(crate) fn new(session: Arc<ProfileSession>) -> Self {
         Self {
             session,
-            _sampler_use: None,
+            _uses: None,
         }
     }
 
@@ -204,14 +205,15 @@ impl ProfileHandle {
 /// profile, the open trace window left incomplete — if the program ends without that:
 /// `std::process::exit` (it runs no destructors: drop or finish the guard before calling it),
 /// a signal with no handler installed, an abort, or a guard leaked with `mem::forget` (or kept
-/// in a `static`). A leaked guard does not keep the resource sampler thread running: it stops
-/// once the layers and every [`ProfileHandle`] are dropped.
+/// in a `static`). A leaked guard keeps none of spanprof's threads running (the resource
+/// sampler, the back-off, the export cadence): they stop once the layers and every
+/// [`ProfileHandle`] are dropped.
 #[must_use = "dropping the guard ends profiling at once; bind it: `let _guard = ...`"]
 pub struct ProfileGuard {
     handle: ProfileHandle,
     finished: bool,
-    /// Makes the sampler uses of the handles it gives out, without keeping the thread running.
-    sampler: WeakSamplerUse,
+    /// Makes the uses of the handles it gives out, without keeping the threads running.
+    uses: WeakUse,
 }
 
 impl fmt::Debug for ProfileGuard {
@@ -227,23 +229,23 @@ impl ProfileGuard {
         Self {
             handle,
             finished: false,
-            sampler: WeakSamplerUse::default(),
+            uses: WeakUse::default(),
         }
     }
 
-    /// Gives the guard the sampler's use (from `Sampler::take_use`),
-    /// for the handles it gives out; the guard itself keeps only a weak reference to it.
-    pub(crate) fn with_sampler_use(mut self, sampler_use: Option<&SamplerUse>) -> Self {
-        self.sampler = sampler_use.map(SamplerUse::downgrade).unwrap_or_default();
+    /// Gives the guard the profile's use of its threads, for the handles it gives out; the
+    /// guard itself keeps only a weak reference to it.
+    pub(crate) fn with_use(mut self, uses: &Use) -> Self {
+        self.uses = uses.downgrade();
         self
     }
 
     /// A handle that outlives nothing: reading it after the guard is gone still works. While
-    /// it lives, the resource sampler keeps sampling.
+    /// it lives, spanprof's threads keep running (the resource sampler keeps sampling).
     pub fn handle(&self) -> ProfileHandle {
         ProfileHandle {
             session: self.handle.session.clone(),
-            _sampler_use: self.sampler.upgrade(),
+            _uses: self.uses.upgrade(),
         }
     }
 

@@ -50,8 +50,8 @@ pub struct ProfileLayer {
     /// The span filter (`SPANPROF_FILTER`), if any.
     filter: Option<Arc<SpanFilter>>,
     mode: Mode,
-    /// Keeps the resource sampler running while a layer lives.
-    _sampler: Option<crate::samplers::SamplerUse>,
+    /// Keeps spanprof's threads (sampler, back-off, export) running while a layer lives.
+    _uses: Option<crate::worker::Use>,
     /// The callsites registered, for the span filter's end-of-run hint (with a filter only).
     seen: Option<Arc<SeenCallsites>>,
 }
@@ -139,7 +139,7 @@ impl ProfileLayer {
                 })
             }),
             mode,
-            _sampler: None,
+            _uses: None,
             seen: None,
         }
     }
@@ -149,10 +149,10 @@ impl ProfileLayer {
         Self { seen, ..self }
     }
 
-    /// Keeps the resource sampler running while this layer (or a clone) lives.
-    pub(crate) fn with_sampler_use(self, sampler: Option<crate::samplers::SamplerUse>) -> Self {
+    /// Keeps spanprof's threads running while this layer (or a clone) lives.
+    pub(crate) fn with_use(self, uses: crate::worker::Use) -> Self {
         Self {
-            _sampler: sampler,
+            _uses: Some(uses),
             ..self
         }
     }

@@ -193,6 +193,7 @@ mod session;
 #[cfg(feature = "signals")]
 mod signals;
 mod switches;
+mod worker;
 
 pub use alloc::CountingAlloc;
 pub use builder::{Builder, CpuClock, ReportTarget};

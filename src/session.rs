@@ -5,8 +5,7 @@ use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use crate::backoff::Backoff;
 use crate::error::{truncate, Error, Result};
@@ -17,10 +16,8 @@ use crate::profile::Snapshot;
 use crate::record::Recorder;
 use crate::samplers::Sampler;
 use crate::switches::Resources;
+use crate::worker::{WeakUse, STOP_WAIT};
 use crate::PERF_TARGET;
-
-/// How long finishing waits for the sampler thread to stop.
-const SAMPLER_STOP_WAIT: Duration = Duration::from_secs(1);
 
 pub(crate) struct ProfileSession {
     recorder: Arc<Recorder>,
@@ -44,8 +41,9 @@ pub(crate) struct ProfileSession {
     /// The `/metrics` endpoint, while it serves.
     #[cfg(feature = "http")]
     metrics: Mutex<Option<crate::http::MetricsServer>>,
-    /// The export thread (periodic summaries, outputs and OTLP pushes), if a cadence is set.
-    exporter: OnceLock<Exporter>,
+    /// The export thread (periodic summaries, outputs and OTLP pushes), if a cadence is set;
+    /// taken by the finish for the last window.
+    exporter: Mutex<Option<Exporter>>,
     /// The snapshot at the end of the last [`ProfileSession::interval_snapshot`].
     interval_start: Mutex<Option<Snapshot>>,
     /// Whether a periodic re-write failed already (warned about once).
@@ -116,16 +114,17 @@ impl ProfileSession {
             finished: Mutex::new(None),
             #[cfg(feature = "http")]
             metrics: Mutex::new(None),
-            exporter: OnceLock::new(),
+            exporter: Mutex::new(None),
             interval_start: Mutex::new(None),
             periodic_warned: AtomicBool::new(false),
         }
     }
 
-    /// Starts the export thread of `session` (once).
-    pub(crate) fn start_exporter(session: &Arc<Self>, settings: ExportSettings) {
-        if let Some(exporter) = Exporter::start(settings, Arc::downgrade(session)) {
-            let _ = session.exporter.set(exporter);
+    /// Starts the export thread of `session` (once), which ends once no `uses` is left.
+    pub(crate) fn start_exporter(session: &Arc<Self>, settings: ExportSettings, uses: &WeakUse) {
+        let mut exporter = session.exporter.lock().unwrap_or_else(|e| e.into_inner());
+        if exporter.is_none() {
+            *exporter = Exporter::start(settings, Arc::downgrade(session), uses);
         }
     }
 
@@ -255,7 +254,9 @@ impl ProfileSession {
             .unwrap_or_else(|e| e.into_inner())
             .as_mut()
         {
-            backoff.stop();
+            if !backoff.stop() {
+                tracing::warn!(target: PERF_TARGET, "spanprof's back-off thread did not stop within 1 s; left to finish alone");
+            }
         }
         self.stop_sampler();
         let mut outputs = Outputs::default();
@@ -300,7 +301,12 @@ impl ProfileSession {
             lines.extend(self.notes.filter_hints());
             self.notes.tell(&lines);
         }
-        if let Some(exporter) = self.exporter.get() {
+        let exporter = self
+            .exporter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(exporter) = exporter {
             // The last window's summary and OTLP push, waited for a bounded time.
             if !exporter.finish(snapshot) {
                 tracing::warn!(target: PERF_TARGET, "spanprof's last export (summary, OTLP push) did not complete in time; left to finish alone");
@@ -321,7 +327,7 @@ impl ProfileSession {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         if let Some(sampler) = sampler {
-            if !sampler.stop(SAMPLER_STOP_WAIT) {
+            if !sampler.stop(STOP_WAIT) {
                 tracing::warn!(target: PERF_TARGET, "spanprof's sampler thread did not stop within 1 s; left to finish alone");
             }
         }

@@ -1,6 +1,6 @@
-//! The signal handler (`install_signal_handler`, feature `signals`) and the sampler thread of a
-//! leaked guard. The signal tests run this binary again as a child process (the `child` test,
-//! selected by `SPANPROF_SIGNALS_CHILD`), which sends itself signals.
+//! The signal handler (`install_signal_handler`, feature `signals`). The signal tests run this
+//! binary again as a child process (the `child` test, selected by `SPANPROF_SIGNALS_CHILD`),
+//! which sends itself signals. (The threads of a leaked guard: `tests/leaked_guard.rs`.)
 #![cfg(unix)]
 
 mod support;
@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 #[cfg(feature = "signals")]
 use std::sync::atomic::{AtomicBool, Ordering};
-#[cfg(any(target_os = "linux", feature = "signals"))]
+#[cfg(feature = "signals")]
 use std::time::{Duration, Instant};
 
-#[cfg(any(target_os = "linux", feature = "signals"))]
+#[cfg(feature = "signals")]
 use spanprof::ProfileLayer;
 
 /// How the parent starts the child: SIGINT ignored (as for a job started with `&` from a
@@ -249,46 +249,4 @@ fn sigint_ignored_at_start_stays_ignored_and_sigterm_is_still_handled() {
     // It ran on after the SIGINT: the spans of both rounds of 20 are in the profile.
     assert!(profile_calls(&out) >= 39, "{stderr}");
     let _ = std::fs::remove_dir_all(&out);
-}
-
-/// The sampler threads of this process (`spanprof-sampler`, 15 characters in `comm`).
-#[cfg(target_os = "linux")]
-fn sampler_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim_end() == "spanprof-sample")
-        .count()
-}
-
-/// A leaked guard (`mem::forget`) does not keep the sampler thread running once the layer and
-/// every handle are dropped. No other test of this binary starts a sampler in this process.
-#[cfg(target_os = "linux")]
-#[test]
-fn forgotten_guard_stops_the_sampler_when_nothing_uses_it() {
-    let (dispatch, guard) = support::install(
-        ProfileLayer::builder()
-            .with_preset(spanprof::Preset::Detailed)
-            .with_sample_interval(Duration::from_millis(5)),
-    );
-    assert_eq!(sampler_threads(), 1);
-    let handle = guard.handle();
-    std::mem::forget(guard);
-    tracing::dispatcher::with_default(&dispatch, || {
-        let _s = tracing::info_span!("work").entered();
-    });
-    drop(dispatch);
-    // A handle still reads the profile: the sampler runs on.
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(sampler_threads(), 1);
-    assert!(!handle.snapshot().resources.unwrap().timeline.is_empty());
-    drop(handle);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while sampler_threads() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the sampler thread of a leaked guard still runs 10 s after its layer and handles were dropped"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::switches::Resources;
 use crate::PERF_TARGET;
 use gpu::{GpuError, GpuSource};
-pub(crate) use thread::{Sampler, SamplerConfig, SamplerUse, WeakSamplerUse, DEFAULT_INTERVAL};
+pub(crate) use thread::{Sampler, SamplerConfig, DEFAULT_INTERVAL};
 pub(crate) use timeline::{Readings, SourceStatus, Timeline};
 
 /// How long the builder waits for the sampler's first sample, so that spans opened right after
@@ -32,7 +32,7 @@ const FIRST_SAMPLE_WAIT: Duration = Duration::from_secs(1);
 /// Starts the sampler thread for `resources` and waits (up to a second) for its first sample.
 /// With [`Resources::GPU`], `gpu` is the backend (NVML when `None`). Returns `None`, with one
 /// warning at [`PERF_TARGET`], if the thread cannot be started: resource figures are then
-/// absent, and everything else works.
+/// absent, and everything else works. The thread ends once no `uses` is left.
 pub(crate) fn start(
     interval: Duration,
     resources: Resources,
@@ -40,6 +40,7 @@ pub(crate) fn start(
     origin: Instant,
     readings: &Arc<Readings>,
     timeline: &Arc<Timeline>,
+    uses: &crate::worker::WeakUse,
 ) -> Option<Sampler> {
     let gpu = if resources.contains(Resources::GPU) {
         match gpu.map_or_else(default_gpu_source, Ok) {
@@ -57,7 +58,14 @@ pub(crate) fn start(
         interval,
         resources,
     };
-    match Sampler::start(config, gpu, origin, readings.clone(), timeline.clone()) {
+    match Sampler::start(
+        config,
+        gpu,
+        origin,
+        readings.clone(),
+        timeline.clone(),
+        Some(uses),
+    ) {
         Ok(sampler) => {
             sampler.wait_first_sample(FIRST_SAMPLE_WAIT);
             Some(sampler)

@@ -1,17 +1,15 @@
 //! The sampler thread: one named thread that reads memory, CPU, energy and GPU figures every
 //! interval, publishes them in [`Readings`] and appends them to the [`Timeline`].
 //!
-//! The thread runs until [`Sampler::stop`], until the [`Sampler`] is dropped, or until nothing
-//! can read what it publishes any more: it holds only weak references to the readings and the
-//! timeline, and, once its [`SamplerUse`] was handed out ([`Sampler::take_use`]), it stops at
-//! its next tick after the last use is dropped. A profile whose guard was leaked
-//! (`mem::forget`) thus stops sampling when its layers and handles are gone.
+//! The thread is a [`crate::worker::Worker`] (start, stop, liveness): it runs until
+//! [`Sampler::stop`], until the [`Sampler`] is dropped, until the profile's last
+//! [`Use`](crate::worker::Use) is dropped (a leaked guard keeps none), or until nothing can read
+//! what it publishes: it holds only weak references to the readings and the timeline.
 
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::{Relaxed, Release};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::cpu;
@@ -22,6 +20,7 @@ use super::timeline::{Readings, SourceStatus, Timeline};
 use crate::profile::Sample;
 use crate::profile::{GpuDevice, GpuSample};
 use crate::switches::Resources;
+use crate::worker::{silent, Job, WeakUse, Worker};
 
 /// How often the sampler thread samples by default: 100 ms.
 ///
@@ -76,77 +75,11 @@ impl Default for SamplerConfig {
     }
 }
 
-/// Stop request and exit notice, shared with the thread.
-#[derive(Debug, Default)]
-struct Control {
-    state: Mutex<Flags>,
-    cv: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct Flags {
-    stop: bool,
-    done: bool,
-    /// The first sample is published.
-    sampled: bool,
-}
-
-impl Control {
-    fn lock(&self) -> MutexGuard<'_, Flags> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn request_stop(&self) {
-        self.lock().stop = true;
-        self.cv.notify_all();
-    }
-}
-
-/// Marks the thread done when it ends, normally or by a panic.
-struct Done(Arc<Control>);
-
-impl Drop for Done {
-    fn drop(&mut self) {
-        self.0.lock().done = true;
-        self.0.cv.notify_all();
-    }
-}
-
-/// A claim on the sampler thread's output, held by whatever reads it (the layers and the
-/// profile's handles). Once [`Sampler::take_use`] handed the first one out, the thread stops at
-/// its next tick after every clone is dropped.
-#[derive(Debug, Clone)]
-pub(crate) struct SamplerUse(Arc<()>);
-
-impl SamplerUse {
-    /// A reference that does not keep the thread running, to make new uses from while it runs.
-    pub(crate) fn downgrade(&self) -> WeakSamplerUse {
-        WeakSamplerUse(Arc::downgrade(&self.0))
-    }
-}
-
-/// A [`SamplerUse`] that does not keep the thread running (the guard's: a leaked guard must not
-/// keep it sampling).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct WeakSamplerUse(Weak<()>);
-
-impl WeakSamplerUse {
-    /// A new use while some other one is alive; `None` once the thread was left without uses
-    /// (it stops for good then).
-    pub(crate) fn upgrade(&self) -> Option<SamplerUse> {
-        self.0.upgrade().map(SamplerUse)
-    }
-}
-
-/// The running sampler thread. [`Sampler::stop`] ends it; dropping it asks it to stop without
-/// waiting.
+/// The running sampler thread. [`Sampler::stop`] ends it; dropping it stops it too (waiting
+/// up to [`crate::worker::STOP_WAIT`]).
 #[derive(Debug)]
 pub(crate) struct Sampler {
-    control: Arc<Control>,
-    handle: Option<JoinHandle<()>>,
-    /// The first use, kept here (so the thread runs until stopped) until
-    /// [`Sampler::take_use`] hands it out.
-    first_use: Option<SamplerUse>,
+    worker: Worker<SamplerJob>,
 }
 
 impl Sampler {
@@ -154,7 +87,8 @@ impl Sampler {
     ///
     /// `clock_origin` is time 0 of [`Sample::t_ns`]. GPU devices are discovered once, on the
     /// sampler thread (so a slow driver does not hold up the caller): [`Readings::gpu_status`]
-    /// is `Pending` until then, and the device list is fixed from then on.
+    /// is `Pending` until then, and the device list is fixed from then on. With `uses`, the
+    /// thread also ends once no [`Use`](crate::worker::Use) lives.
     ///
     /// # Errors
     /// The thread could not be spawned.
@@ -164,6 +98,7 @@ impl Sampler {
         clock_origin: Instant,
         readings: Arc<Readings>,
         timeline: Arc<Timeline>,
+        uses: Option<&WeakUse>,
     ) -> io::Result<Self> {
         let config = SamplerConfig {
             interval: config.interval.clamp(MIN_INTERVAL, MAX_INTERVAL),
@@ -177,106 +112,33 @@ impl Sampler {
         if !config.energy() {
             readings.set_cpu_energy_status(SourceStatus::Off);
         }
-        let control = Arc::new(Control::default());
-        let first_use = SamplerUse(Arc::new(()));
-        let handle = {
-            let control = control.clone();
-            let target = Target {
+        let now = Instant::now();
+        let job = SamplerJob {
+            // The thread holds no strong reference to what it publishes into.
+            target: Target {
                 readings: Arc::downgrade(&readings),
                 timeline: Arc::downgrade(&timeline),
-                uses: first_use.downgrade(),
-            };
-            // The thread holds no strong reference to what it publishes into.
-            drop((readings, timeline));
-            std::thread::Builder::new()
-                .name(THREAD_NAME.to_string())
-                .spawn(move || {
-                    let _done = Done(control.clone());
-                    let gpu = if config.gpu() { gpu } else { None };
-                    let Some(readings) = target.readings.upgrade() else {
-                        return;
-                    };
-                    let mut worker = Worker::new(config, gpu, clock_origin, &readings);
-                    drop(readings);
-                    worker.run(&control, &target);
-                })?
+            },
+            opening: Some((config, if config.gpu() { gpu } else { None })),
+            origin: clock_origin,
+            sampling: None,
+            next: now,
         };
-        Ok(Self {
-            control,
-            handle: Some(handle),
-            first_use: Some(first_use),
-        })
-    }
-
-    /// Hands out the first [`SamplerUse`]: from then on the thread stops at its next tick after
-    /// every clone of it is dropped (and not only when stopped). `None` after the first call.
-    pub(crate) fn take_use(&mut self) -> Option<SamplerUse> {
-        self.first_use.take()
+        let worker = Worker::start(THREAD_NAME, job, now, uses)?;
+        Ok(Self { worker })
     }
 
     /// Waits up to `timeout` for the first sample to be published (GPU discovery runs first on
     /// the sampler thread). Returns whether it was.
     pub(crate) fn wait_first_sample(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now().checked_add(timeout);
-        let mut flags = self.control.lock();
-        while !flags.sampled && !flags.done {
-            let left = match deadline {
-                None => Duration::from_secs(3600),
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => left,
-                    _ => return false,
-                },
-            };
-            flags = self
-                .control
-                .cv
-                .wait_timeout(flags, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        flags.sampled
+        self.worker.wait_first_run(timeout)
     }
 
     /// Stops the thread and waits for it up to `timeout`. Returns `true` if it ended in time; if
     /// not (a GPU driver call hanging, say), it is left to end on its own and `false` returned.
     /// No sample is published after `stop` returned `true`.
     pub(crate) fn stop(mut self, timeout: Duration) -> bool {
-        self.control.request_stop();
-        // `None`: a timeout too large to represent, i.e. no timeout.
-        let deadline = Instant::now().checked_add(timeout);
-        let mut flags = self.control.lock();
-        while !flags.done {
-            let cv = &self.control.cv;
-            flags = match deadline {
-                None => cv.wait(flags).unwrap_or_else(|e| e.into_inner()),
-                Some(deadline) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        // Detach: dropping the handle lets the thread finish alone.
-                        self.handle = None;
-                        return false;
-                    }
-                    cv.wait_timeout(flags, deadline - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
-                }
-            };
-        }
-        drop(flags);
-        if let Some(handle) = self.handle.take() {
-            // `done` is set by the thread's last destructor: the join is immediate. A panic in the
-            // thread was already reported by the panic hook.
-            let _ = handle.join();
-        }
-        true
-    }
-}
-
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        if self.handle.is_some() {
-            self.control.request_stop();
-        }
+        self.worker.stop(timeout)
     }
 }
 
@@ -319,25 +181,65 @@ impl GpuEnergy {
     }
 }
 
-/// What the thread publishes into, held weakly, and whether anything still uses it.
+/// What the thread publishes into, held weakly.
 struct Target {
     readings: Weak<Readings>,
     timeline: Weak<Timeline>,
-    uses: WeakSamplerUse,
 }
 
 impl Target {
-    /// The readings and the timeline, while some [`SamplerUse`] is alive and they exist.
+    /// The readings and the timeline, while they exist.
     fn upgrade(&self) -> Option<(Arc<Readings>, Arc<Timeline>)> {
-        if self.uses.0.strong_count() == 0 {
-            return None;
-        }
         Some((self.readings.upgrade()?, self.timeline.upgrade()?))
     }
 }
 
-/// The sampler thread's state.
-struct Worker {
+/// The sampler thread's job: its sources opened at its start, then one sample per interval.
+struct SamplerJob {
+    target: Target,
+    /// What [`Job::start`] opens the sources with.
+    opening: Option<(SamplerConfig, Option<Box<dyn GpuSource>>)>,
+    origin: Instant,
+    /// The sources, once opened.
+    sampling: Option<Sampling>,
+    /// When the next sample is due.
+    next: Instant,
+}
+
+impl Job for SamplerJob {
+    fn start(&mut self) {
+        let Some((config, gpu)) = self.opening.take() else {
+            return;
+        };
+        if let Some(readings) = self.target.readings.upgrade() {
+            self.sampling = Some(Sampling::new(config, gpu, self.origin, &readings));
+        }
+        // The first sample now, the next ones an interval apart from it.
+        self.next = Instant::now();
+    }
+
+    fn run(&mut self, _: Instant) -> Option<Instant> {
+        let sampling = self.sampling.as_mut()?;
+        // Nothing can read what the thread publishes any more: stop for good.
+        let (readings, timeline) = self.target.upgrade()?;
+        sampling.sample(&readings, &timeline);
+        drop((readings, timeline));
+        let interval = sampling.config.interval;
+        self.next += interval;
+        let now = Instant::now();
+        if self.next <= now {
+            // Fell behind (suspended, or sampling took longer than the interval): skip the
+            // missed ticks rather than sampling in a burst.
+            let behind = now - self.next;
+            let ticks = behind.as_nanos() / interval.as_nanos() + 1;
+            self.next += interval * u32::try_from(ticks).unwrap_or(u32::MAX);
+        }
+        Some(self.next)
+    }
+}
+
+/// The sampler's sources and what it keeps between samples.
+struct Sampling {
     config: SamplerConfig,
     origin: Instant,
     gpu: Option<Box<dyn GpuSource>>,
@@ -352,18 +254,7 @@ struct Worker {
     seq: u64,
 }
 
-/// Runs `f` (a GPU source's code, which may emit `tracing` events) with no subscriber on this
-/// thread, so that spanprof's own sampling never lands in the program's profile or logs.
-/// `Dispatch::none()` is not a registered dispatcher: the program's callsites keep their
-/// interest (a `Dispatch::new`, e.g. `set_default(NoSubscriber)`, held for the thread's life
-/// would turn every callsite the program's subscriber enables `always` into `sometimes`, one
-/// `enabled` call per span and event), and the dispatcher's scoped path is only taken while `f`
-/// runs.
-fn silent<R>(f: impl FnOnce() -> R) -> R {
-    tracing::dispatcher::with_default(&tracing::Dispatch::none(), f)
-}
-
-impl Worker {
+impl Sampling {
     fn new(
         config: SamplerConfig,
         mut gpu: Option<Box<dyn GpuSource>>,
@@ -423,50 +314,6 @@ impl Worker {
             last_energy: None,
             peak_heap: None,
             seq: 0,
-        }
-    }
-
-    fn run(&mut self, control: &Control, target: &Target) {
-        let interval = self.config.interval;
-        let mut next = Instant::now();
-        loop {
-            if control.lock().stop {
-                return;
-            }
-            // Nothing can read what the thread publishes any more: stop for good.
-            let Some((readings, timeline)) = target.upgrade() else {
-                return;
-            };
-            self.sample(&readings, &timeline);
-            drop((readings, timeline));
-            if self.seq == 1 {
-                control.lock().sampled = true;
-                control.cv.notify_all();
-            }
-            next += interval;
-            let now = Instant::now();
-            if next <= now {
-                // Fell behind (suspended, or sampling took longer than the interval): skip the
-                // missed ticks rather than sampling in a burst.
-                let behind = now - next;
-                let ticks = behind.as_nanos() / interval.as_nanos() + 1;
-                next += interval * u32::try_from(ticks).unwrap_or(u32::MAX);
-            }
-            let mut flags = control.lock();
-            loop {
-                if flags.stop {
-                    return;
-                }
-                let now = Instant::now();
-                if now >= next {
-                    break;
-                }
-                flags = control
-                    .cv
-                    .wait_timeout(flags, next - now)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
         }
     }
 
@@ -582,6 +429,7 @@ fn put(a: &std::sync::atomic::AtomicU64, v: Option<u64>) {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering::Acquire;
+    use std::sync::{Condvar, Mutex};
 
     /// A GPU backend that plays back fixed figures and records where it ran.
     struct FakeGpu {
@@ -644,6 +492,7 @@ mod tests {
             Instant::now(),
             readings.clone(),
             timeline.clone(),
+            None,
         )
         .unwrap();
         (sampler, readings, timeline)
@@ -743,26 +592,34 @@ mod tests {
         assert_eq!(seq, 1);
     }
 
-    /// Once its first use is handed out, the thread stops by itself when every use is gone (a
-    /// leaked guard), and `stop` still works after that. While a use lives, it samples.
+    /// The thread stops by itself once the last use is dropped (a leaked guard), promptly, and
+    /// `stop` still works after that. While a use lives, it samples.
     #[test]
     fn stops_when_its_uses_are_dropped() {
         let config = SamplerConfig {
-            interval: Duration::from_millis(5),
+            interval: Duration::from_secs(3600),
             resources: Resources::MEMORY,
         };
-        let (mut sampler, readings, timeline) = start(config, None);
-        let first = sampler.take_use().unwrap();
-        assert!(sampler.take_use().is_none());
+        let (readings, timeline) = (Arc::new(Readings::new()), Arc::new(Timeline::default()));
+        let first = crate::worker::Use::new();
         let weak = first.downgrade();
+        let sampler = Sampler::start(
+            config,
+            None,
+            Instant::now(),
+            readings.clone(),
+            timeline.clone(),
+            Some(&weak),
+        )
+        .unwrap();
         let second = weak.upgrade().unwrap();
         drop(first);
-        wait_for(&readings, 3);
-        let seq = readings.seq.load(Acquire);
-        wait_for(&readings, seq + 2);
+        wait_for(&readings, 1);
+        assert!(!sampler.worker.ended(), "a use lives");
         drop(second);
+        // Woken by the last use: not at its next tick, an hour away.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !sampler.control.lock().done {
+        while !sampler.worker.ended() {
             assert!(
                 Instant::now() < deadline,
                 "the sampler did not stop without uses"
@@ -770,10 +627,8 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert!(weak.upgrade().is_none());
-        let seq = readings.seq.load(Acquire);
-        std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(readings.seq.load(Acquire), seq);
-        assert_eq!(timeline.pushed(), seq);
+        assert_eq!(readings.seq.load(Acquire), 1);
+        assert_eq!(timeline.pushed(), 1);
         assert!(sampler.stop(Duration::from_secs(1)));
     }
 
@@ -794,7 +649,7 @@ mod tests {
             "the sampler thread holds the timeline"
         );
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !sampler.control.lock().done {
+        while !sampler.worker.ended() {
             assert!(Instant::now() < deadline, "the sampler did not stop");
             std::thread::sleep(Duration::from_millis(1));
         }
