@@ -1,15 +1,17 @@
 //! The profile of an interval: what a running profile recorded between two snapshots
 //! ([`Snapshot::since`]), computed exactly from the cumulative figures (histogram differences),
 //! so cumulative totals never need resetting.
+//!
+//! Each part's interval follows from the rules stated beside its type
+//! ([`combine`](super::combine)), the rules its merge follows too; here are the profile's list
+//! of parts, its time series cut at the earlier snapshot, and the interval rules that need
+//! more than one field: the run's span of time, spanprof's share, the call tree's paths.
 
 use std::collections::HashMap;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::metrics::{Metric, MetricValue};
-use super::{
-    CallTree, CpuUse, Dropped, GpuUse, HeapUse, MemoryUse, ResourceInfo, RunInfo, Snapshot,
-    SpanResources, SpanStats, Stat, TreeNode,
-};
+use super::combine::{rule, Combine};
+use super::{merge, CallTree, Overhead, RunInfo, Snapshot, TreeNode};
 
 impl Snapshot {
     /// The profile of the interval from `earlier` (an earlier snapshot of the same run) to
@@ -21,15 +23,20 @@ impl Snapshot {
     ///   the interval (minima and maxima to the histogram's precision, see [`Stat::since`]).
     ///   Names not in `earlier` are new in the interval and kept whole; names with nothing in
     ///   the interval are kept with zero counts.
-    /// - Counters (`calls`, `created`, `instances`, `errors`, `errored_instances`, throughput
-    ///   sums, [`Dropped`], per-span resource sums and the sampler's CPU time) are subtracted.
+    /// - Every figure follows the rule its merge follows ([`Snapshot::merge`]): counters and
+    ///   totals (`calls`, `created`, `instances`, `errors`, `errored_instances`, throughput
+    ///   sums, [`Dropped`](super::Dropped), per-span resource sums, the sampler's CPU time,
+    ///   spanprof's estimated cost and its readings) are subtracted, and ratios recomputed from
+    ///   the differences (CPU utilisation, spanprof's share of the process's CPU time).
     ///   `open` and `in_progress_ns` are states, not counters: they are this snapshot's.
     ///   Highest values seen (peak RSS, heap, GPU memory) cannot be split: they are this
-    ///   snapshot's, over the run.
+    ///   snapshot's, over the run. A GPU's mean utilisation is that of the instances measured
+    ///   in the interval, by the weights a merge gives them (its instances; absent where none
+    ///   was measured).
     /// - [`RunInfo`] describes the interval as a run of its own: it starts at `earlier`
     ///   (`start_time`, `start_unix_ns`) and lasts the time between the two snapshots
     ///   (`duration_ns`). The resource timeline keeps the samples taken in the interval, their
-    ///   times counted from its start.
+    ///   times counted from its start; the back-off's steps, those taken in it.
     ///
     /// A snapshot that is not earlier (or of another run) gives zero rather than negative
     /// counts. Summing the intervals of consecutive snapshots gives the last snapshot's counts
@@ -47,43 +54,33 @@ impl Snapshot {
     /// [`Stat::since`]: super::Stat::since
     /// [`Stat::merged`]: super::Stat::merged
     pub fn since(&self, earlier: &Snapshot) -> Snapshot {
-        let spans = self
-            .spans
-            .iter()
-            .map(|s| match earlier.span_in(&s.name, &s.target) {
-                Some(e) => s.since(e),
-                None => s.clone(),
-            })
-            .collect();
-        let from_ns = earlier.run.duration_ns.min(self.run.duration_ns);
+        let from_ns = from_ns(&self.run, &earlier.run);
+        let mut resources = rule::opt_since(&self.resources, &earlier.resources);
+        if let Some(r) = &mut resources {
+            r.timeline.retain(|s| s.t_ns > from_ns);
+            for s in &mut r.timeline {
+                s.t_ns -= from_ns;
+            }
+        }
         Snapshot {
             schema: self.schema.clone(),
             version: self.version,
-            run: self.run.since(from_ns),
+            run: self.run.since(&earlier.run),
             histograms: self.histograms.clone(),
-            spans,
+            spans: rule::keyed_since(&self.spans, &earlier.spans, |s| {
+                (s.name.as_str(), s.target.as_str())
+            }),
             dropped: self.dropped.since(&earlier.dropped),
-            resources: self
-                .resources
-                .as_ref()
-                .map(|r| r.since(earlier.resources.as_ref(), from_ns)),
-            tree: self.tree.as_ref().map(|t| t.since(earlier.tree.as_ref())),
-            // The estimate is the run's so far: its rates do not split by interval.
-            overhead: self.overhead.clone(),
+            resources,
+            tree: rule::opt_since(&self.tree, &earlier.tree),
+            overhead: rule::opt_since(&self.overhead, &earlier.overhead),
             backoff: self
                 .backoff
                 .iter()
                 .filter(|step| step.at_ns >= from_ns)
                 .cloned()
                 .collect(),
-            metrics: self
-                .metrics
-                .iter()
-                .map(|m| match earlier.metrics.iter().find(|e| e.same_key(m)) {
-                    Some(e) => m.since(e),
-                    None => m.clone(),
-                })
-                .collect(),
+            metrics: rule::keyed_since(&self.metrics, &earlier.metrics, |m| m.key()),
             sources: self.sources.clone(),
             // The whole profile's figures are not an interval's: snapshots are whole profiles.
             selection: None,
@@ -91,294 +88,93 @@ impl Snapshot {
     }
 }
 
-impl RunInfo {
-    /// The run from `from_ns` (time since its start) to this snapshot.
-    fn since(&self, from_ns: u64) -> RunInfo {
-        let start_unix_ns = self.start_unix_ns.saturating_add(from_ns);
-        let start = UNIX_EPOCH + Duration::from_nanos(start_unix_ns);
-        RunInfo {
-            start_time: humantime::format_rfc3339_micros(start).to_string(),
-            start_unix_ns,
-            duration_ns: self.duration_ns - from_ns,
-            ..self.clone()
-        }
+// ---- The run: from the earlier snapshot to the later one ----
+
+/// Where the interval starts, ns since the run's start: at the earlier snapshot (at the later
+/// one where the earlier is not earlier).
+fn from_ns(later: &RunInfo, earlier: &RunInfo) -> u64 {
+    earlier.duration_ns.min(later.duration_ns)
+}
+
+pub(super) fn start_unix_ns(later: &RunInfo, earlier: &RunInfo) -> u64 {
+    later.start_unix_ns.saturating_add(from_ns(later, earlier))
+}
+
+pub(super) fn start_time(later: &RunInfo, earlier: &RunInfo) -> String {
+    let start = UNIX_EPOCH + Duration::from_nanos(start_unix_ns(later, earlier));
+    humantime::format_rfc3339_micros(start).to_string()
+}
+
+pub(super) fn duration(later: &RunInfo, earlier: &RunInfo) -> u64 {
+    later.duration_ns - from_ns(later, earlier)
+}
+
+// ---- spanprof's cost ----
+
+/// The process CPU time in the interval, where both snapshots have it.
+pub(super) fn process_cpu_ns(later: &Overhead, earlier: &Overhead) -> Option<u64> {
+    Some(
+        later
+            .process_cpu_ns?
+            .saturating_sub(earlier.process_cpu_ns?),
+    )
+}
+
+/// The interval's estimate as a share of the process CPU time in it (without it, of the
+/// difference of the two snapshots' bases, from their shares): the merge's rule.
+pub(super) fn overhead_percent(later: &Overhead, earlier: &Overhead) -> f64 {
+    let base = process_cpu_ns(later, earlier).unwrap_or_else(|| {
+        merge::base_of_share(later).saturating_sub(merge::base_of_share(earlier))
+    });
+    rule::percent(
+        later.estimated_ns.saturating_sub(earlier.estimated_ns),
+        base,
+    )
+}
+
+// ---- The call tree ----
+
+/// Each path's node since the same path's in `earlier` (matched node by node from the root:
+/// name, target, other node, as [`merge::paths`] matches them), whole where `earlier` has
+/// none; in the later tree's order.
+pub(super) fn paths(later: &CallTree, earlier: &CallTree) -> Vec<TreeNode> {
+    fn key(n: &TreeNode, parent: Option<usize>) -> (Option<usize>, &str, &str, bool) {
+        (parent, n.name.as_str(), n.target.as_str(), n.other)
     }
-}
-
-impl Dropped {
-    fn since(&self, earlier: &Dropped) -> Dropped {
-        Dropped {
-            spans_table_full: self
-                .spans_table_full
-                .saturating_sub(earlier.spans_table_full),
-            spans_too_many_names: self
-                .spans_too_many_names
-                .saturating_sub(earlier.spans_too_many_names),
-            trace_windows_skipped: self
-                .trace_windows_skipped
-                .saturating_sub(earlier.trace_windows_skipped),
-            metric_values: self.metric_values.saturating_sub(earlier.metric_values),
-            backoff_steps: self.backoff_steps.saturating_sub(earlier.backoff_steps),
-        }
-    }
-}
-
-/// `a - b` for optional sums: `b` absent counts 0; `a` absent stays absent.
-fn opt_sub(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    a.map(|a| a.saturating_sub(b.unwrap_or(0)))
-}
-
-fn opt_sub_f(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    a.map(|a| super::add_finite(a, -b.unwrap_or(0.0)).max(0.0))
-}
-
-impl SpanStats {
-    /// This name's statistics since `earlier` (the same name in an earlier snapshot).
-    fn since(&self, earlier: &SpanStats) -> SpanStats {
-        SpanStats {
-            name: self.name.clone(),
-            target: self.target.clone(),
-            calls: self.calls.saturating_sub(earlier.calls),
-            created: self.created.saturating_sub(earlier.created),
-            instances: self.instances.saturating_sub(earlier.instances),
-            open: self.open,
-            in_progress_ns: self.in_progress_ns,
-            entry_busy: self.entry_busy.since(&earlier.entry_busy),
-            entry_self: self.entry_self.since(&earlier.entry_self),
-            busy: self.busy.since(&earlier.busy),
-            self_time: self.self_time.since(&earlier.self_time),
-            wall: self.wall.since(&earlier.wall),
-            items: opt_sub(self.items, earlier.items),
-            bytes: opt_sub(self.bytes, earlier.bytes),
-            flops: opt_sub(self.flops, earlier.flops),
-            errors: self.errors.saturating_sub(earlier.errors),
-            overhead_ns: opt_sub(self.overhead_ns, earlier.overhead_ns),
-            // The interval's skipped spans; N and its start as of the later snapshot.
-            sampled: self.sampled.as_ref().map(|s| crate::profile::Sampled {
-                skipped: s
-                    .skipped
-                    .saturating_sub(earlier.sampled.as_ref().map_or(0, |e| e.skipped)),
-                skipped_ns: s
-                    .skipped_ns
-                    .saturating_sub(earlier.sampled.as_ref().map_or(0, |e| e.skipped_ns)),
-                ..s.clone()
-            }),
-            errored_instances: self
-                .errored_instances
-                .saturating_sub(earlier.errored_instances),
-            resources: self.resources.as_ref().map(|r| match &earlier.resources {
-                Some(e) => r.since(e),
-                None => r.clone(),
-            }),
-        }
-    }
-}
-
-impl SpanResources {
-    fn since(&self, earlier: &SpanResources) -> SpanResources {
-        SpanResources {
-            cpu: self.cpu.as_ref().map(|c| match &earlier.cpu {
-                Some(e) => c.since(e),
-                None => c.clone(),
-            }),
-            heap: self.heap.as_ref().map(|h| match &earlier.heap {
-                Some(e) => h.since(e),
-                None => h.clone(),
-            }),
-            memory: self.memory.as_ref().map(|m| match &earlier.memory {
-                Some(e) => m.since(e),
-                None => m.clone(),
-            }),
-            cpu_energy_j: opt_sub_f(self.cpu_energy_j, earlier.cpu_energy_j),
-            gpus: self
-                .gpus
-                .iter()
-                .map(
-                    |g| match earlier.gpus.iter().find(|e| e.device == g.device) {
-                        Some(e) => g.since(e),
-                        None => g.clone(),
-                    },
-                )
-                .collect(),
-            energy_j: opt_sub_f(self.energy_j, earlier.energy_j),
-            co2e_g: opt_sub_f(self.co2e_g, earlier.co2e_g),
-        }
-    }
-}
-
-impl CpuUse {
-    fn since(&self, earlier: &CpuUse) -> CpuUse {
-        let cpu_ns = self.cpu_ns.saturating_sub(earlier.cpu_ns);
-        let busy_ns = self.busy_ns.saturating_sub(earlier.busy_ns);
-        CpuUse {
-            entries: self.entries.saturating_sub(earlier.entries),
-            skipped_entries: self.skipped_entries.saturating_sub(earlier.skipped_entries),
-            cpu_ns,
-            busy_ns,
-            utilization_pct: if busy_ns == 0 {
-                0.0
-            } else {
-                100.0 * cpu_ns as f64 / busy_ns as f64
-            },
-        }
-    }
-}
-
-impl HeapUse {
-    fn since(&self, earlier: &HeapUse) -> HeapUse {
-        HeapUse {
-            entries: self.entries.saturating_sub(earlier.entries),
-            allocated_bytes: self.allocated_bytes.saturating_sub(earlier.allocated_bytes),
-            allocations: self.allocations.saturating_sub(earlier.allocations),
-            freed_bytes: self.freed_bytes.saturating_sub(earlier.freed_bytes),
-            net_retained_bytes: self
-                .net_retained_bytes
-                .saturating_sub(earlier.net_retained_bytes),
-            self_retained_bytes: self
-                .self_retained_bytes
-                .saturating_sub(earlier.self_retained_bytes),
-            retaining_entries: self
-                .retaining_entries
-                .saturating_sub(earlier.retaining_entries),
-        }
-    }
-}
-
-impl MemoryUse {
-    fn since(&self, earlier: &MemoryUse) -> MemoryUse {
-        MemoryUse {
-            instances: self.instances.saturating_sub(earlier.instances),
-            rss_delta_bytes: self.rss_delta_bytes.saturating_sub(earlier.rss_delta_bytes),
-            growing_instances: self
-                .growing_instances
-                .saturating_sub(earlier.growing_instances),
-            ..self.clone()
-        }
-    }
-}
-
-impl GpuUse {
-    fn since(&self, earlier: &GpuUse) -> GpuUse {
-        let instances = self.instances.saturating_sub(earlier.instances);
-        GpuUse {
-            device: self.device,
-            instances,
-            memory_delta_bytes: self
-                .memory_delta_bytes
-                .saturating_sub(earlier.memory_delta_bytes),
-            peak_memory_bytes: self.peak_memory_bytes,
-            // A mean weighted by wall time whose weights are not kept: the run's.
-            mean_utilization_pct: self.mean_utilization_pct,
-            energy_j: opt_sub_f(self.energy_j, earlier.energy_j),
-        }
-    }
-}
-
-impl ResourceInfo {
-    /// The samplers' figures from `from_ns` (time since the run's start) on.
-    fn since(&self, earlier: Option<&ResourceInfo>, from_ns: u64) -> ResourceInfo {
-        let timeline = self
-            .timeline
-            .iter()
-            .filter(|s| s.t_ns > from_ns)
-            .map(|s| {
-                let mut s = s.clone();
-                s.t_ns -= from_ns;
-                s
-            })
-            .collect();
-        ResourceInfo {
-            sampler_cpu_ns: self
-                .sampler_cpu_ns
-                .saturating_sub(earlier.map_or(0, |e| e.sampler_cpu_ns)),
-            timeline,
-            ..self.clone()
-        }
-    }
-}
-
-impl CallTree {
-    /// This tree since `earlier` (an earlier tree of the same run): each path's counters and
-    /// histograms minus those of the same path in `earlier`. A path is its nodes' names and
-    /// targets from the root (two `step` spans of two targets have two `step;work` paths), as
-    /// [`CallTree::merge`] matches them.
-    fn since(&self, earlier: Option<&CallTree>) -> CallTree {
-        let Some(earlier) = earlier else {
-            return self.clone();
+    let index: HashMap<_, usize> = earlier
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (key(n, n.parent.map(|p| p as usize)), i))
+        .collect();
+    // Each node's node in `earlier` (parents come before their children).
+    let mut at: Vec<Option<usize>> = Vec::with_capacity(later.nodes.len());
+    for node in &later.nodes {
+        let found = match node.parent.map(|p| p as usize) {
+            None => index.get(&key(node, None)).copied(),
+            Some(p) => at
+                .get(p)
+                .copied()
+                .flatten()
+                .and_then(|e| index.get(&key(node, Some(e))).copied()),
         };
-        fn key(n: &TreeNode, parent: Option<usize>) -> (Option<usize>, &str, &str, bool) {
-            (parent, n.name.as_str(), n.target.as_str(), n.other)
-        }
-        let index: HashMap<_, usize> = earlier
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (key(n, n.parent.map(|p| p as usize)), i))
-            .collect();
-        // Each node's node in `earlier` (parents come before their children).
-        let mut at: Vec<Option<usize>> = Vec::with_capacity(self.nodes.len());
-        for node in &self.nodes {
-            let found = match node.parent.map(|p| p as usize) {
-                None => index.get(&key(node, None)).copied(),
-                Some(p) => at
-                    .get(p)
-                    .copied()
-                    .flatten()
-                    .and_then(|e| index.get(&key(node, Some(e))).copied()),
-            };
-            at.push(found);
-        }
-        let mut tree = self.clone();
-        for (node, e) in tree.nodes.iter_mut().zip(at) {
-            if let Some(e) = e.map(|e| &earlier.nodes[e]) {
-                node.calls = node.calls.saturating_sub(e.calls);
-                node.instances = node.instances.saturating_sub(e.instances);
-                node.wall_ns = node.wall_ns.saturating_sub(e.wall_ns);
-                node.skipped = node.skipped.saturating_sub(e.skipped);
-                node.detached_ns = node.detached_ns.saturating_sub(e.detached_ns);
-                node.skipped_ns = node.skipped_ns.saturating_sub(e.skipped_ns);
-                node.busy = node.busy.since(&e.busy);
-                node.self_time = node.self_time.since(&e.self_time);
-            }
-        }
-        tree
+        at.push(found);
     }
-}
-
-impl Metric {
-    /// This metric since `earlier` (the same metric in an earlier snapshot): counters and
-    /// histograms subtracted; a gauge is a state: this snapshot's.
-    fn since(&self, earlier: &Metric) -> Metric {
-        let value = match (&self.value, &earlier.value) {
-            (MetricValue::Sum(a), MetricValue::Sum(b)) => {
-                let mut sum = *a;
-                sum.integer = a.integer.saturating_sub(b.integer);
-                sum.float = super::add_finite(a.float, -b.float);
-                MetricValue::Sum(sum)
-            }
-            (MetricValue::Histogram(a), MetricValue::Histogram(b)) => {
-                let part = |now: &Option<Stat>, then: &Option<Stat>| match (now, then) {
-                    (Some(n), Some(t)) => Some(n.since(t)),
-                    (now, _) => now.clone(),
-                };
-                let mut h = a.clone();
-                h.integers = part(&a.integers, &b.integers);
-                h.floats = part(&a.floats, &b.floats);
-                MetricValue::Histogram(h)
-            }
-            (value, _) => value.clone(),
-        };
-        let mut metric = self.clone();
-        metric.records = self.records.saturating_sub(earlier.records);
-        metric.rejected = self.rejected.saturating_sub(earlier.rejected);
-        metric.value = value;
-        metric
-    }
+    later
+        .nodes
+        .iter()
+        .zip(at)
+        .map(|(node, e)| match e {
+            Some(e) => node.since(&earlier.nodes[e]),
+            None => node.clone(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::profile::{Snapshot, Stat};
+    use crate::profile::combine::Combine;
+    use crate::profile::{GpuUse, Snapshot, Stat};
 
     fn v2() -> Snapshot {
         Snapshot::from_json(
@@ -477,5 +273,87 @@ mod tests {
             .filter(|x| x.t_ns > earlier.run.duration_ns)
             .count();
         assert_eq!(res.timeline.len(), in_window);
+    }
+
+    /// spanprof's cost in an interval is the interval's, as each span name's `overhead_ns` in
+    /// it is. (It was the run's so far, while a merge added it up as a total.)
+    #[test]
+    fn spanprofs_cost_in_an_interval_is_the_interval_s() {
+        let later = Snapshot::from_json(include_str!("../../tests/data/cli-detailed.json"), "test")
+            .unwrap();
+        let mut earlier = later.clone();
+        let o = earlier.overhead.as_mut().unwrap();
+        o.estimated_ns /= 4;
+        o.readings_ns /= 4;
+        o.process_cpu_ns = o.process_cpu_ns.map(|ns| ns / 2);
+        o.percent = 100.0 * o.estimated_ns as f64 / o.process_cpu_ns.unwrap() as f64;
+        let (l, e) = (later.overhead.clone().unwrap(), o.clone());
+
+        let interval = later.since(&earlier);
+        let i = interval.overhead.clone().unwrap();
+        assert_eq!(i.estimated_ns, l.estimated_ns - e.estimated_ns);
+        assert_eq!(i.readings_ns, l.readings_ns - e.readings_ns);
+        let cpu_ns = l.process_cpu_ns.unwrap() - e.process_cpu_ns.unwrap();
+        assert_eq!(i.process_cpu_ns, Some(cpu_ns));
+        assert_eq!(i.percent, 100.0 * i.estimated_ns as f64 / cpu_ns as f64);
+        assert_eq!(i.span_cost_ns, l.span_cost_ns, "a calibration: the later's");
+        // The earlier snapshot and the interval merged: the later snapshot's figures.
+        let whole = Snapshot::merge(&[earlier.clone(), interval], &[]).unwrap();
+        let w = whole.overhead.unwrap();
+        assert_eq!(
+            (w.estimated_ns, w.readings_ns, w.process_cpu_ns),
+            (l.estimated_ns, l.readings_ns, l.process_cpu_ns)
+        );
+        assert!(
+            (w.percent - l.percent).abs() < 1e-9,
+            "{} {}",
+            w.percent,
+            l.percent
+        );
+
+        // Without the process CPU time: a share of the difference of the two bases.
+        let mut later = later;
+        later.overhead.as_mut().unwrap().process_cpu_ns = None;
+        earlier.overhead.as_mut().unwrap().process_cpu_ns = None;
+        let i = later.since(&earlier).overhead.unwrap();
+        assert_eq!(i.process_cpu_ns, None);
+        let base = |o: &crate::profile::Overhead| o.estimated_ns as f64 * 100.0 / o.percent;
+        let want = 100.0 * i.estimated_ns as f64 / (base(&l) as u64 - base(&e) as u64) as f64;
+        assert_eq!(i.percent, want);
+        assert_eq!(later.since(&later).overhead.unwrap().percent, 0.0);
+    }
+
+    /// A GPU's mean utilisation in an interval is that of the instances measured in it, by the
+    /// weights a merge gives them, so that the earlier snapshot merged with the interval gives
+    /// the later one. (It was the run's, while the merge weighted it by instances.)
+    #[test]
+    fn a_gpus_utilisation_in_an_interval_is_that_of_its_instances() {
+        let gpu = |instances, pct| GpuUse {
+            device: 0,
+            instances,
+            memory_delta_bytes: 0,
+            peak_memory_bytes: 0,
+            mean_utilization_pct: pct,
+            energy_j: None,
+        };
+        let (earlier, later) = (gpu(1, Some(80.0)), gpu(4, Some(50.0)));
+        let interval = later.since(&earlier);
+        assert_eq!(interval.mean_utilization_pct, Some(40.0));
+        assert_eq!(GpuUse::merged(&[&earlier, &interval]), later);
+        assert_eq!(
+            later.since(&later).mean_utilization_pct,
+            None,
+            "none measured"
+        );
+        assert_eq!(
+            later.since(&gpu(0, None)).mean_utilization_pct,
+            Some(50.0),
+            "all measured in the interval"
+        );
+        assert_eq!(
+            later.since(&gpu(3, Some(100.0))).mean_utilization_pct,
+            Some(0.0),
+            "in 0..=100 where the weights are off"
+        );
     }
 }

@@ -1,17 +1,14 @@
 //! Merging profiles of several processes, ranks or runs into one ([`Snapshot::merge`]): exact,
 //! from the full histograms, never by averaging percentiles.
 //!
-//! The merge is a list of per-part merges, one function per part of the model: the run's
-//! metadata and sources, what was dropped, the resource summary, and the span names (their
-//! counters, histograms and resources).
+//! Each part merges by the rules stated beside its type ([`combine`](super::combine)); here
+//! are the profile's list of parts and the rules that need more than one field: the run's
+//! span of time, spanprof's cost, the call tree's paths.
 
 use std::collections::HashMap;
 
-use super::{
-    add_finite, finite, CallTree, CpuUse, Dropped, GpuUse, HeapUse, MemoryUse, Overhead,
-    ResourceInfo, RunInfo, Sampled, Snapshot, Source, SpanResources, SpanStats, Stat, SCHEMA,
-    SCHEMA_VERSION,
-};
+use super::combine::{rule, Combine};
+use super::{CallTree, Overhead, RunInfo, Snapshot, Source, TreeNode, SCHEMA, SCHEMA_VERSION};
 
 impl Snapshot {
     /// One profile of everything `profiles` recorded: the profile the same work would have
@@ -32,7 +29,11 @@ impl Snapshot {
     /// - **Run**: from the earliest start to the latest end; the hosts, joined with `,` where
     ///   they differ; the pid and command line of the first input.
     /// - **Dropped** counts are added; the **resource** summary keeps the largest peaks, adds
-    ///   the sampler's CPU time and leaves the timelines to the sources.
+    ///   the sampler's CPU time and leaves the timelines to the sources; **spanprof's cost**
+    ///   adds its times and recomputes its share from them (of the process CPU time where
+    ///   every input has it), the calibrated costs the largest.
+    /// - Each figure follows the rule stated beside its type, which [`Snapshot::since`]
+    ///   follows too (see `src/profile/combine.rs`).
     /// - **Sums saturate**, as the recorder's do: integers at their type's bounds
     ///   (`u64::MAX`), floats (energy, CO2e, a counter's float part) at `±f64::MAX`, so a
     ///   merged profile holds only finite numbers and always reads back.
@@ -50,103 +51,34 @@ impl Snapshot {
     /// assert_eq!(all.sources.len(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// [`Stat::merged`]: super::Stat::merged
+    /// [`SpanStats::sampled`]: super::SpanStats::sampled
+    /// [`SpanStats::scaled_total_ns`]: super::SpanStats::scaled_total_ns
     pub fn merge(profiles: &[Snapshot], origins: &[&str]) -> Option<Snapshot> {
         let first = profiles.first()?;
         Some(Snapshot {
             schema: SCHEMA.to_string(),
             version: SCHEMA_VERSION,
-            run: merge_run(profiles),
+            run: rule::nested(profiles.iter().map(|p| &p.run)),
             histograms: first.histograms.clone(),
-            spans: merge_spans(profiles),
-            dropped: merge_dropped(profiles.iter().map(|p| &p.dropped)),
-            resources: merge_resource_info(profiles),
-            tree: merge_trees(profiles),
-            overhead: merge_overhead(profiles),
+            spans: rule::keyed(profiles.iter().map(|p| &p.spans), |s| {
+                (s.name.as_str(), s.target.as_str())
+            }),
+            dropped: rule::nested(profiles.iter().map(|p| &p.dropped)),
+            resources: rule::opt(profiles.iter().map(|p| &p.resources)),
+            tree: rule::opt(profiles.iter().map(|p| &p.tree)),
+            overhead: rule::opt(profiles.iter().map(|p| &p.overhead)),
             backoff: profiles
                 .iter()
                 .flat_map(|p| p.backoff.iter().cloned())
                 .collect(),
-            metrics: profiles.iter().fold(Vec::new(), |mut all, p| {
-                super::metrics::merge(&mut all, &p.metrics);
-                all
-            }),
+            metrics: rule::keyed(profiles.iter().map(|p| &p.metrics), |m| m.key()),
             sources: merge_sources(profiles, origins),
             // A sum of whole profiles: a selection of it is made after.
             selection: None,
         })
     }
-}
-
-/// The call trees added path by path ([`CallTree::merge`]); none if no input has one.
-fn merge_trees(profiles: &[Snapshot]) -> Option<CallTree> {
-    let mut trees = profiles.iter().filter_map(|p| p.tree.as_ref());
-    let mut all = trees.next()?.clone();
-    for tree in trees {
-        all.merge(tree);
-    }
-    Some(all)
-}
-
-/// spanprof's cost in every input: times added, the share recomputed from the sums (of the
-/// process CPU time where every input has it), the calibrated costs the largest of the inputs'.
-fn merge_overhead(profiles: &[Snapshot]) -> Option<Overhead> {
-    let parts: Vec<&Overhead> = profiles
-        .iter()
-        .filter_map(|p| p.overhead.as_ref())
-        .collect();
-    let first = *parts.first()?;
-    let sum = |f: fn(&Overhead) -> u64| parts.iter().map(|o| f(o)).fold(0u64, u64::saturating_add);
-    let estimated_ns = sum(|o| o.estimated_ns);
-    let process_cpu_ns = parts
-        .iter()
-        .map(|o| o.process_cpu_ns)
-        .try_fold(0u64, |all, ns| ns.map(|ns| all.saturating_add(ns)));
-    // Without every input's process CPU time: each input's own base, from its share.
-    let base = process_cpu_ns.unwrap_or_else(|| {
-        parts
-            .iter()
-            .filter(|o| o.percent > 0.0)
-            .map(|o| (o.estimated_ns as f64 * 100.0 / o.percent) as u64)
-            .fold(0u64, u64::saturating_add)
-    });
-    let mut merged = first.clone();
-    merged.span_cost_ns = parts.iter().map(|o| o.span_cost_ns).fold(0.0, f64::max);
-    merged.cpu_read_ns = parts.iter().map(|o| o.cpu_read_ns).fold(0.0, f64::max);
-    // The largest sure measured cost, with the samples of the inputs that were sure (of all
-    // of them where none was).
-    let sure: Vec<&Overhead> = parts
-        .iter()
-        .copied()
-        .filter(|o| o.span_ns_sure().is_some())
-        .collect();
-    merged.measured_span_ns = sure
-        .iter()
-        .filter_map(|o| o.measured_span_ns)
-        .reduce(f64::max);
-    merged.measured_samples = if sure.is_empty() {
-        &parts[..]
-    } else {
-        &sure[..]
-    }
-    .iter()
-    .map(|o| o.measured_samples)
-    .fold(0u64, u64::saturating_add);
-    merged.readings_ns = sum(|o| o.readings_ns);
-    merged.estimated_ns = estimated_ns;
-    merged.process_cpu_ns = process_cpu_ns;
-    let mut clocks: Vec<&str> = parts
-        .iter()
-        .filter_map(|o| o.cpu_clock.as_deref())
-        .collect();
-    clocks.sort_unstable();
-    clocks.dedup();
-    merged.cpu_clock = (!clocks.is_empty()).then(|| clocks.join(" / "));
-    merged.percent = if base == 0 {
-        0.0
-    } else {
-        100.0 * estimated_ns as f64 / base as f64
-    };
-    Some(merged)
 }
 
 /// Every input's sources: its own, if it is a merge, or itself.
@@ -167,229 +99,155 @@ fn merge_sources(profiles: &[Snapshot], origins: &[&str]) -> Vec<Source> {
     sources
 }
 
-/// The run of the whole: earliest start to latest end, every host.
-fn merge_run(profiles: &[Snapshot]) -> RunInfo {
-    let earliest = profiles
+// ---- The run: from the earliest start to the latest end, on every host ----
+
+/// The run that started first (the first of those that started together).
+fn earliest<'a>(runs: &[&'a RunInfo]) -> &'a RunInfo {
+    // UNWRAP: a merge has parts.
+    runs.iter().min_by_key(|r| r.start_unix_ns).expect("a run")
+}
+
+pub(super) fn earliest_start_time(runs: &[&RunInfo]) -> String {
+    earliest(runs).start_time.clone()
+}
+
+pub(super) fn earliest_start(runs: &[&RunInfo]) -> u64 {
+    earliest(runs).start_unix_ns
+}
+
+/// From the earliest start to the latest end.
+pub(super) fn duration(runs: &[&RunInfo]) -> u64 {
+    let end = runs
         .iter()
-        .min_by_key(|p| p.run.start_unix_ns)
-        .map(|p| &p.run)
-        .unwrap_or(&profiles[0].run);
-    let end = profiles
-        .iter()
-        .map(|p| p.run.start_unix_ns.saturating_add(p.run.duration_ns))
+        .map(|r| r.start_unix_ns.saturating_add(r.duration_ns))
         .max()
         .unwrap_or(0);
+    end.saturating_sub(earliest(runs).start_unix_ns)
+}
+
+/// Every host, joined with `,`, each once.
+pub(super) fn hosts(runs: &[&RunInfo]) -> String {
     let mut hosts: Vec<&str> = Vec::new();
-    for p in profiles {
-        for host in p.run.host.split(',') {
-            if !hosts.contains(&host) {
-                hosts.push(host);
-            }
+    for host in runs.iter().flat_map(|r| r.host.split(',')) {
+        if !hosts.contains(&host) {
+            hosts.push(host);
         }
     }
-    let first = &profiles[0].run;
-    RunInfo {
-        start_time: earliest.start_time.clone(),
-        start_unix_ns: earliest.start_unix_ns,
-        duration_ns: end.saturating_sub(earliest.start_unix_ns),
-        host: hosts.join(","),
-        ..first.clone()
-    }
+    hosts.join(",")
 }
 
-fn merge_dropped<'a>(dropped: impl Iterator<Item = &'a Dropped>) -> Dropped {
-    let mut sum = Dropped::default();
-    for d in dropped {
-        sum.spans_table_full = sum.spans_table_full.saturating_add(d.spans_table_full);
-        sum.spans_too_many_names = sum
-            .spans_too_many_names
-            .saturating_add(d.spans_too_many_names);
-        sum.trace_windows_skipped = sum
-            .trace_windows_skipped
-            .saturating_add(d.trace_windows_skipped);
-        sum.metric_values = sum.metric_values.saturating_add(d.metric_values);
-        sum.backoff_steps = sum.backoff_steps.saturating_add(d.backoff_steps);
-    }
-    sum
-}
+// ---- spanprof's cost ----
 
-/// The resource summary: samplers of any input, largest peaks, sampler CPU added; no
-/// timeline (each source keeps its own) and no end-of-run readings (processes end apart).
-fn merge_resource_info(profiles: &[Snapshot]) -> Option<ResourceInfo> {
-    let infos: Vec<&ResourceInfo> = profiles
+/// The inputs whose measured cost is sure; all of them where none is.
+fn sure<'a>(parts: &[&'a Overhead]) -> Vec<&'a Overhead> {
+    let sure: Vec<&Overhead> = parts
         .iter()
-        .filter_map(|p| p.resources.as_ref())
+        .copied()
+        .filter(|o| o.span_ns_sure().is_some())
         .collect();
-    let first = *infos.first()?;
-    let mut samplers: Vec<String> = Vec::new();
-    for name in infos.iter().flat_map(|i| &i.samplers) {
-        if !samplers.contains(name) {
-            samplers.push(name.clone());
-        }
+    if sure.is_empty() {
+        parts.to_vec()
+    } else {
+        sure
     }
-    Some(ResourceInfo {
-        interval_ms: first.interval_ms,
-        samplers,
-        heap_allocator: infos.iter().all(|i| i.heap_allocator),
-        gpu_devices: first.gpu_devices.clone(),
-        gpu_unavailable: first.gpu_unavailable.clone(),
-        cpu_energy_unavailable: first.cpu_energy_unavailable.clone(),
-        peak_rss_bytes: infos.iter().filter_map(|i| i.peak_rss_bytes).max(),
-        peak_heap_bytes: infos.iter().filter_map(|i| i.peak_heap_bytes).max(),
-        sampler_cpu_ns: infos
-            .iter()
-            .map(|i| i.sampler_cpu_ns)
-            .fold(0u64, u64::saturating_add),
-        grid_g_per_kwh: first.grid_g_per_kwh,
-        timeline: Vec::new(),
-        rss_bytes_at_end: None,
-        heap_bytes_at_end: None,
-    })
 }
 
-/// Span names matched by (name, target), in the order they first appear.
-fn merge_spans(profiles: &[Snapshot]) -> Vec<SpanStats> {
-    let mut order: Vec<(&str, &str)> = Vec::new();
-    let mut groups: HashMap<(&str, &str), Vec<&SpanStats>> = HashMap::new();
-    for span in profiles.iter().flat_map(|p| &p.spans) {
-        let key = (span.name.as_str(), span.target.as_str());
-        let group = groups.entry(key).or_default();
-        if group.is_empty() {
-            order.push(key);
-        }
-        group.push(span);
-    }
-    order.iter().map(|key| merge_span(&groups[key])).collect()
+/// The largest sure measured cost (none where no input's is sure).
+pub(super) fn sure_span_ns(parts: &[&Overhead]) -> Option<f64> {
+    parts
+        .iter()
+        .filter(|o| o.span_ns_sure().is_some())
+        .filter_map(|o| o.measured_span_ns)
+        .reduce(f64::max)
 }
 
-/// One span name's statistics from several profiles.
-fn merge_span(parts: &[&SpanStats]) -> SpanStats {
-    let sum = |f: fn(&SpanStats) -> u64| parts.iter().map(|s| f(s)).fold(0u64, u64::saturating_add);
-    let opt = |f: fn(&SpanStats) -> Option<u64>| {
+/// The samples of the inputs whose measured cost is sure (of all of them where none is).
+pub(super) fn sure_samples(parts: &[&Overhead]) -> u64 {
+    rule::sum(sure(parts).iter().map(|o| &o.measured_samples))
+}
+
+/// The process CPU time of every input, added; none unless every input has it.
+pub(super) fn process_cpu_ns(parts: &[&Overhead]) -> Option<u64> {
+    parts
+        .iter()
+        .map(|o| o.process_cpu_ns)
+        .try_fold(0u64, |all, ns| ns.map(|ns| all.saturating_add(ns)))
+}
+
+/// What an input's share was of where its process CPU time is not known (its wall time):
+/// its estimate over its share.
+pub(super) fn base_of_share(o: &Overhead) -> u64 {
+    if o.percent > 0.0 {
+        (o.estimated_ns as f64 * 100.0 / o.percent) as u64
+    } else {
+        0
+    }
+}
+
+/// The estimate's share of the process CPU time of every input (without every input's,
+/// of each input's own base, from its share).
+pub(super) fn overhead_percent(parts: &[&Overhead]) -> f64 {
+    let base = process_cpu_ns(parts).unwrap_or_else(|| {
         parts
             .iter()
-            .filter_map(|s| f(s))
-            .reduce(u64::saturating_add)
-    };
-    let stat = |f: fn(&SpanStats) -> &Stat| Stat::merged(parts.iter().map(|s| f(s)));
-    SpanStats {
-        name: parts[0].name.clone(),
-        target: parts[0].target.clone(),
-        calls: sum(|s| s.calls),
-        created: sum(|s| s.created),
-        instances: sum(|s| s.instances),
-        open: sum(|s| s.open),
-        in_progress_ns: sum(|s| s.in_progress_ns),
-        entry_busy: stat(|s| &s.entry_busy),
-        entry_self: stat(|s| &s.entry_self),
-        busy: stat(|s| &s.busy),
-        self_time: stat(|s| &s.self_time),
-        wall: stat(|s| &s.wall),
-        items: opt(|s| s.items),
-        bytes: opt(|s| s.bytes),
-        flops: opt(|s| s.flops),
-        errors: sum(|s| s.errors),
-        errored_instances: sum(|s| s.errored_instances),
-        overhead_ns: opt(|s| s.overhead_ns),
-        sampled: parts.iter().fold(None, |acc, s| {
-            Sampled::merged(acc.as_ref(), s.sampled.as_ref())
-        }),
-        resources: merge_span_resources(parts.iter().filter_map(|s| s.resources.as_ref())),
-    }
+            .map(|o| base_of_share(o))
+            .fold(0, u64::saturating_add)
+    });
+    rule::percent(rule::sum(parts.iter().map(|o| &o.estimated_ns)), base)
 }
 
-/// Optional float sums (energy, CO2e) added, saturating at `f64::MAX` ([`add_finite`]).
-fn add_f64(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(add_finite(a, b)),
-        (a, b) => a.or(b),
-    }
+/// The CPU clocks read, each once, sorted, joined with ` / `.
+pub(super) fn cpu_clocks(parts: &[&Overhead]) -> Option<String> {
+    let mut clocks: Vec<&str> = parts
+        .iter()
+        .filter_map(|o| o.cpu_clock.as_deref())
+        .collect();
+    clocks.sort_unstable();
+    clocks.dedup();
+    (!clocks.is_empty()).then(|| clocks.join(" / "))
 }
 
-/// Resources of one span name: CPU, heap, memory, energy and GPUs, each added.
-fn merge_span_resources<'a>(
-    parts: impl Iterator<Item = &'a SpanResources>,
-) -> Option<SpanResources> {
-    let mut merged: Option<SpanResources> = None;
-    for r in parts {
-        let Some(m) = merged.as_mut() else {
-            merged = Some(r.clone());
-            continue;
-        };
-        m.cpu = merge_opt(m.cpu.take(), r.cpu.as_ref(), merge_cpu);
-        m.heap = merge_opt(m.heap.take(), r.heap.as_ref(), merge_heap);
-        m.memory = merge_opt(m.memory.take(), r.memory.as_ref(), merge_memory);
-        m.cpu_energy_j = add_f64(m.cpu_energy_j, r.cpu_energy_j);
-        for gpu in &r.gpus {
-            match m.gpus.iter_mut().find(|g| g.device == gpu.device) {
-                Some(g) => merge_gpu(g, gpu),
-                None => m.gpus.push(gpu.clone()),
-            }
+// ---- The call tree ----
+
+/// The trees' nodes matched path by path from the root (name, target, other node): each
+/// path's nodes merged by their rules, in the order of the paths' first appearance, parents
+/// before children.
+pub(super) fn paths(trees: &[&CallTree]) -> Vec<TreeNode> {
+    type Key<'a> = (Option<usize>, &'a str, &'a str, bool);
+    let mut index: HashMap<Key<'_>, usize> = HashMap::new();
+    // Each merged path: its parent, and its node in every tree that has it.
+    let mut paths: Vec<(Option<usize>, Vec<&TreeNode>)> = Vec::new();
+    for tree in trees {
+        // Where each of this tree's nodes went.
+        let mut at: Vec<usize> = Vec::with_capacity(tree.nodes.len());
+        for (j, node) in tree.nodes.iter().enumerate() {
+            let parent = node
+                .parent
+                .map(|p| p as usize)
+                .filter(|&p| p < j)
+                .map(|p| at[p]);
+            let key = (parent, node.name.as_str(), node.target.as_str(), node.other);
+            let i = *index.entry(key).or_insert_with(|| {
+                paths.push((parent, Vec::new()));
+                paths.len() - 1
+            });
+            paths[i].1.push(node);
+            at.push(i);
         }
-        m.energy_j = add_f64(m.energy_j, r.energy_j);
-        m.co2e_g = add_f64(m.co2e_g, r.co2e_g);
     }
-    merged
-}
-
-fn merge_opt<T: Clone>(a: Option<T>, b: Option<&T>, f: fn(&mut T, &T)) -> Option<T> {
-    match (a, b) {
-        (Some(mut a), Some(b)) => {
-            f(&mut a, b);
-            Some(a)
-        }
-        (a, b) => a.or_else(|| b.cloned()),
-    }
-}
-
-fn merge_cpu(a: &mut CpuUse, b: &CpuUse) {
-    a.entries = a.entries.saturating_add(b.entries);
-    a.skipped_entries = a.skipped_entries.saturating_add(b.skipped_entries);
-    a.cpu_ns = a.cpu_ns.saturating_add(b.cpu_ns);
-    a.busy_ns = a.busy_ns.saturating_add(b.busy_ns);
-    a.utilization_pct = if a.busy_ns == 0 {
-        0.0
-    } else {
-        100.0 * a.cpu_ns as f64 / a.busy_ns as f64
-    };
-}
-
-fn merge_heap(a: &mut HeapUse, b: &HeapUse) {
-    a.entries = a.entries.saturating_add(b.entries);
-    a.allocated_bytes = a.allocated_bytes.saturating_add(b.allocated_bytes);
-    a.allocations = a.allocations.saturating_add(b.allocations);
-    a.freed_bytes = a.freed_bytes.saturating_add(b.freed_bytes);
-    a.net_retained_bytes = a.net_retained_bytes.saturating_add(b.net_retained_bytes);
-    a.self_retained_bytes = a.self_retained_bytes.saturating_add(b.self_retained_bytes);
-    a.retaining_entries = a.retaining_entries.saturating_add(b.retaining_entries);
-}
-
-fn merge_memory(a: &mut MemoryUse, b: &MemoryUse) {
-    a.instances = a.instances.saturating_add(b.instances);
-    a.rss_delta_bytes = a.rss_delta_bytes.saturating_add(b.rss_delta_bytes);
-    a.growing_instances = a.growing_instances.saturating_add(b.growing_instances);
-    a.peak_rss_bytes = a.peak_rss_bytes.max(b.peak_rss_bytes);
-    a.peak_heap_bytes = a.peak_heap_bytes.max(b.peak_heap_bytes);
-}
-
-/// One device's figures: utilisation weighted by the instances measured on each side.
-fn merge_gpu(a: &mut GpuUse, b: &GpuUse) {
-    let instances = a.instances.saturating_add(b.instances);
-    a.mean_utilization_pct = match (a.mean_utilization_pct, b.mean_utilization_pct) {
-        (Some(x), Some(y)) if instances > 0 => Some(finite(
-            (x * a.instances as f64 + y * b.instances as f64) / instances as f64,
-        )),
-        (x, y) => x.or(y),
-    };
-    a.instances = instances;
-    a.memory_delta_bytes = a.memory_delta_bytes.saturating_add(b.memory_delta_bytes);
-    a.peak_memory_bytes = a.peak_memory_bytes.max(b.peak_memory_bytes);
-    a.energy_j = add_f64(a.energy_j, b.energy_j);
+    paths
+        .into_iter()
+        .map(|(parent, nodes)| TreeNode {
+            parent: parent.map(|p| p as u32),
+            ..TreeNode::merged(&nodes)
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::{CpuUse, Stat};
 
     fn detailed() -> Snapshot {
         crate::profile::detailed_test_profile()
@@ -407,10 +265,10 @@ mod tests {
             skipped_entries: skipped,
         };
         let mut a = cpu(10, 30);
-        merge_cpu(&mut a, &cpu(5, 0));
+        a.add(&cpu(5, 0));
         assert_eq!((a.entries, a.skipped_entries), (15, 30));
         assert!(a.sampled());
-        merge_cpu(&mut a, &cpu(1, 12));
+        a.add(&cpu(1, 12));
         assert_eq!((a.entries, a.skipped_entries), (16, 42));
         assert_eq!(a.utilization_pct, 50.0);
     }
@@ -470,5 +328,28 @@ mod tests {
         assert!(v3.sources.is_empty());
         assert_eq!(v3.version, SCHEMA_VERSION);
         assert_eq!(v3, Snapshot::from_json(v4, "v4").unwrap());
+    }
+
+    /// The call tree's histograms merge as the span names' do ([`Stat::merged`]): a bucket
+    /// past `i64::MAX` (the encoding's limit) saturates. (The tree had a merge of its own
+    /// that did not: the merged profile could not be written.)
+    #[test]
+    fn call_tree_histograms_merge_as_span_histograms_do() {
+        let mut p =
+            Snapshot::from_json(include_str!("../../tests/data/golden-profile.json"), "test")
+                .unwrap();
+        let mut h =
+            hdrhistogram::Histogram::<u64>::new_with_bounds(1, crate::profile::HIGHEST_NS, 2)
+                .unwrap();
+        h.record_n(1_000, 1 << 62).unwrap();
+        let node = &mut p.tree.as_mut().unwrap().nodes[0];
+        node.busy = Stat::new(h, u64::MAX, 1_000, 1_000, 0);
+        let busy = node.busy.clone();
+        let merged = Snapshot::merge(&[p.clone(), p.clone(), p], &[]).unwrap();
+        let merged_busy = &merged.tree.as_ref().unwrap().nodes[0].busy;
+        assert_eq!(merged_busy, &Stat::merged([&busy, &busy, &busy]));
+        assert_eq!(merged_busy.count, i64::MAX as u64);
+        let back = Snapshot::from_json(&merged.to_json(), "merged").unwrap();
+        assert_eq!(back, merged);
     }
 }

@@ -44,6 +44,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::combine::{self, rule, Combine};
 use super::Stat;
 
 /// How a float value of a histogram metric is scaled before it is recorded: 10⁹ recorded
@@ -165,6 +166,18 @@ pub struct Metric {
     pub value: MetricValue,
 }
 
+// Metrics are matched by [`Metric::same_key`] in a merge and an interval.
+combine::rules! { Metric {
+    name: first,
+    kind: first,
+    unit: custom(|parts: &[&Self]| parts.iter().find_map(|m| m.unit.clone())),
+    span: first,
+    span_target: first,
+    records: sum,
+    rejected: sum,
+    value: nested,
+} }
+
 /// The figures of a metric, per kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -178,6 +191,49 @@ pub enum MetricValue {
     Gauge(GaugeValue),
 }
 
+/// Each kind by its own rules; a value of another kind (not in metrics of one key) is left out
+/// of a merge, and makes an interval the later value.
+impl Combine for MetricValue {
+    fn merged(parts: &[&Self]) -> Self {
+        let sums = || {
+            parts.iter().filter_map(|p| match p {
+                MetricValue::Sum(s) => Some(s),
+                _ => None,
+            })
+        };
+        let histograms = || {
+            parts.iter().filter_map(|p| match p {
+                MetricValue::Histogram(h) => Some(&**h),
+                _ => None,
+            })
+        };
+        let gauges = || {
+            parts.iter().filter_map(|p| match p {
+                MetricValue::Gauge(g) => Some(g),
+                _ => None,
+            })
+        };
+        match parts[0] {
+            MetricValue::Sum(_) => MetricValue::Sum(rule::nested(sums())),
+            MetricValue::Histogram(_) => {
+                MetricValue::Histogram(Box::new(rule::nested(histograms())))
+            }
+            MetricValue::Gauge(_) => MetricValue::Gauge(rule::nested(gauges())),
+        }
+    }
+
+    fn since(&self, earlier: &Self) -> Self {
+        match (self, earlier) {
+            (MetricValue::Sum(a), MetricValue::Sum(b)) => MetricValue::Sum(a.since(b)),
+            (MetricValue::Histogram(a), MetricValue::Histogram(b)) => {
+                MetricValue::Histogram(Box::new(a.since(b)))
+            }
+            (MetricValue::Gauge(a), MetricValue::Gauge(b)) => MetricValue::Gauge(a.since(b)),
+            (value, _) => value.clone(),
+        }
+    }
+}
+
 /// The sum of a counter, exact for its integer values.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -187,6 +243,11 @@ pub struct SumValue {
     /// Sum of the float values (saturating at `±f64::MAX`: always finite).
     pub float: f64,
 }
+
+combine::rules! { SumValue {
+    integer: sum,
+    float: signed_sum,
+} }
 
 impl SumValue {
     /// The whole sum, integer and float parts together.
@@ -209,6 +270,11 @@ pub struct HistogramValue {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub floats: Option<Stat>,
 }
+
+combine::rules! { HistogramValue {
+    integers: opt,
+    floats: opt,
+} }
 
 impl HistogramValue {
     /// Values recorded, of both scales.
@@ -288,44 +354,35 @@ pub struct GaugeValue {
     pub max: f64,
 }
 
+// A gauge is a state: an interval's is the later's.
+combine::rules! { GaugeValue {
+    last: latest(last_unix_ns),
+    last_unix_ns: max,
+    min: min,
+    max: max,
+} }
+
 impl Metric {
     /// Whether `other` is the same metric in the same span name (what [`merge`] adds).
     pub fn same_key(&self, other: &Metric) -> bool {
-        self.name == other.name
-            && self.kind == other.kind
-            && self.span == other.span
-            && self.span_target == other.span_target
+        self.key() == other.key()
+    }
+
+    /// What [`Metric::same_key`] compares: name, kind, span name and target.
+    pub(crate) fn key(&self) -> (&str, MetricKind, Option<&str>, Option<&str>) {
+        (
+            &self.name,
+            self.kind,
+            self.span.as_deref(),
+            self.span_target.as_deref(),
+        )
     }
 
     /// Adds `other` (the same metric in the same span name, [`Metric::same_key`]) to this one.
     /// Counters add; histograms add bucket by bucket with exact sums, minima and maxima;
     /// gauges keep the later last value (the other's on a tie) and the extremes of both.
     pub fn merge(&mut self, other: &Metric) {
-        self.records = self.records.saturating_add(other.records);
-        self.rejected = self.rejected.saturating_add(other.rejected);
-        if self.unit.is_none() {
-            self.unit.clone_from(&other.unit);
-        }
-        match (&mut self.value, &other.value) {
-            (MetricValue::Sum(a), MetricValue::Sum(b)) => {
-                a.integer = a.integer.saturating_add(b.integer);
-                a.float = super::add_finite(a.float, b.float);
-            }
-            (MetricValue::Histogram(a), MetricValue::Histogram(b)) => {
-                merge_stat(&mut a.integers, &b.integers);
-                merge_stat(&mut a.floats, &b.floats);
-            }
-            (MetricValue::Gauge(a), MetricValue::Gauge(b)) => {
-                if b.last_unix_ns >= a.last_unix_ns {
-                    a.last = b.last;
-                    a.last_unix_ns = b.last_unix_ns;
-                }
-                a.min = a.min.min(b.min);
-                a.max = a.max.max(b.max);
-            }
-            // Same kind, same value kind: not reached for metrics of one key.
-            _ => {}
-        }
+        self.add(other);
     }
 }
 
@@ -346,15 +403,4 @@ pub fn merge(into: &mut Vec<Metric>, from: &[Metric]) {
             None => into.push(metric.clone()),
         }
     }
-}
-
-/// Adds one histogram's statistics to another's, as [`Stat::merged`] does (buckets added,
-/// sums, extremes and clamped counts combined).
-fn merge_stat(into: &mut Option<Stat>, from: &Option<Stat>) {
-    let Some(from) = from else { return };
-    let Some(stat) = into else {
-        *into = Some(from.clone());
-        return;
-    };
-    *stat = Stat::merged([&*stat, from]);
 }

@@ -309,6 +309,23 @@ impl Overhead {
     }
 }
 
+// spanprof's cost in several runs or an interval: times added or subtracted, the share
+// recomputed from them, the calibrated costs the largest (the later's in an interval).
+combine::rules! { Overhead {
+    span_cost_ns: max,
+    measured_span_ns: custom(merge::sure_span_ns),
+    measured_samples: custom(merge::sure_samples),
+    cpu_read_ns: max,
+    cpu_every_entry_from_ns: first,
+    cpu_sample_every: first,
+    cpu_sample_gap_ns: first,
+    readings_ns: sum,
+    estimated_ns: sum,
+    process_cpu_ns: custom(merge::process_cpu_ns, interval::process_cpu_ns),
+    percent: custom(merge::overhead_percent, interval::overhead_percent),
+    cpu_clock: custom(merge::cpu_clocks),
+} }
+
 /// Metadata of the profiled run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -332,6 +349,20 @@ pub struct RunInfo {
     /// The span filter in effect (`SPANPROF_FILTER` or the builder's), if any.
     pub filter: Option<String>,
 }
+
+// The run of several: from the earliest start to the latest end, on every host; of an
+// interval: from the earlier snapshot to the later one.
+combine::rules! { RunInfo {
+    start_time: custom(merge::earliest_start_time, interval::start_time),
+    start_unix_ns: custom(merge::earliest_start, interval::start_unix_ns),
+    duration_ns: custom(merge::duration, interval::duration),
+    host: custom(merge::hosts),
+    pid: first,
+    command_line: first,
+    crate_version: first,
+    preset: first,
+    filter: first,
+} }
 
 /// Bounds and encoding of the histograms.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -376,6 +407,14 @@ pub struct Dropped {
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
+
+combine::rules! { Dropped {
+    spans_table_full: sum,
+    spans_too_many_names: sum,
+    trace_windows_skipped: sum,
+    metric_values: sum,
+    backoff_steps: sum,
+} }
 
 /// Statistics of one span name.
 ///
@@ -449,6 +488,31 @@ pub struct SpanStats {
     pub sampled: Option<Sampled>,
 }
 
+// Span names are matched by (name, target) in a merge and an interval; `open` and
+// `in_progress_ns` are states: side by side in a merge, the later's in an interval.
+combine::rules! { SpanStats {
+    name: first,
+    target: first,
+    calls: sum,
+    created: sum,
+    instances: sum,
+    open: level,
+    in_progress_ns: level,
+    entry_busy: hist,
+    entry_self: hist,
+    busy: hist,
+    self_time: hist,
+    wall: hist,
+    items: sum,
+    bytes: sum,
+    flops: sum,
+    errors: sum,
+    errored_instances: sum,
+    resources: opt,
+    overhead_ns: sum,
+    sampled: opt,
+} }
+
 /// How a span name was sampled by the automatic back-off ([`SpanStats::sampled`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -468,21 +532,14 @@ pub struct Sampled {
     pub skipped_ns: u64,
 }
 
-impl Sampled {
-    /// Combines two runs' sampling of one name: the largest N, the earliest start, the
-    /// skipped spans added (see [`Snapshot::merge`]).
-    pub(crate) fn merged(a: Option<&Sampled>, b: Option<&Sampled>) -> Option<Sampled> {
-        match (a, b) {
-            (Some(a), Some(b)) => Some(Sampled {
-                every: a.every.max(b.every),
-                since_ns: a.since_ns.min(b.since_ns),
-                skipped: a.skipped.saturating_add(b.skipped),
-                skipped_ns: a.skipped_ns.saturating_add(b.skipped_ns),
-            }),
-            (a, b) => a.or(b).cloned(),
-        }
-    }
-}
+// Two runs' sampling of one name: the largest N, the earliest start, the skipped spans added;
+// in an interval, the skipped spans in it, N and its start as at its end.
+combine::rules! { Sampled {
+    every: max,
+    since_ns: min,
+    skipped: sum,
+    skipped_ns: sum,
+} }
 
 impl SpanStats {
     /// `stat.total_ns` with the spans the back-off left out when the name was sampled: the

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::combine::{self, rule};
+
 /// What spans of one name used besides time.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -28,6 +30,16 @@ pub struct SpanResources {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub co2e_g: Option<f64>,
 }
+
+combine::rules! { SpanResources {
+    cpu: opt,
+    heap: opt,
+    memory: opt,
+    cpu_energy_j: sum,
+    gpus: keyed(|g| g.device),
+    energy_j: sum,
+    co2e_g: sum,
+} }
 
 /// Thread CPU time of a span name's entries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,6 +69,15 @@ pub struct CpuUse {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub skipped_entries: u64,
 }
+
+// The utilisation from the sums (a sample's stays the estimate for all entries).
+combine::rules! { CpuUse {
+    entries: sum,
+    cpu_ns: sum,
+    busy_ns: sum,
+    utilization_pct: derived(|c: &Self| rule::percent(c.cpu_ns, c.busy_ns)),
+    skipped_entries: sum,
+} }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -122,6 +143,16 @@ pub struct HeapUse {
     pub retaining_entries: u64,
 }
 
+combine::rules! { HeapUse {
+    entries: sum,
+    allocated_bytes: sum,
+    allocations: sum,
+    freed_bytes: sum,
+    net_retained_bytes: sum,
+    self_retained_bytes: sum,
+    retaining_entries: sum,
+} }
+
 /// Resident memory over a span name's instances (sampled RSS).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -138,6 +169,14 @@ pub struct MemoryUse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_heap_bytes: Option<i64>,
 }
+
+combine::rules! { MemoryUse {
+    instances: sum,
+    rss_delta_bytes: sum,
+    growing_instances: sum,
+    peak_rss_bytes: max,
+    peak_heap_bytes: max,
+} }
 
 /// One GPU device over a span name's instances.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -156,6 +195,17 @@ pub struct GpuUse {
     /// Energy over the instances' windows, J.
     pub energy_j: Option<f64>,
 }
+
+// The utilisation is weighted by the instances measured (the wall-time weights it was
+// recorded with are not kept).
+combine::rules! { GpuUse {
+    device: first,
+    instances: sum,
+    memory_delta_bytes: sum,
+    peak_memory_bytes: max,
+    mean_utilization_pct: mean(instances),
+    energy_j: sum,
+} }
 
 /// What the resource samplers found and recorded (`detailed` and `full` presets).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -190,6 +240,25 @@ pub struct ResourceInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heap_bytes_at_end: Option<i64>,
 }
+
+// The samplers of every run together: the timelines stay with each run's source (a merge has
+// none; `Snapshot::since` keeps the interval's samples), readings at the end are one
+// process's.
+combine::rules! { ResourceInfo {
+    interval_ms: first,
+    samplers: union,
+    heap_allocator: all,
+    gpu_devices: first,
+    gpu_unavailable: first,
+    cpu_energy_unavailable: first,
+    peak_rss_bytes: max,
+    peak_heap_bytes: max,
+    sampler_cpu_ns: sum,
+    grid_g_per_kwh: first,
+    timeline: custom(|_| Vec::new()),
+    rss_bytes_at_end: end,
+    heap_bytes_at_end: end,
+} }
 
 /// A GPU device found by a [`GpuSource`](crate::gpu::GpuSource).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

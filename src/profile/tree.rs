@@ -6,11 +6,9 @@
 //! the tree is bounded (see [`CallTree::max_nodes`]): spans past the bounds are counted in an
 //! *other* node of their parent.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
-use super::buckets::{new_histogram, record_n};
+use super::combine::{self, Combine};
 use super::Stat;
 
 /// The call tree of a profile (schema version 4; absent when it was not recorded).
@@ -85,6 +83,29 @@ pub struct TreeNode {
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
+
+// Call paths are matched node by node from the root (name, target, other node): the tree's
+// `nodes` rule, which also sets each merged node's `parent`.
+combine::rules! { CallTree {
+    max_nodes: max,
+    max_depth: max,
+    nodes: custom(super::merge::paths, super::interval::paths),
+} }
+
+combine::rules! { TreeNode {
+    name: first,
+    target: first,
+    other: first,
+    parent: first,
+    calls: sum,
+    instances: sum,
+    busy: hist,
+    self_time: hist,
+    wall_ns: sum,
+    detached_ns: sum,
+    skipped: sum,
+    skipped_ns: sum,
+} }
 
 impl TreeNode {
     /// The name of an other node.
@@ -188,69 +209,6 @@ impl CallTree {
     /// # Ok::<(), spanprof::Error>(())
     /// ```
     pub fn merge(&mut self, other: &CallTree) {
-        let key = |n: &TreeNode, parent: Option<usize>| {
-            (parent, n.name.clone(), n.target.clone(), n.other)
-        };
-        let mut index: HashMap<_, usize> = HashMap::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            index.insert(key(node, node.parent.map(|p| p as usize)), i);
-        }
-        // Where each of `other`'s nodes went in this tree.
-        let mut at = Vec::with_capacity(other.nodes.len());
-        for (j, node) in other.nodes.iter().enumerate() {
-            let parent = node
-                .parent
-                .map(|p| p as usize)
-                .filter(|&p| p < j)
-                .map(|p| at[p]);
-            let k = key(node, parent);
-            let i = match index.get(&k) {
-                Some(&i) => {
-                    let mine = &mut self.nodes[i];
-                    mine.calls = mine.calls.saturating_add(node.calls);
-                    mine.instances = mine.instances.saturating_add(node.instances);
-                    mine.wall_ns = mine.wall_ns.saturating_add(node.wall_ns);
-                    mine.skipped = mine.skipped.saturating_add(node.skipped);
-                    mine.detached_ns = mine.detached_ns.saturating_add(node.detached_ns);
-                    mine.skipped_ns = mine.skipped_ns.saturating_add(node.skipped_ns);
-                    mine.busy = merge_stats(&mine.busy, &node.busy);
-                    mine.self_time = merge_stats(&mine.self_time, &node.self_time);
-                    i
-                }
-                None => {
-                    let i = self.nodes.len();
-                    let mut copy = node.clone();
-                    copy.parent = parent.map(|p| p as u32);
-                    self.nodes.push(copy);
-                    index.insert(k, i);
-                    i
-                }
-            };
-            at.push(i);
-        }
-        self.max_nodes = self.max_nodes.max(other.max_nodes);
-        self.max_depth = self.max_depth.max(other.max_depth);
+        self.add(other);
     }
-}
-
-/// The statistics of the union of two sets of samples: exact sums, extremes and buckets.
-fn merge_stats(a: &Stat, b: &Stat) -> Stat {
-    let mut h = new_histogram();
-    for stat in [a, b] {
-        for (value, count) in stat.histogram.iter() {
-            record_n(&mut h, value, count);
-        }
-    }
-    let min = match (a.count, b.count) {
-        (0, _) => b.min_ns,
-        (_, 0) => a.min_ns,
-        _ => a.min_ns.min(b.min_ns),
-    };
-    Stat::new(
-        h,
-        a.total_ns.saturating_add(b.total_ns),
-        min,
-        a.max_ns.max(b.max_ns),
-        a.clamped.saturating_add(b.clamped),
-    )
 }
