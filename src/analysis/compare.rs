@@ -44,8 +44,8 @@
 //! **Call paths** (where both sides recorded the call tree, [`Snapshot::tree`]): each path
 //! (`root;…;leaf`, matched by the names and targets along it) is judged on timing by the same
 //! rule and the same metrics and thresholds as its leaf's span name ([`CompareOptions::for_name`]),
-//! on the statistics of the path's node: busy and self time **per closed instance** (a span
-//! name's figures are per entry), the instances standing for the calls of `min_calls`. A
+//! on the statistics of the path's node: busy and self time per entry at that path, its calls
+//! standing for the calls of `min_calls`. A
 //! regression on a path is a regression ([`Comparison::regressed`]) like one on a name. Paths
 //! found on one side only are listed, and are not regressions.
 
@@ -108,8 +108,8 @@ impl Measure {
         }
     }
 
-    /// This metric of one call path: its node's busy time per closed instance ([`Measure::P50`]
-    /// to [`Measure::Mean`], [`Measure::Total`]) or self time per instance ([`Measure::SelfTime`]),
+    /// This metric of one call path: its node's busy time per entry ([`Measure::P50`]
+    /// to [`Measure::Mean`], [`Measure::Total`]) or self time per entry ([`Measure::SelfTime`]),
     /// ns.
     pub fn of_node(self, node: &TreeNode) -> f64 {
         self.pick(&node.busy, &node.self_time)
@@ -598,7 +598,7 @@ fn compare_paths(
         let side = |nodes: &[&TreeNode], metric: Measure| {
             Side::new(
                 nodes.iter().map(|node| metric.of_node(node)).collect(),
-                nodes.iter().map(|node| node.instances).min().unwrap_or(0),
+                nodes.iter().map(|node| node.calls).min().unwrap_or(0),
             )
         };
         let shown = (path_text(key), target.clone());
