@@ -1,5 +1,8 @@
 //! `CountingAlloc` installed as the global allocator of this test binary: exact per-thread
 //! counts, and the batched process-wide figure.
+//!
+//! A test binary of its own (not a module of `tests/it/`): it judges the process-wide heap
+//! figure, which the tests of a larger binary, running beside it, would move.
 
 use std::hint::black_box;
 

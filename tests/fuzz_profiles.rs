@@ -11,6 +11,9 @@
 //! The PRNG is a fixed-seed xorshift, so a run is reproducible. `SPANPROF_FUZZ_ITERS` sets the
 //! number of inputs (default [`DEFAULT_ITERS`]); `SPANPROF_FUZZ_SEED` another seed. The number
 //! of executions is printed on stderr (`cargo test --test fuzz_profiles -- --nocapture`).
+//!
+//! A test binary of its own (not a module of `tests/it/`): CI runs it alone, in release, with
+//! 50 000 inputs (`cargo test --release --all-features --test fuzz_profiles`).
 
 mod support;
 

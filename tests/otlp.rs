@@ -1,6 +1,10 @@
 //! The OTLP metrics push against a collector on loopback: a `TcpListener` on 127.0.0.1 that reads
 //! the HTTP requests and decodes their bodies with the official generated types
 //! (`opentelemetry-proto`); data points checked against the profile.
+//!
+//! A test binary of its own (not a module of `tests/it/`): its tests set the global default
+//! subscriber (`support::events::capture`, to read spanprof's warnings from its export thread)
+//! and the `OTEL_*` variables of the process's environment.
 #![cfg(feature = "otlp")]
 
 mod support;

@@ -1,6 +1,9 @@
 //! Resource figures on spans, end to end: heap (with the counting allocator installed in this
 //! test binary), leak suspicion, thread CPU time, GPU through a scripted source, energy, the
 //! timeline in the profile, and resource counters in Chrome traces.
+//!
+//! A test binary of its own (not a module of `tests/it/`): its tests judge process-wide memory
+//! (the heap's growth for leak suspicion, RSS), one at a time.
 
 mod support;
 

@@ -1,6 +1,9 @@
 //! The signal handler (`install_signal_handler`, feature `signals`). The signal tests run this
 //! binary again as a child process (the `child` test, selected by `SPANPROF_SIGNALS_CHILD`),
 //! which sends itself signals. (The threads of a leaked guard: `tests/leaked_guard.rs`.)
+//!
+//! A test binary of its own (not a module of `tests/it/`): its tests act on signal dispositions
+//! and spanprof's handler, one per process (in child processes of this binary).
 #![cfg(unix)]
 
 mod support;
@@ -8,7 +11,7 @@ mod support;
 #[cfg(feature = "signals")]
 use std::path::{Path, PathBuf};
 #[cfg(feature = "signals")]
-use std::process::{Command, Output};
+use std::process::Output;
 #[cfg(feature = "signals")]
 use std::sync::atomic::{AtomicBool, Ordering};
 #[cfg(feature = "signals")]
@@ -30,9 +33,8 @@ enum Start {
 #[cfg(feature = "signals")]
 fn run_child(mode: &str, start: Start, out: &Path) -> Output {
     use std::os::unix::process::CommandExt;
-    let mut command = Command::new(std::env::current_exe().unwrap());
+    let mut command = support::child_test(module_path!(), "child");
     command
-        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
         .env("SPANPROF_SIGNALS_CHILD", mode)
         .env("SPANPROF_SIGNALS_OUT", out);
     // SAFETY: between fork and exec, only `signal`, which is async-signal-safe. The
@@ -50,7 +52,9 @@ fn run_child(mode: &str, start: Start, out: &Path) -> Output {
             Ok(())
         });
     }
-    command.output().unwrap()
+    let output = command.output().unwrap();
+    support::assert_ran_one_test(&output);
+    output
 }
 
 #[cfg(feature = "signals")]

@@ -1,5 +1,9 @@
 //! Live and windowed profiles: interval snapshots that add up to the whole run exactly, and the
 //! export cadence's summary events and periodic outputs, counted (never timed).
+//!
+//! A test binary of its own (not a module of `tests/it/`): its tests set the global default
+//! subscriber (`support::events::capture`) and count the summary events that spanprof's export
+//! threads log through it, which other tests' profiles would add to.
 
 mod support;
 

@@ -1,4 +1,6 @@
-//! Helpers shared by the integration tests: `mod support;` at the top of a test file.
+//! Helpers shared by the integration tests: the `it` binary declares it once
+//! (`#[path = "../support/mod.rs"] mod support;` in `tests/it/main.rs`, `use crate::support;` in
+//! its modules); a test binary of its own in `tests/` declares it with `mod support;`.
 //!
 //! Each test binary compiles this module on its own and uses only some of it, hence the
 //! `dead_code` allowance.
@@ -138,6 +140,43 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&path);
     let _ = std::fs::remove_file(&path);
     path
+}
+
+/// The name the test harness gives test `name` of the module `module` (its `module_path!()`):
+/// without the crate's name, so `it::chrome` and `ctrlc_child` give `chrome::ctrlc_child`, and
+/// a test at the root of a binary of its own keeps its bare name.
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_krate, path)) => format!("{path}::{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// A command that runs only test `name` of the caller's module (`module_path!()`) in a new
+/// process of this test binary, one thread, output not captured. Set the variables that make
+/// the test do its part, then check with [`assert_ran_one_test`] that the filter matched it.
+pub fn child_test(module: &str, name: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command.args([
+        "--exact",
+        &test_name(module, name),
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    command
+}
+
+/// Panics unless a child run of [`child_test`] ran exactly one test (the harness prints
+/// `running 1 test` before it starts; `running 0 tests` when `--exact` matched nothing, and
+/// then exits successfully having checked nothing).
+pub fn assert_ran_one_test(output: &std::process::Output) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.lines().any(|l| l == "running 1 test"),
+        "the child ran no test (or more than one): {}\nstdout:\n{stdout}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// Headless Chromium at `chromium` with a fresh profile directory (`profile`) and the flags

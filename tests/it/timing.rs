@@ -1,7 +1,7 @@
 //! Exact timing arithmetic with an injected clock: nested, re-entered, recursive, async-style,
 //! cross-thread and panicking spans.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

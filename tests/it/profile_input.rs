@@ -1,14 +1,14 @@
 //! Crafted and broken input for `Snapshot::from_json`: every kind of bad file is an
 //! `Error::InvalidProfile` that names where the input came from and what is wrong with it.
 
-mod support;
+use crate::support;
 
 use spanprof::profile::SCHEMA_VERSION;
 use spanprof::{Error, Snapshot};
 use support::v2::{number, zlib};
 
 /// A valid profile (schema version 1, written by an earlier spanprof).
-const VALID: &str = include_str!("data/profile-v1-basic.json");
+const VALID: &str = include_str!("../data/profile-v1-basic.json");
 
 fn valid() -> serde_json::Value {
     serde_json::from_str(VALID).unwrap()
@@ -476,7 +476,7 @@ fn an_hour_long_sample_is_written_within_the_profiles_bounds() {
 #[test]
 fn a_call_tree_with_a_bad_parent_or_statistic() {
     let golden: serde_json::Value =
-        serde_json::from_str(include_str!("data/golden-profile.json")).unwrap();
+        serde_json::from_str(include_str!("../data/golden-profile.json")).unwrap();
     assert!(Snapshot::from_json(&golden.to_string(), "golden")
         .unwrap()
         .tree
@@ -649,7 +649,7 @@ fn a_mean_or_deviation_that_disagrees_with_the_figures() {
 
     // The statistics of metrics and call-tree nodes are checked the same way.
     let detailed: serde_json::Value =
-        serde_json::from_str(include_str!("data/cli-detailed.json")).unwrap();
+        serde_json::from_str(include_str!("../data/cli-detailed.json")).unwrap();
     let mut v = detailed.clone();
     v["metrics"][0]["value"]["histogram"]["floats"]["mean_ns"] = (-1.0).into();
     rejected(
@@ -670,7 +670,7 @@ fn a_mean_or_deviation_that_disagrees_with_the_figures() {
 #[test]
 fn a_metric_whose_value_is_not_of_its_kind() {
     let detailed: serde_json::Value =
-        serde_json::from_str(include_str!("data/cli-detailed.json")).unwrap();
+        serde_json::from_str(include_str!("../data/cli-detailed.json")).unwrap();
     for (kind, value) in [
         ("gauge", "histogram"),
         ("histogram", "sum"),
@@ -697,7 +697,7 @@ fn a_metric_whose_value_is_not_of_its_kind() {
 #[test]
 fn one_entry_per_span_name_metric_and_call_path() {
     let detailed: serde_json::Value =
-        serde_json::from_str(include_str!("data/cli-detailed.json")).unwrap();
+        serde_json::from_str(include_str!("../data/cli-detailed.json")).unwrap();
     let push = |v: &mut serde_json::Value, list: &str, entry: serde_json::Value| {
         let list = match list {
             "nodes" => &mut v["tree"]["nodes"],
@@ -759,7 +759,7 @@ fn one_entry_per_span_name_metric_and_call_path() {
 
 /// The `cli-detailed.json` profile (resources, metrics, a call tree) as JSON.
 fn detailed_json() -> serde_json::Value {
-    serde_json::from_str(include_str!("data/cli-detailed.json")).unwrap()
+    serde_json::from_str(include_str!("../data/cli-detailed.json")).unwrap()
 }
 
 #[test]
@@ -970,7 +970,7 @@ fn a_gpu_index_or_a_call_path_past_the_bounds_is_refused() {
     );
 
     let mut v: serde_json::Value =
-        serde_json::from_str(include_str!("data/golden-profile.json")).unwrap();
+        serde_json::from_str(include_str!("../data/golden-profile.json")).unwrap();
     let nodes = v["tree"]["nodes"].as_array_mut().unwrap();
     let template = nodes[0].clone();
     let first = nodes.len();

@@ -7,9 +7,10 @@
 //! Each case runs this binary's `child` test in a child process with the variables set: the
 //! tests never change their own process's environment.
 
+use crate::support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use spanprof::ProfileLayer;
 use tracing_subscriber::prelude::*;
@@ -33,11 +34,8 @@ fn checksum(n: u64) -> u64 {
 /// Runs the `child` test in a process of its own, in `mode`, with `vars` (and none of this
 /// process's `SPANPROF*` or `RUST_LOG`). Returns its stderr.
 fn run_child(mode: &str, out: &Path, vars: &[(&str, &str)]) -> String {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
-        .env(OUT, out);
+    let mut command = support::child_test(module_path!(), "child");
+    command.env(CHILD, mode).env(OUT, out);
     for (var, _) in std::env::vars_os() {
         let name = var.to_string_lossy();
         if (name.starts_with("SPANPROF") && name != CHILD && name != OUT) || name == "RUST_LOG" {
@@ -46,6 +44,7 @@ fn run_child(mode: &str, out: &Path, vars: &[(&str, &str)]) -> String {
     }
     command.envs(vars.iter().copied());
     let output = command.output().unwrap();
+    support::assert_ran_one_test(&output);
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(
         output.status.success(),
@@ -226,12 +225,14 @@ fn a_filter_directive_naming_a_span_gets_a_hint() {
         ],
         "{stderr}"
     );
-    // A directive that matches the spans' target gets none; the other one still does.
+    // A directive that matches the spans' target (this module's path) gets none; the other one
+    // still does.
+    let target_and_span = format!("{},decode", module_path!());
     let stderr = run_child(
         "quick-start",
         &out,
         &[
-            ("SPANPROF_FILTER", "run_end,decode"),
+            ("SPANPROF_FILTER", &target_and_span),
             ("SPANPROF_REPORT", "off"),
         ],
     );

@@ -1,7 +1,7 @@
 //! Right numbers in the corners: spans shared across threads, spans closed at thread exit,
 //! snapshots taken while threads record, errors per instance.
 
-mod support;
+use crate::support;
 
 use std::cell::RefCell;
 use std::sync::{Arc, Barrier};

@@ -1,7 +1,7 @@
 //! `SPANPROF=off` (`Preset::Off`) writes nothing: no report, no profile, no custom output, and
 //! files from an earlier run are left as they were.
 
-mod support;
+use crate::support;
 
 use std::io::{self, Write};
 

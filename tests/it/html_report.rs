@@ -7,7 +7,7 @@
 //! without it they print `SKIPPED: ...` to stderr and pass. Screenshots and pages are left in
 //! `target/html-report/` to look at.
 
-mod support;
+use crate::support;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -24,7 +24,7 @@ const QUOTES: &str = "a,\"b\"";
 
 fn golden() -> Snapshot {
     Snapshot::from_json(
-        include_str!("data/golden-profile.json"),
+        include_str!("../data/golden-profile.json"),
         "golden-profile.json",
     )
     .unwrap()
@@ -32,7 +32,7 @@ fn golden() -> Snapshot {
 
 fn detailed() -> Snapshot {
     Snapshot::from_json(
-        include_str!("data/profile-v2-detailed.json"),
+        include_str!("../data/profile-v2-detailed.json"),
         "profile-v2-detailed.json",
     )
     .unwrap()
@@ -566,7 +566,7 @@ fn hundred_names_render() {
 /// the estimate, a cost per span name (over 5% of the busy time of the short ones) and two
 /// back-off steps.
 fn with_overhead() -> Snapshot {
-    let mut v: Value = serde_json::from_str(include_str!("data/golden-profile.json")).unwrap();
+    let mut v: Value = serde_json::from_str(include_str!("../data/golden-profile.json")).unwrap();
     let mut estimated = 0u64;
     for s in v["spans"].as_array_mut().unwrap() {
         let calls = s["calls"].as_u64().unwrap();

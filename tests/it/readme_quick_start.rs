@@ -2,8 +2,8 @@
 
 #[test]
 fn readme_quick_start_is_the_basic_example() {
-    let readme = include_str!("../README.md");
-    let example = include_str!("../examples/basic.rs");
+    let readme = include_str!("../../README.md");
+    let example = include_str!("../../examples/basic.rs");
     let fence = "```rust,no_run\n";
     let section = &readme[readme
         .find("## Quick start")

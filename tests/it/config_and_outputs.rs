@@ -1,6 +1,6 @@
 //! Filtering, presets, throughput and error fields, the JSON profile and the guard's outputs.
 
-mod support;
+use crate::support;
 
 use spanprof::clock::Clock;
 use spanprof::{Error, Preset, ProfileLayer, ReportTarget, Snapshot};

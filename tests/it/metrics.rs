@@ -2,7 +2,7 @@
 //! events, recorded per span name, exact across threads, in the snapshot, its JSON and the
 //! report.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -11,11 +11,6 @@ use spanprof::profile::metrics::{GaugeValue, HistogramValue, SumValue, FLOAT_SCA
 use spanprof::profile::{Metric, MetricKind, MetricValue};
 use spanprof::{Preset, ProfileLayer, Snapshot};
 use support::{install, mock, run_with};
-
-/// `CountingAlloc` counts this binary's allocations per thread, for the test that recording a
-/// known metric allocates nothing.
-#[global_allocator]
-static ALLOC: spanprof::CountingAlloc = spanprof::CountingAlloc::system();
 
 /// The one metric of that name, kind and span name; panics listing what the snapshot has.
 fn metric<'a>(snap: &'a Snapshot, name: &str, kind: MetricKind, span: Option<&str>) -> &'a Metric {

@@ -1,9 +1,8 @@
 //! The Prometheus exposition: every value against the profile it came from (bucket counts at
 //! every `le`, sums, counters, throughput, resource gauges), label escaping, the file in the
 //! output directory, and `promtool check metrics`.
-#![cfg(feature = "prometheus")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -268,7 +267,7 @@ fn label_values_are_escaped_and_read_back() {
 #[test]
 fn resource_gauges_are_the_latest_readings() {
     let snap = Snapshot::from_json(
-        include_str!("data/profile-v2-detailed.json"),
+        include_str!("../data/profile-v2-detailed.json"),
         "profile-v2-detailed.json",
     )
     .unwrap();
@@ -346,7 +345,7 @@ fn promtool(text: &str) -> Option<(bool, String)> {
 #[test]
 fn promtool_accepts_the_exposition_without_a_complaint() {
     let detailed = Snapshot::from_json(
-        include_str!("data/profile-v2-detailed.json"),
+        include_str!("../data/profile-v2-detailed.json"),
         "profile-v2-detailed.json",
     )
     .unwrap();

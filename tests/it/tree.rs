@@ -3,7 +3,7 @@
 //! flamegraph renderer fed the folded stacks, headless Chromium for the SVG, `go tool pprof`
 //! for pprof).
 
-mod support;
+use crate::support;
 
 use spanprof::builder::MAX_TREE_DEPTH;
 use spanprof::profile::{CallTree, TreeNode};
@@ -515,7 +515,10 @@ fn a_layer_created_once_sits_under_each_pass_that_enters_it() {
     // Each layer's one instance is counted once, in the path of its last entry.
     assert_eq!(eval.instances + train.instances, 3);
     let forward = node(tree, "train;train_step;forward");
-    assert_eq!((forward.busy_ns(), forward.self_ns()), (4 * 305_000, 4 * 5_000));
+    assert_eq!(
+        (forward.busy_ns(), forward.self_ns()),
+        (4 * 305_000, 4 * 5_000)
+    );
     assert_nodes_add_up(tree);
     // The table agrees: calls and self per name are the nodes' sums.
     let linear = support::span(&snap, "linear");
@@ -527,7 +530,10 @@ fn a_layer_created_once_sits_under_each_pass_that_enters_it() {
         folded.contains("train;train_step;forward;linear 1200000"),
         "{folded}"
     );
-    assert!(!folded.lines().any(|l| l.starts_with("linear ")), "{folded}");
+    assert!(
+        !folded.lines().any(|l| l.starts_with("linear ")),
+        "{folded}"
+    );
 }
 
 /// A spawned task keeps the path it was created in, and its time, run detached from its

@@ -10,14 +10,14 @@
 //! version, a spanprof version bump: `run.crate_version` is in the profile), refresh the files:
 //!
 //! ```sh
-//! SPANPROF_BLESS=1 cargo test --test golden
+//! SPANPROF_BLESS=1 cargo test --test it golden::
 //! ```
 //!
 //! With `SPANPROF_BLESS=1` the tests write the files instead of comparing (and say so on
 //! stderr); review the diff with `git diff tests/data/` before committing it. See
 //! `tests/data/README.md`.
 
-mod support;
+use crate::support;
 
 use std::cell::Cell;
 use std::io::Write as _;
@@ -30,12 +30,17 @@ use spanprof::output::Table;
 use spanprof::profile::SCHEMA_VERSION;
 use spanprof::{Preset, ProfileLayer, ReportTarget, Snapshot};
 use support::span;
-use tracing::{info_span, Dispatch};
+use tracing::Dispatch;
 use tracing_subscriber::prelude::*;
 
-// The real run below is at `detailed`: with the counting allocator its report has heap figures.
-#[global_allocator]
-static ALLOC: spanprof::CountingAlloc = spanprof::CountingAlloc::system();
+/// The script's spans keep the target they had when this file was a test binary of its own
+/// (`golden`, its module path then; now `it::golden`): the golden files carry it, and so does
+/// `profile-v3-golden.json`, which stands for an earlier version's output and is never refreshed.
+macro_rules! info_span {
+    ($($arg:tt)+) => {
+        tracing::info_span!(target: "golden", $($arg)+)
+    };
+}
 
 const REPORT_FILE: &str = "golden-report.txt";
 const PROFILE_FILE: &str = "golden-profile.json";
@@ -179,7 +184,7 @@ struct Golden {
     json: String,
 }
 
-/// The golden run, once per test binary. With `SPANPROF_BLESS=1` it also writes the files,
+/// The golden run, once per process. With `SPANPROF_BLESS=1` it also writes the files,
 /// before any test reads them.
 fn golden() -> &'static Golden {
     static GOLDEN: OnceLock<Golden> = OnceLock::new();
@@ -212,7 +217,7 @@ fn read_data(file: &str) -> String {
     let path = data_dir().join(file);
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "reading {}: {e}\n(create it with: SPANPROF_BLESS=1 cargo test --test golden)",
+            "reading {}: {e}\n(create it with: SPANPROF_BLESS=1 cargo test --test it golden::)",
             path.display()
         )
     })
@@ -242,7 +247,7 @@ fn assert_golden(file: &str, actual: &str) {
          actual: {got:?}\n\
          ({} lines golden, {} lines now; None = past the end)\n\
          If the change is intended, refresh the golden files with\n  \
-         SPANPROF_BLESS=1 cargo test --test golden\n\
+         SPANPROF_BLESS=1 cargo test --test it golden::\n\
          and review `git diff tests/data/`.",
         expected.lines().count(),
         actual.lines().count(),
@@ -393,7 +398,8 @@ fn profiles_of_earlier_versions_are_read() {
     }
 }
 
-/// A real run (real clock, samplers, heap counting) at `detailed`.
+/// A real run (real clock, samplers, heap counting: `CountingAlloc` is this binary's allocator,
+/// `tests/it/main.rs`) at `detailed`.
 fn real_workload() {
     let kept = info_span!("cache").in_scope(|| vec![7u8; 256 * 1024]);
     let pool = info_span!("pool");

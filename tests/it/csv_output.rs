@@ -1,8 +1,7 @@
 //! `report.csv`: every cell against the profile it came from, read back with the `csv` crate's
 //! reader; names with commas, quotes and newlines round-trip; units in the headers.
-#![cfg(feature = "csv")]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -175,7 +174,7 @@ fn every_cell_is_the_profiles_and_names_round_trip() {
 #[test]
 fn resource_columns_are_the_profiles() {
     let snap = Snapshot::from_json(
-        include_str!("data/profile-v2-detailed.json"),
+        include_str!("../data/profile-v2-detailed.json"),
         "profile-v2-detailed.json",
     )
     .unwrap();
@@ -267,7 +266,7 @@ fn overhead_and_sampled_cpu_columns_are_the_profiles() {
     }
     // Sampled CPU figures: the entries not read, per span name.
     let mut json: serde_json::Value =
-        serde_json::from_str(include_str!("data/profile-v2-detailed.json")).unwrap();
+        serde_json::from_str(include_str!("../data/profile-v2-detailed.json")).unwrap();
     let spans = json["spans"].as_array_mut().unwrap();
     spans[0]["resources"]["cpu"]["skipped_entries"] = serde_json::json!(17);
     let sampled = spans[0]["name"].as_str().unwrap().to_string();

@@ -7,7 +7,7 @@
 //! of `items` per name (spanprof's throughput sum, and the reference layer's) tells which spans
 //! of that name were seen, not only how many.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

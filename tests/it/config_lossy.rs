@@ -6,8 +6,10 @@
 //! Each case runs this binary's `child` test in a child process with the variables set: the
 //! tests never change their own process's environment.
 
+use crate::support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use spanprof::{CpuClock, Preset, ProfileLayer, ReportTarget, Resources, Snapshot};
 use tracing_subscriber::prelude::*;
@@ -32,11 +34,8 @@ struct Run {
 /// Runs the `child` test in a process of its own, in `mode`, with `vars` (and none of this
 /// process's `SPANPROF*` or `RUST_LOG`).
 fn run_child(mode: &str, out: &Path, vars: &[(&str, &str)]) -> Run {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
-        .env(OUT, out);
+    let mut command = support::child_test(module_path!(), "child");
+    command.env(CHILD, mode).env(OUT, out);
     for (var, _) in std::env::vars_os() {
         let name = var.to_string_lossy();
         if (name.starts_with("SPANPROF") && name != CHILD && name != OUT) || name == "RUST_LOG" {
@@ -44,11 +43,13 @@ fn run_child(mode: &str, out: &Path, vars: &[(&str, &str)]) -> Run {
         }
     }
     command.envs(vars.iter().copied());
+    let output = command.output().unwrap();
+    support::assert_ran_one_test(&output);
     let Output {
         status,
         stdout,
         stderr,
-    } = command.output().unwrap();
+    } = output;
     Run {
         status,
         stdout: String::from_utf8_lossy(&stdout).into_owned(),

@@ -8,7 +8,7 @@ use spanprof::Snapshot;
 /// The golden run's profile (preset `basic`, mock clock), to edit.
 fn golden() -> Snapshot {
     Snapshot::from_json(
-        include_str!("data/golden-profile.json"),
+        include_str!("../data/golden-profile.json"),
         "golden-profile.json",
     )
     .unwrap()
@@ -284,7 +284,7 @@ fn async_spans_lead_with_latency_and_errors_per_instance() {
 
 #[test]
 fn errored_instances_read_as_zero_from_older_profiles_and_round_trip() {
-    let v1 = Snapshot::from_json(include_str!("data/profile-v1-basic.json"), "v1").unwrap();
+    let v1 = Snapshot::from_json(include_str!("../data/profile-v1-basic.json"), "v1").unwrap();
     assert!(v1.spans.iter().all(|s| s.errored_instances == 0));
     let mut snap = golden();
     span_mut(&mut snap, "request").errored_instances = 1;
@@ -296,7 +296,7 @@ fn errored_instances_read_as_zero_from_older_profiles_and_round_trip() {
 #[test]
 fn rss_growth_is_labelled_per_instance() {
     let snap = Snapshot::from_json(
-        include_str!("data/profile-v2-detailed.json"),
+        include_str!("../data/profile-v2-detailed.json"),
         "profile-v2-detailed.json",
     )
     .unwrap();
@@ -331,7 +331,7 @@ fn rss_growth_is_labelled_per_instance() {
 #[test]
 fn gpu_memory_growth_is_labelled_per_instance() {
     // generate_dataset (the first span) with one GPU device: 2 instances grew 3 MiB in all.
-    let json = include_str!("data/profile-v2-detailed.json").replacen(
+    let json = include_str!("../data/profile-v2-detailed.json").replacen(
         "\"resources\": {",
         r#""resources": {
         "gpus": [{ "device": 0, "instances": 2, "memory_delta_bytes": 3145728,

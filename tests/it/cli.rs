@@ -6,15 +6,14 @@
 //! them and review the diff:
 //!
 //! ```text
-//! SPANPROF_BLESS=1 cargo test --features cli --test cli
+//! SPANPROF_BLESS=1 cargo test --features cli --test it cli::
 //! ```
 //!
 //! The input profiles were made by the training example (`--epochs 1`; `--slowdown 20` for
 //! the slow one; `SPANPROF=detailed` for the detailed one), host and command line anonymised:
 //! see `tests/data/README.md`.
-#![cfg(feature = "cli")]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,14 +71,14 @@ fn golden(name: &str, actual: &str) {
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "reading {}: {e}\n(create it with: SPANPROF_BLESS=1 cargo test --features cli --test cli)",
+            "reading {}: {e}\n(create it with: SPANPROF_BLESS=1 cargo test --features cli --test it cli::)",
             path.display()
         )
     });
     assert_eq!(
         actual,
         expected,
-        "{name} differs from {}; if the change is intended: SPANPROF_BLESS=1 cargo test --features cli --test cli",
+        "{name} differs from {}; if the change is intended: SPANPROF_BLESS=1 cargo test --features cli --test it cli::",
         path.display()
     );
 }

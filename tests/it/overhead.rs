@@ -1,7 +1,7 @@
 //! spanprof's own cost, end to end: the estimate in the profile and the report, the names it
 //! costs most in, and the CPU clock read for 1 entry in N of short names (marked as sampled).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

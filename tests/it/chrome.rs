@@ -1,8 +1,7 @@
 //! Chrome traces through tracing-chrome: the files a run writes parse, nest, hold only the active
 //! steps, agree with spanprof's histograms, and survive a panic and Ctrl-C.
-#![cfg(feature = "chrome")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -501,12 +500,12 @@ fn ctrlc_child() {
 fn ctrl_c_finishes_the_open_window_and_exits_130() {
     let dir = temp_dir("ctrlc");
     let out = temp_dir("ctrlc-out");
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "ctrlc_child", "--nocapture", "--test-threads=1"])
+    let output = support::child_test(module_path!(), "ctrlc_child")
         .env("SPANPROF_CTRLC_CHILD", &dir)
         .env("SPANPROF_CTRLC_OUT", &out)
         .output()
         .unwrap();
+    support::assert_ran_one_test(&output);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(130), "child stderr:\n{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
@@ -646,7 +645,7 @@ fn windows_that_cannot_be_written_are_each_reported_and_leave_no_partial_file() 
 #[test]
 fn skipped_windows_are_in_the_profile_and_the_report() {
     let mut snapshot =
-        spanprof::Snapshot::from_json(include_str!("data/profile-v1-basic.json"), "test data")
+        spanprof::Snapshot::from_json(include_str!("../data/profile-v1-basic.json"), "test data")
             .unwrap();
     assert_eq!(
         snapshot.dropped.trace_windows_skipped, 0,

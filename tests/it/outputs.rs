@@ -1,7 +1,7 @@
 //! The output interface: custom formats, every failing output reported, and resources switched
 //! while the program runs.
 
-mod support;
+use crate::support;
 
 use std::io::{self, Write};
 
@@ -83,7 +83,7 @@ fn every_failing_output_is_reported_and_the_others_written() {
     let dir = support::temp_dir("failing-outputs");
     // /proc takes no new files: the report and the profile fail, the custom output works.
     // (Outputs added with `with_output` are not checked by build(); the report file and the
-    // output directory are, see tests/output_faults.rs.)
+    // output directory are, see tests/it/output_faults.rs.)
     let (layer, guard) = ProfileLayer::builder()
         .with_env(false)
         .with_report(ReportTarget::Off)
@@ -121,16 +121,19 @@ fn every_failing_output_is_reported_and_the_others_written() {
 #[test]
 fn resources_step_down_while_the_program_runs() {
     // Thread CPU time is available on every supported platform; heap needs the counting
-    // allocator, which this test binary does not install.
+    // allocator, which this test binary installs (tests/it/main.rs): without it, the profile
+    // would be built without heap.
     let (dispatch, guard) =
         support::install(ProfileLayer::builder().with_resources(Resources::CPU | Resources::HEAP));
     let handle = guard.handle();
-    let expected = if cfg!(any(target_os = "linux", target_os = "android")) {
+    let cpu = if cfg!(any(target_os = "linux", target_os = "android")) {
         Resources::CPU
     } else {
         Resources::NONE
     };
-    assert_eq!(handle.resources(), expected, "heap is not available here");
+    assert!(spanprof::alloc::HeapCounters::installed());
+    let expected = cpu | Resources::HEAP;
+    assert_eq!(handle.resources(), expected, "what is available here");
     tracing::dispatcher::with_default(&dispatch, || {
         for _ in 0..10 {
             tracing::info_span!("before").in_scope(|| {});
@@ -154,7 +157,7 @@ fn resources_step_down_while_the_program_runs() {
             .and_then(|r| r.cpu.as_ref())
             .map(|c| (c.entries, c.skipped_entries))
     };
-    if expected == Resources::CPU {
+    if cpu == Resources::CPU {
         // Short entries: the CPU clock is read for the first of every 32 (all of them where the
         // clock is not calibrated).
         let before = cpu_entries("before").unwrap();
@@ -485,7 +488,7 @@ fn an_output_filter_matching_nothing_is_named_in_the_report() {
 #[test]
 fn self_times_past_what_a_sum_holds_never_panic_an_output() {
     let mut snapshot = Snapshot::from_json(
-        include_str!("data/golden-profile.json"),
+        include_str!("../data/golden-profile.json"),
         "golden-profile.json",
     )
     .unwrap();

@@ -1,8 +1,7 @@
 //! The `/metrics` endpoint (feature `http`): what it answers, scrapes while threads record, and
 //! a real Prometheus server scraping it on loopback.
-#![cfg(feature = "http")]
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -32,6 +31,14 @@ fn http(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(u16, Str
     Ok((status, head.to_string(), body.to_string()))
 }
 
+/// The series of the calls of span `span` recorded here (target: this module's path).
+fn calls_series(span: &str) -> String {
+    format!(
+        r#"spanprof_span_calls_total{{span="{span}",target="{}"}}"#,
+        module_path!()
+    )
+}
+
 /// The value of the sample line that starts with `series` (name and labels as written).
 fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
@@ -44,7 +51,7 @@ fn the_endpoint_serves_a_fresh_exposition_per_scrape() {
         support::install(ProfileLayer::builder().with_metrics_addr(([127, 0, 0, 1], 0)));
     let addr = guard.metrics_addr().expect("the endpoint is served");
     assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
-    let series = r#"spanprof_span_calls_total{span="served",target="http_endpoint"}"#;
+    let series = &calls_series("served");
     for round in 1..=3u32 {
         tracing::dispatcher::with_default(&dispatch, || {
             tracing::info_span!("served").in_scope(|| {});
@@ -85,7 +92,7 @@ fn scrapes_while_threads_record_lose_nothing() {
     let addr = guard.metrics_addr().unwrap();
     const THREADS: u64 = 2;
     const SPANS: u64 = 20_000;
-    let series = r#"spanprof_span_calls_total{span="busy",target="http_endpoint"}"#;
+    let series = &calls_series("busy");
     let scrapes = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..THREADS)
             .map(|_| {
@@ -231,7 +238,7 @@ fn a_real_prometheus_server_scrapes_the_endpoint() {
         panic!("Prometheus never returned the series; last answer {last}\nits log:\n{log}");
     };
     assert_eq!(value.as_str(), Some(calls.to_string().as_str()), "{metric}");
-    assert_eq!(metric["target"], "http_endpoint");
+    assert_eq!(metric["target"], module_path!());
     assert_eq!(metric["job"], "spanprof");
     assert_eq!(metric["instance"], target.to_string());
     drop(guard);
@@ -253,7 +260,7 @@ fn the_endpoint_shows_the_span_names_every_output_shows() {
     });
     let (status, _, body) = http(addr, "GET", "/metrics").unwrap();
     assert_eq!(status, 200);
-    let kept = r#"spanprof_span_calls_total{span="kept_name",target="http_endpoint"}"#;
+    let kept = &calls_series("kept_name");
     assert_eq!(sample(&body, kept), Some(1.0), "{body}");
     assert!(!body.contains(r#"span="left_out""#), "{body}");
     // The profile itself keeps every name.

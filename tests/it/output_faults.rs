@@ -1,7 +1,7 @@
 //! Outputs under faults: a render that fails or panics midway, several failing outputs, and
 //! directories that cannot be written, found when the profiler is built.
 
-mod support;
+use crate::support;
 
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
@@ -167,20 +167,40 @@ fn finish_logs_one_warning_per_failed_output() {
 #[cfg(target_os = "linux")]
 #[test]
 fn an_output_directory_that_cannot_be_created_fails_the_build() {
+    // Through SPANPROF_OUT: in a child process of this test alone, with the variable set (this
+    // process's environment is left as it is: other tests read it).
+    const CHILD: &str = "SPANPROF_OUTPUT_FAULTS_ENV_CHILD";
+    let in_child = std::env::var_os(CHILD).is_some();
+    if !in_child {
+        let out = support::child_test(
+            module_path!(),
+            "an_output_directory_that_cannot_be_created_fails_the_build",
+        )
+        .env(CHILD, "1")
+        .env("SPANPROF_OUT", "/proc/nonexistent/y")
+        .output()
+        .unwrap();
+        support::assert_ran_one_test(&out);
+        assert!(
+            out.status.success(),
+            "the SPANPROF_OUT case failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     for (dir, env) in [
         ("/proc/nonexistent/x", false),
         ("/proc/nonexistent/y", true),
     ] {
+        if env != in_child {
+            continue;
+        }
         let builder = ProfileLayer::builder().with_report(ReportTarget::Off);
         let result = if env {
-            // Through SPANPROF_OUT: this binary's only test that sets a variable, and it
-            // removes it before anything else reads it (other tests here use with_env(false)).
             // Strict: otherwise a variable's directory that cannot be written is replaced by
-            // the builder's, with a warning (tests/config_lossy.rs).
-            std::env::set_var("SPANPROF_OUT", dir);
-            let r = builder.with_strict_env(true).build();
-            std::env::remove_var("SPANPROF_OUT");
-            r
+            // the builder's, with a warning (tests/it/config_lossy.rs).
+            assert_eq!(std::env::var("SPANPROF_OUT").as_deref(), Ok(dir));
+            builder.with_strict_env(true).build()
         } else {
             builder.with_env(false).with_output_dir(dir).build()
         };
@@ -376,12 +396,12 @@ fn a_dropped_guard_tells_each_failure_once_on_stderr() {
     for mode in ["none", "fmt"] {
         let dir = support::temp_dir(&format!("drop-child-{mode}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "drop_child", "--nocapture", "--test-threads=1"])
+        let out = support::child_test(module_path!(), "drop_child")
             .env("SPANPROF_DROP_CHILD", mode)
             .env("SPANPROF_DROP_DIR", &dir)
             .output()
             .unwrap();
+        support::assert_ran_one_test(&out);
         assert!(out.status.success(), "{out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         let told: Vec<&str> = stderr

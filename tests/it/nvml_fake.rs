@@ -4,9 +4,8 @@
 //! Each test compiles its own copy of the fake into its own directory and configures it with a
 //! `fake_nvml.conf` file there, which the fake reads at every call. Copies loaded from different
 //! paths share nothing, so the tests run in parallel without touching the environment.
-#![cfg(all(target_os = "linux", feature = "nvml"))]
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -495,22 +494,21 @@ fn full_preset_finds_the_fake_on_the_loader_path() {
     }
     let fake = fake!("loader_path");
     fake.configure("POWER_MW=150000\nUTIL=37\nNAME=Loader Path GPU\n");
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "full_preset_finds_the_fake_on_the_loader_path",
-            "--nocapture",
-        ])
-        .env("LD_LIBRARY_PATH", &fake.dir)
-        .env("SPANPROF_FAKE_NVML_CHILD", "1")
-        .output()
-        .unwrap();
+    let out = support::child_test(
+        module_path!(),
+        "full_preset_finds_the_fake_on_the_loader_path",
+    )
+    .env("LD_LIBRARY_PATH", &fake.dir)
+    .env("SPANPROF_FAKE_NVML_CHILD", "1")
+    .output()
+    .unwrap();
     assert!(
         out.status.success(),
         "child failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    support::assert_ran_one_test(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
 }
 
