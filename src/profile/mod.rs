@@ -5,8 +5,9 @@
 //! ([`Snapshot::from_json`], [`Snapshot::read_json`]) renders byte for byte as the live one did.
 //!
 //! The JSON profile is this model serialised with `serde_json`; its schema is documented in the
-//! README ("JSON profile"). Histograms are stored whole, as HdrHistogram V2 + deflate, base64,
-//! so profiles merge and compare exactly and any HdrHistogram implementation can read them.
+//! guide's `docs/profile-format.md`. Histograms are stored whole, as HdrHistogram V2 + deflate,
+//! base64, so profiles merge and compare exactly and any HdrHistogram implementation can read
+//! them.
 //!
 //! # Versions
 //!
@@ -14,7 +15,7 @@
 //! - **1**: timing only.
 //! - **2**: adds `resources` to the profile and to each span.
 //! - **3**: drops the per-span `resources.leak` (leak suspicion is now an analysis of the
-//!   profile, [`crate::analysis::leaks`]) and adds `resources.rss_bytes_at_end` and
+//!   profile, [`leaks`]) and adds `resources.rss_bytes_at_end` and
 //!   `resources.heap_bytes_at_end`, which that analysis reads.
 //! - **4**: adds optional fields only: the `tree` ([`CallTree`], statistics per call path),
 //!   spanprof's own cost (`overhead`, and `overhead_ns` per
@@ -222,8 +223,9 @@ impl BackoffStep {
     }
 }
 
-/// spanprof's own cost: calibrated per-span costs times what was recorded, plus the measured
-/// time of its readings on the span path.
+/// spanprof's own cost: each span name's cost per span (measured as the program ran, where that
+/// is sure, else calibrated at start-up) times its spans recorded, plus the measured time of its
+/// readings on the span path.
 ///
 /// The estimate leaves out the sampler thread (well under 0.1% of a core at 100 ms), the
 /// tracing registry's own cost (there with or without spanprof) and start-up and output.
@@ -264,13 +266,14 @@ pub struct Overhead {
     /// sampled entries are read at least this much of its time apart, and
     /// [`Overhead::cpu_every_entry_from_ns`] is at least this, ns (absent: no gap). Most of the
     /// scheduler's switches then happen at ticks, where they would without spanprof; see the
-    /// README's "No distortion".
+    /// guide's `docs/resources-and-gpu.md`, "Thread CPU time" (its "No distortion" paragraph).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cpu_sample_gap_ns: u64,
     /// spanprof's measured time reading resources at enters and exits (CPU clock, heap
     /// counters), preemption inside included, ns: kept out of every span's busy and self time.
     pub readings_ns: u64,
-    /// Estimated total: spans × (`measured_span_ns`, else `span_cost_ns`) + `readings_ns`, ns.
+    /// Estimated total: over every span name, its spans × its cost per span (measured where
+    /// sure, else `span_cost_ns`), plus `readings_ns`, ns.
     pub estimated_ns: u64,
     /// The process's CPU time (every thread) at the snapshot, ns, where readable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -282,7 +285,8 @@ pub struct Overhead {
     /// (where perf events are not allowed, e.g. a container's seccomp profile, or with
     /// `SPANPROF_CPU_CLOCK=thread`); absent when none was read. The latter draws the scheduler's
     /// switches into its reads on a shared CPU: spanprof shares those waits out over the spans
-    /// (see the README's "No distortion"), less exactly than the perf event avoids them.
+    /// (see the guide's `docs/resources-and-gpu.md`, "Thread CPU time"), less exactly than the
+    /// perf event avoids them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_clock: Option<String>,
 }
@@ -473,10 +477,11 @@ pub struct SpanStats {
     /// Resources used by spans of this name (`detailed` and `full` presets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<SpanResources>,
-    /// spanprof's estimated cost in spans of this name (their count × the calibrated cost of a
-    /// span, plus the measured time of their readings), ns; absent where not calibrated
-    /// (schema 4). Compare with `entry_busy.total_ns`: a span of 80 ns instrumented at 40 ns is
-    /// mostly spanprof.
+    /// spanprof's estimated cost in spans of this name (their count, or their entries for spans
+    /// entered several times, × the name's cost per span: measured where sure
+    /// ([`Overhead::span_ns_sure`]), else calibrated; plus the measured time of their
+    /// readings), ns; absent where not calibrated (schema 4). Compare with
+    /// `entry_busy.total_ns`: a span of 80 ns instrumented at 40 ns is mostly spanprof.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead_ns: Option<u64>,
     /// Set when the automatic back-off sampled this name's spans (its second stage): the

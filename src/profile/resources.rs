@@ -231,7 +231,8 @@ pub struct ResourceInfo {
     pub sampler_cpu_ns: u64,
     /// Grid intensity for CO2e, g/kWh.
     pub grid_g_per_kwh: Option<f64>,
-    /// The samples (bounded: see the README).
+    /// The samples: 2048 over the whole run, their stride doubling, plus the last 512 (see the
+    /// guide's `docs/resources-and-gpu.md`, "The sampler thread").
     pub timeline: Vec<Sample>,
     /// RSS when the snapshot was taken, bytes (schema v3; absent in older profiles).
     #[serde(default, skip_serializing_if = "Option::is_none")]
