@@ -37,7 +37,8 @@
 //! ([`SpanStats::sampled`](crate::profile::SpanStats::sampled): N, since when, the spans left
 //! out). Figures of a sampled name: calls, instances and created exact; histograms (per-call
 //! times, percentiles), resources and the call tree from the spans recorded; totals scaled
-//! (mean × calls, [`SpanStats::scaled_total_ns`](crate::profile::SpanStats::scaled_total_ns));
+//! (each span left out counted at the name's running mean, the figure its parent's child time
+//! got: [`SpanStats::scaled_total_ns`](crate::profile::SpanStats::scaled_total_ns));
 //! its parent's self time kept unbiased by adding the name's running mean for each span left
 //! out (error stated in `record/sampling.rs`).
 

@@ -1014,7 +1014,7 @@ pub(crate) fn sampled_note(overhead: Option<&Overhead>) -> String {
 
 /// What `≈` means in every report.
 pub(crate) const SAMPLED_NOTE: &str = "≈ sampled by the back-off: calls exact, per-call times \
-     from the spans recorded, totals = mean × calls";
+     from the spans recorded, totals with the running mean of each span left out";
 
 /// The names the back-off sampled: each with its largest N, from when, and how many spans
 /// were left out.

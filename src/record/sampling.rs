@@ -346,7 +346,7 @@ mod tests {
         assert_eq!((child.calls, child.created, child.instances), (80, 80, 80));
         assert_eq!(child.busy.count, 8 + 9 * 2);
         assert_eq!(child.busy.total_ns, 26 * 2_000);
-        // The total scaled to every span: mean × calls.
+        // The total with every span left out at the running mean (steady here: mean × calls).
         assert_eq!(child.scaled_total_ns(&child.busy), 80 * 2_000);
         // The parent's self time is its own 1 µs each: the children left out are not in it.
         let parent = snap.span("parent").unwrap();

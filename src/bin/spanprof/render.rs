@@ -185,7 +185,7 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
         heading(
             &mut f,
             format,
-            "timing per call path (root;...;leaf; busy and self time per instance)",
+            "timing per call path (root;...;leaf; busy and self time per entry)",
         );
         timing_table(&mut f, format, "path", &c.paths);
     }
