@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Makes the input profiles of tests/cli.rs with the training example (one epoch each):
+# Makes the input profiles of tests/it/cli.rs with the training example (one epoch each):
 # tests/data/cli-base.json and cli-base2.json (normal runs), cli-slow.json and cli-slow2.json
 # (`--slowdown 20`), cli-detailed.json (`SPANPROF=detailed`: resources per span). The host
 # and command line are replaced with fixed values. Refresh the golden outputs afterwards:
-#   SPANPROF_BLESS=1 cargo test --features cli --test cli
+#   SPANPROF_BLESS=1 cargo test --features cli --test it cli::
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --release --features cli --example training_loop
