@@ -964,3 +964,304 @@ fn compare_prints_control_characters_of_names_escaped() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The result line of a text comparison, without `result: `.
+fn result_line(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("result: "))
+        .unwrap_or_else(|| panic!("no result line in\n{stdout}"))
+}
+
+/// `compare A B` is one run per side, as `compare A -- B`; three profiles without `--` are a
+/// usage error that says to use `--`.
+#[test]
+fn compare_takes_one_profile_per_side_without_the_separator() {
+    for (base, new, status) in [
+        ("cli-base.json", "cli-slow.json", 1),
+        ("cli-base.json", "cli-base.json", 0),
+        ("cli-slow.json", "cli-base.json", 0),
+    ] {
+        let plain = spanprof(&["compare", base, new]);
+        let dashed = spanprof(&["compare", base, "--", new]);
+        assert_eq!(plain.status, status, "{}{}", plain.stdout, plain.stderr);
+        assert_eq!(plain.status, dashed.status);
+        assert_eq!(plain.stdout, dashed.stdout);
+        assert!(plain.stdout.contains("1 baseline run vs 1 new run"));
+        // Options may come after the profiles too.
+        let md = spanprof(&["compare", base, new, "--format", "markdown"]);
+        assert_eq!(md.status, status);
+        assert_eq!(
+            md.stdout,
+            spanprof(&["compare", "--format", "markdown", base, "--", new]).stdout
+        );
+    }
+    for args in [
+        &[
+            "compare",
+            "cli-base.json",
+            "cli-base2.json",
+            "cli-slow.json",
+        ][..],
+        &["compare", "cli-base.json"][..],
+    ] {
+        let ran = spanprof(args);
+        assert_eq!(ran.status, 2, "{args:?}: {}", ran.stdout);
+        assert!(ran.stdout.is_empty(), "{}", ran.stdout);
+        assert!(
+            ran.stderr.contains("exactly two profiles") && ran.stderr.contains("`--`"),
+            "{}",
+            ran.stderr
+        );
+    }
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
+
+/// `compare --format json`: every name and path judged with its evidence, and the verdicts
+/// and exit status of the text output on the same inputs.
+#[test]
+fn compare_json_has_the_documented_fields_and_agrees_with_the_text() {
+    let cases: [&[&str]; 4] = [
+        &["cli-base.json", "cli-slow.json"],
+        &["cli-base.json", "cli-base.json"],
+        &["cli-slow.json", "cli-base.json"],
+        &[
+            "cli-base.json",
+            "cli-base2.json",
+            "--",
+            "cli-slow.json",
+            "cli-slow2.json",
+        ],
+    ];
+    for profiles in cases {
+        let text = spanprof(&[&["compare"][..], profiles].concat());
+        let ran = spanprof(&[&["compare", "--format", "json"][..], profiles].concat());
+        assert_eq!(ran.status, text.status, "{profiles:?}: {}", ran.stderr);
+        let j = json(&ran.stdout);
+        assert_eq!(j["version"], 1);
+        assert_eq!(j["command"], "compare");
+        assert_eq!(j["exit_status"], ran.status);
+        assert_eq!(j["regressed"], ran.status == 1);
+        assert_eq!(j["result"], result_line(&text.stdout));
+        let several = profiles.contains(&"--");
+        assert_eq!(j["low_confidence"], !several);
+        assert_eq!(j["base_runs"], if several { 2 } else { 1 });
+        for key in ["metric", "threshold_pct", "min_calls", "min_shift_ns"] {
+            assert!(!j["options"][key].is_null(), "options.{key}");
+        }
+        assert!(j["overall_ratio"].is_f64());
+        for key in [
+            "counts",
+            "budgets",
+            "only_in_base",
+            "only_in_new",
+            "paths_only_in_base",
+            "paths_only_in_new",
+        ] {
+            assert!(j[key].is_array(), "{key}");
+        }
+        let mut regressions = 0;
+        for (list, section) in [
+            ("timings", "timing per span name"),
+            ("paths", "timing per call path"),
+        ] {
+            let rows = j[list].as_array().unwrap();
+            assert!(!rows.is_empty(), "{list}");
+            // The text table of this section, row by row (name first, verdict last).
+            let table: Vec<&str> = text
+                .stdout
+                .split_once(section)
+                .unwrap()
+                .1
+                .lines()
+                .skip(2)
+                .take_while(|l| !l.is_empty())
+                .collect();
+            assert_eq!(table.len(), rows.len(), "{list}");
+            for (row, line) in rows.iter().zip(&table) {
+                for key in [
+                    "name",
+                    "target",
+                    "metric",
+                    "base_ns",
+                    "new_ns",
+                    "change_pct",
+                    "threshold_pct",
+                    "verdict",
+                ] {
+                    assert!(row.get(key).is_some(), "{list}: {key} in {row}");
+                }
+                let e = &row["evidence"];
+                for key in [
+                    "decided_by",
+                    "shift_ns",
+                    "min_shift_ns",
+                    "min_calls",
+                    "base_min_calls",
+                    "new_min_calls",
+                    "base_spread_ns",
+                    "new_spread_ns",
+                    "base_values_ns",
+                    "new_values_ns",
+                ] {
+                    assert!(e.get(key).is_some(), "{list}: evidence.{key} in {row}");
+                }
+                let name = row["name"].as_str().unwrap();
+                let verdict = row["verdict"].as_str().unwrap();
+                assert!(line.starts_with(&format!("{name} ")), "{line} / {name}");
+                assert!(
+                    line.contains(&format!("  {}", verdict.replace('_', " "))),
+                    "{line} / {verdict}"
+                );
+                let decided = e["decided_by"].as_str().unwrap();
+                let expected: &[&str] = match verdict {
+                    "regression" | "improvement" => {
+                        if several {
+                            &["beyond_threshold_and_noise"]
+                        } else {
+                            &["beyond_threshold"]
+                        }
+                    }
+                    "unchanged" => &["within_threshold", "below_min_shift"],
+                    "within_noise" => &["within_noise"],
+                    "too_few_calls" => &["too_few_calls"],
+                    other => panic!("verdict {other}"),
+                };
+                assert!(expected.contains(&decided), "{verdict}: {decided}");
+                if verdict == "regression" {
+                    regressions += 1;
+                    assert!(
+                        j["result"].as_str().unwrap().contains(name),
+                        "{name} not in {}",
+                        j["result"]
+                    );
+                }
+                assert_eq!(e["base_spread_ns"].is_null(), !several);
+            }
+        }
+        assert_eq!(regressions > 0, ran.status == 1, "{profiles:?}");
+    }
+}
+
+/// `top --format json`: the findings of the text output, each with its figures and where in
+/// the call tree; `report --format json` is the profile.
+#[test]
+fn top_and_report_json_have_the_documented_fields() {
+    let detailed = read("cli-detailed.json");
+    let text = spanprof(&["top", "cli-detailed.json"]);
+    let ran = spanprof(&["top", "--format", "json", "cli-detailed.json"]);
+    assert_eq!(ran.status, 0, "{}", ran.stderr);
+    let j = json(&ran.stdout);
+    assert_eq!(j["version"], 1);
+    assert_eq!(j["command"], "top");
+    assert_eq!(j["span_names"], detailed.spans.len());
+    assert_eq!(j["run_duration_ns"], detailed.run.duration_ns);
+    let findings = j["findings"].as_array().unwrap();
+    let lines: Vec<&str> = text
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .collect();
+    assert_eq!(findings.len(), lines.len());
+    let tree = detailed.tree.as_ref().unwrap();
+    for (f, line) in findings.iter().zip(&lines) {
+        for key in ["kind", "name", "target", "paths", "figures", "text"] {
+            assert!(f.get(key).is_some(), "{key} in {f}");
+        }
+        assert_eq!(f["text"], *line);
+        let paths = f["paths"].as_array().unwrap();
+        match f["kind"].as_str().unwrap() {
+            "hot_path" => {
+                let (i, _) = tree
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|(_, n)| n.self_time.total_ns)
+                    .unwrap();
+                assert_eq!(paths.len(), 1);
+                assert_eq!(paths[0], tree.path(i).join(";"));
+                assert!(f["figures"]["share_pct"].is_f64());
+            }
+            "self_time" => {
+                let name = f["name"].as_str().unwrap();
+                let span = detailed.span(name).unwrap();
+                assert_eq!(f["figures"]["self_ns"], span.entry_self.total_ns);
+                assert!(!paths.is_empty());
+                for p in paths {
+                    assert!(p.as_str().unwrap().ends_with(name), "{p}");
+                }
+            }
+            _ => {}
+        }
+    }
+    let report = spanprof(&["report", "--format", "json", "cli-detailed.json"]);
+    assert_eq!(report.status, 0);
+    let back = Snapshot::from_json(&report.stdout, "report --format json").unwrap();
+    assert_eq!(back.spans.len(), detailed.spans.len());
+}
+
+/// Every `spanprof …` line of the ```sh blocks of docs/agents.md runs on test profiles (the
+/// file names there replaced by test data), with an exit status the line's comment allows;
+/// `compare --format json` says the exit status it returned.
+#[test]
+fn every_command_of_the_agent_guide_runs() {
+    let doc = include_str!("../../docs/agents.md");
+    let files = [
+        ("prof/base/profile.json", "cli-base.json"),
+        ("prof/base2/profile.json", "cli-base2.json"),
+        ("prof/new/profile.json", "cli-slow.json"),
+        ("prof/new2/profile.json", "cli-slow2.json"),
+    ];
+    let mut ran_lines = 0;
+    let mut in_sh = false;
+    for line in doc.lines() {
+        if line.starts_with("```") {
+            in_sh = line == "```sh";
+            continue;
+        }
+        if !in_sh || !line.starts_with("spanprof ") {
+            continue;
+        }
+        let (command, comment) = line.split_once('#').unwrap_or((line, ""));
+        let allowed: Vec<i32> = comment
+            .trim()
+            .strip_prefix("exit status ")
+            .unwrap_or_else(|| panic!("{line}: say its exit status (# exit status 0 or 1)"))
+            .split(" or ")
+            .map(|s| s.trim().parse().unwrap())
+            .collect();
+        let args: Vec<&str> = command
+            .split_whitespace()
+            .skip(1)
+            .map(|w| files.iter().find(|(doc, _)| *doc == w).map_or(w, |f| f.1))
+            .collect();
+        for a in &args {
+            assert!(
+                !a.ends_with(".json") || data(a).exists(),
+                "{line}: no test profile for {a}"
+            );
+        }
+        let ran = spanprof(&args);
+        assert!(
+            allowed.contains(&ran.status),
+            "{line}: exit status {} ({})",
+            ran.status,
+            ran.stderr
+        );
+        assert!(!ran.stdout.is_empty(), "{line}");
+        if args.contains(&"json") {
+            let j = json(&ran.stdout);
+            if args[0] == "compare" {
+                assert_eq!(j["exit_status"], ran.status, "{line}");
+            }
+        }
+        ran_lines += 1;
+    }
+    assert!(
+        ran_lines >= 7,
+        "{ran_lines} spanprof commands in docs/agents.md"
+    );
+}

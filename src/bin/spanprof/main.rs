@@ -2,9 +2,10 @@
 //!
 //! ```text
 //! spanprof report PROFILE.json [--format FORMAT] [--top N] [--filter SELECTION]
-//! spanprof compare [--metric p50] [--threshold 15%] [--policy FILE] BASE.json... -- NEW.json...
+//! spanprof compare [--metric p50] [--threshold 15%] [--policy FILE] [--format text|markdown|json] BASE.json NEW.json
+//! spanprof compare [OPTIONS] BASE.json... -- NEW.json...
 //! spanprof merge A.json B.json... -o ALL.json
-//! spanprof top PROFILE.json [--format text|markdown]
+//! spanprof top PROFILE.json [--format text|markdown|json]
 //! ```
 //!
 //! `FORMAT` is one of `table` (the default), `json`, `markdown`, `html`, `csv`, `csv-metrics`,
@@ -15,6 +16,7 @@
 //! Exit status: 0 = done (no regression), 1 = `compare` found a regression, 2 = bad input
 //! (one line on stderr naming the file and the problem).
 
+mod json;
 mod policy;
 mod render;
 
@@ -22,7 +24,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use spanprof::analysis::{self, CompareOptions, Measure};
 use spanprof::output::{format_named, Selection, FORMAT_NAMES};
@@ -53,8 +55,9 @@ enum Command {
         #[arg(long)]
         filter: Vec<String>,
     },
-    /// Compares baseline runs with new runs: `spanprof compare [OPTIONS] BASE... -- NEW...`
-    /// (options before `--`: everything after it is a new run).
+    /// Compares baseline runs with new runs: `spanprof compare [OPTIONS] BASE NEW` for one run
+    /// per side, `spanprof compare [OPTIONS] BASE... -- NEW...` for several (options before
+    /// `--`: everything after it is a new run). Without `--`, exactly two profiles.
     ///
     /// Timing: per span name, the median of each side's runs; a change beyond the threshold
     /// (and --min-shift) is a regression, but with two or more runs per side only if the shift of the medians
@@ -64,11 +67,11 @@ enum Command {
     /// the call tree, each call path (root;...;leaf) is judged too, by its leaf name's rule on
     /// busy and self time per instance. Exit status 1 on a regression of a name or a path.
     Compare {
-        /// Baseline profiles.
-        #[arg(required = true)]
+        /// Baseline profiles (with `--`), or the baseline and the new profile (without).
+        #[arg(required = true, value_name = "BASE")]
         base: Vec<PathBuf>,
         /// New profiles, after `--`.
-        #[arg(last = true, required = true)]
+        #[arg(last = true, value_name = "NEW")]
         new: Vec<PathBuf>,
         /// The timing figure compared [default: p50, or the policy's].
         #[arg(long)]
@@ -87,9 +90,10 @@ enum Command {
         /// A TOML policy file: thresholds per metric and per name glob, budgets.
         #[arg(long)]
         policy: Option<PathBuf>,
-        /// Plain text, or Markdown for a pull-request comment.
-        #[arg(long, short, value_enum, default_value_t = TextFormat::Text)]
-        format: TextFormat,
+        /// Plain text, Markdown for a pull-request comment, or JSON (every judgement with
+        /// its evidence, and the exit status).
+        #[arg(long, short, value_enum, default_value_t = OutFormat::Text)]
+        format: OutFormat,
     },
     /// Merges profiles of several processes, ranks or runs into one, exactly (histograms
     /// added, never percentiles averaged), keeping every input's metadata and timeline.
@@ -105,9 +109,9 @@ enum Command {
     Top {
         /// The profile (profile.json).
         profile: PathBuf,
-        /// Plain text or Markdown.
-        #[arg(long, short, value_enum, default_value_t = TextFormat::Text)]
-        format: TextFormat,
+        /// Plain text, Markdown, or JSON (each finding with its figures).
+        #[arg(long, short, value_enum, default_value_t = OutFormat::Text)]
+        format: OutFormat,
     },
 }
 
@@ -143,6 +147,41 @@ pub(crate) enum TextFormat {
     Text,
     /// Markdown, for a pull-request comment.
     Markdown,
+}
+
+/// How `compare` and `top` print: as [`TextFormat`], or JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OutFormat {
+    /// Plain text for a terminal.
+    Text,
+    /// Markdown, for a pull-request comment.
+    Markdown,
+    /// JSON, for programs and agents.
+    Json,
+}
+
+impl OutFormat {
+    /// The text format, or `None` for JSON.
+    fn text(self) -> Option<TextFormat> {
+        match self {
+            OutFormat::Text => Some(TextFormat::Text),
+            OutFormat::Markdown => Some(TextFormat::Markdown),
+            OutFormat::Json => None,
+        }
+    }
+}
+
+/// `compare`'s runs per side: `BASE NEW` (exactly two profiles, without `--`) or
+/// `BASE... -- NEW...`. `None`: anything else, a usage error.
+fn sides(mut base: Vec<PathBuf>, new: Vec<PathBuf>) -> Option<(Vec<PathBuf>, Vec<PathBuf>)> {
+    if !new.is_empty() {
+        return Some((base, new));
+    }
+    if base.len() == 2 {
+        let new = base.split_off(1);
+        return Some((base, new));
+    }
+    None
 }
 
 /// Bad input: one line naming the input and the problem (exit status 2).
@@ -243,18 +282,31 @@ fn run(command: Command) -> Result<ExitCode, BadInput> {
             if let Some(ns) = min_shift {
                 options.min_shift_ns = ns;
             }
+            let Some((base, new)) = sides(base, new) else {
+                let mut cli = Cli::command();
+                cli.build();
+                let mut compare = cli.find_subcommand("compare").cloned().unwrap_or(cli);
+                compare
+                    .error(
+                        clap::error::ErrorKind::WrongNumberOfValues,
+                        "without `--`, compare takes exactly two profiles (BASE NEW); for several \
+                         runs per side, put `--` between them: compare BASE... -- NEW...",
+                    )
+                    .exit()
+            };
             let base_runs = base
                 .iter()
                 .map(|p| read(p))
                 .collect::<Result<Vec<_>, _>>()?;
             let new_runs = new.iter().map(|p| read(p)).collect::<Result<Vec<_>, _>>()?;
             let comparison = analysis::compare(&base_runs, &new_runs, &options);
-            print(render::comparison(&comparison, &options, format).as_bytes())?;
-            Ok(if comparison.regressed() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            let status: u8 = if comparison.regressed() { 1 } else { 0 };
+            let text = match format.text() {
+                Some(format) => render::comparison(&comparison, &options, format),
+                None => json::comparison(&comparison, &options, &base, &new, status),
+            };
+            print(text.as_bytes())?;
+            Ok(ExitCode::from(status))
         }
         Command::Merge { profiles, output } => {
             let snapshots = profiles
@@ -278,8 +330,40 @@ fn run(command: Command) -> Result<ExitCode, BadInput> {
         Command::Top { profile, format } => {
             let snapshot = read(&profile)?;
             let findings = analysis::top(&snapshot);
-            print(render::findings(&snapshot, &findings, format).as_bytes())?;
+            let text = match format.text() {
+                Some(format) => render::findings(&snapshot, &findings, format),
+                None => json::findings(&snapshot, &findings),
+            };
+            print(text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(names: &[&str]) -> Vec<PathBuf> {
+        names.iter().map(PathBuf::from).collect()
+    }
+
+    /// Without `--`, exactly two profiles are one per side; with it, the sides as given.
+    #[test]
+    fn compare_sides_follow_the_ambiguity_rule() {
+        assert_eq!(
+            sides(paths(&["a", "b"]), vec![]),
+            Some((paths(&["a"]), paths(&["b"])))
+        );
+        assert_eq!(sides(paths(&["a"]), vec![]), None);
+        assert_eq!(sides(paths(&["a", "b", "c"]), vec![]), None);
+        assert_eq!(
+            sides(paths(&["a", "b"]), paths(&["c"])),
+            Some((paths(&["a", "b"]), paths(&["c"])))
+        );
+        assert_eq!(
+            sides(paths(&["a"]), paths(&["b"])),
+            Some((paths(&["a"]), paths(&["b"])))
+        );
     }
 }

@@ -273,7 +273,7 @@ struct Regressed<'a> {
 /// A root span name is also the call path of its name alone: where the name regressed, its
 /// path's regression (the same words) is left out; the path's row stays in its table. A name
 /// (or path) that regressed in two targets is told apart by its target (`step in a::b`).
-fn regressions(c: &Comparison, format: TextFormat) -> Vec<String> {
+pub(crate) fn regressions(c: &Comparison, format: TextFormat) -> Vec<String> {
     let timing = |t: &TimingChange| format!("{} {}", t.metric, change(t.ratio));
     let mut all: Vec<Regressed> = Vec::new();
     for (path, rows) in [(false, &c.timings), (true, &c.paths)] {
@@ -390,117 +390,124 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding], format: TextFo
         return f;
     }
     for finding in findings {
-        let line = match finding {
-            Finding::SelfTime {
-                name,
-                self_ns,
-                share_pct,
-                ..
-            } => format!(
-                "self time: {} holds {share_pct:.1} % of the time inside spans ({} self)",
-                code(format, name),
-                format_duration(*self_ns)
-            ),
-            Finding::HotPath {
-                path,
-                instances,
-                self_ns,
-                share_pct,
-                ..
-            } => format!(
-                "hot path: {} holds {share_pct:.1} % of the self time in the call tree ({} self over {} instances)",
-                code(format, path),
-                format_duration(*self_ns),
-                format_count(*instances)
-            ),
-            Finding::HeavyTail {
-                name,
-                calls,
-                p50_ns,
-                p99_ns,
-                ratio,
-                ..
-            } => format!(
-                "heavy tail: {} p99 {} is {ratio:.0}× its p50 {} ({} calls)",
-                code(format, name),
-                format_duration(*p99_ns),
-                format_duration(*p50_ns),
-                format_count(*calls)
-            ),
-            Finding::Instrumentation {
-                name,
-                calls,
-                spans,
-                entries_per_span,
-                mean_ns,
-                cost_per_span_ns,
-                cost_share_pct,
-                sampled_every,
-                ..
-            } => {
-                let sampled = sampled_every.map_or_else(String::new, |n| {
-                    format!(" (sampled 1/{n} by the back-off: the figures of the spans recorded)")
-                });
-                if *entries_per_span > 1.0 {
-                    format!(
-                        "instrumentation: {} lasts {} per instance (wall time, {entries_per_span:.1} entries each); its span costs about {} per instance (measured in this run), {cost_share_pct:.0} % of it ({} instances): instrument its caller instead{sampled}",
-                        code(format, name),
-                        dur(*mean_ns),
-                        dur(*cost_per_span_ns),
-                        format_count(*spans)
-                    )
-                } else {
-                    format!(
-                        "instrumentation: {} lasts {} per call; a span costs about {} (measured in this run), {cost_share_pct:.0} % of it ({} calls): instrument its caller instead{sampled}",
-                        code(format, name),
-                        dur(*mean_ns),
-                        dur(*cost_per_span_ns),
-                        format_count(*calls)
-                    )
-                }
-            }
-            Finding::Allocations {
-                name,
-                entries,
-                per_call,
-                bytes_per_call,
-                share_pct,
-                bytes_share_pct,
-                ..
-            } => format!(
-                "allocations: {} makes {per_call:.1} allocations ({}) per call, child spans included ({} calls; {share_pct:.1} % of the run's allocations, {bytes_share_pct:.1} % of the bytes it allocated)",
-                code(format, name),
-                format_bytes(*bytes_per_call),
-                format_count(*entries)
-            ),
-            Finding::Leak(leak) => format!(
-                "leak suspect: {} kept {} over {} calls ({} per call, {:.0} % of calls kept memory); the process grew {} over the second half",
-                code(format, &leak.name),
-                format_bytes(leak.retained_bytes as f64),
-                format_count(leak.calls),
-                format_bytes(leak.per_call_bytes),
-                leak.share_of_calls * 100.0,
-                format_bytes(leak.process_growth_bytes as f64)
-            ),
-            Finding::GpuIdle {
-                name,
-                device,
-                utilization_pct,
-                wall_share_pct,
-                ..
-            } => format!(
-                "GPU idle: GPU {device} at {utilization_pct:.0} % while {} ran ({wall_share_pct:.0} % of the run)",
-                code(format, name)
-            ),
-            Finding::More { kind, left_out } => format!(
-                "… and {} more",
-                plural(*left_out, &format!("{kind} finding"))
-            ),
-            _ => continue,
-        };
-        let _ = writeln!(f, "{bullet}{line}");
+        if let Some(line) = finding_line(finding, format) {
+            let _ = writeln!(f, "{bullet}{line}");
+        }
     }
     f
+}
+
+/// One finding in words (`None` for a kind this version does not print).
+pub(crate) fn finding_line(finding: &Finding, format: TextFormat) -> Option<String> {
+    let line = match finding {
+        Finding::SelfTime {
+            name,
+            self_ns,
+            share_pct,
+            ..
+        } => format!(
+            "self time: {} holds {share_pct:.1} % of the time inside spans ({} self)",
+            code(format, name),
+            format_duration(*self_ns)
+        ),
+        Finding::HotPath {
+            path,
+            instances,
+            self_ns,
+            share_pct,
+            ..
+        } => format!(
+            "hot path: {} holds {share_pct:.1} % of the self time in the call tree ({} self over {} instances)",
+            code(format, path),
+            format_duration(*self_ns),
+            format_count(*instances)
+        ),
+        Finding::HeavyTail {
+            name,
+            calls,
+            p50_ns,
+            p99_ns,
+            ratio,
+            ..
+        } => format!(
+            "heavy tail: {} p99 {} is {ratio:.0}× its p50 {} ({} calls)",
+            code(format, name),
+            format_duration(*p99_ns),
+            format_duration(*p50_ns),
+            format_count(*calls)
+        ),
+        Finding::Instrumentation {
+            name,
+            calls,
+            spans,
+            entries_per_span,
+            mean_ns,
+            cost_per_span_ns,
+            cost_share_pct,
+            sampled_every,
+            ..
+        } => {
+            let sampled = sampled_every.map_or_else(String::new, |n| {
+                format!(" (sampled 1/{n} by the back-off: the figures of the spans recorded)")
+            });
+            if *entries_per_span > 1.0 {
+                format!(
+                    "instrumentation: {} lasts {} per instance (wall time, {entries_per_span:.1} entries each); its span costs about {} per instance (measured in this run), {cost_share_pct:.0} % of it ({} instances): instrument its caller instead{sampled}",
+                    code(format, name),
+                    dur(*mean_ns),
+                    dur(*cost_per_span_ns),
+                    format_count(*spans)
+                )
+            } else {
+                format!(
+                    "instrumentation: {} lasts {} per call; a span costs about {} (measured in this run), {cost_share_pct:.0} % of it ({} calls): instrument its caller instead{sampled}",
+                    code(format, name),
+                    dur(*mean_ns),
+                    dur(*cost_per_span_ns),
+                    format_count(*calls)
+                )
+            }
+        }
+        Finding::Allocations {
+            name,
+            entries,
+            per_call,
+            bytes_per_call,
+            share_pct,
+            bytes_share_pct,
+            ..
+        } => format!(
+            "allocations: {} makes {per_call:.1} allocations ({}) per call, child spans included ({} calls; {share_pct:.1} % of the run's allocations, {bytes_share_pct:.1} % of the bytes it allocated)",
+            code(format, name),
+            format_bytes(*bytes_per_call),
+            format_count(*entries)
+        ),
+        Finding::Leak(leak) => format!(
+            "leak suspect: {} kept {} over {} calls ({} per call, {:.0} % of calls kept memory); the process grew {} over the second half",
+            code(format, &leak.name),
+            format_bytes(leak.retained_bytes as f64),
+            format_count(leak.calls),
+            format_bytes(leak.per_call_bytes),
+            leak.share_of_calls * 100.0,
+            format_bytes(leak.process_growth_bytes as f64)
+        ),
+        Finding::GpuIdle {
+            name,
+            device,
+            utilization_pct,
+            wall_share_pct,
+            ..
+        } => format!(
+            "GPU idle: GPU {device} at {utilization_pct:.0} % while {} ran ({wall_share_pct:.0} % of the run)",
+            code(format, name)
+        ),
+        Finding::More { kind, left_out } => format!(
+            "… and {} more",
+            plural(*left_out, &format!("{kind} finding"))
+        ),
+        _ => return None,
+    };
+    Some(line)
 }
 
 #[cfg(test)]
