@@ -54,7 +54,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::profile::glob::glob_match;
-use crate::profile::{CallTree, Snapshot, SpanStats, Stat, TreeNode};
+use crate::profile::{CallTree, PathIds, Snapshot, SpanStats, Stat, TreeNode};
 
 /// The timing figure compared, per span name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -547,81 +547,77 @@ fn by_name(runs: &[Snapshot]) -> BTreeMap<Key, Vec<&SpanStats>> {
     map
 }
 
-/// A call path: the (name, target, other) of each node from the root.
-type PathKey = Vec<(String, String, bool)>;
-
-/// Every call path's node in each run of a side; `None` when a run has no tree.
-fn by_path(runs: &[Snapshot]) -> Option<BTreeMap<PathKey, Vec<&TreeNode>>> {
-    let mut map: BTreeMap<PathKey, Vec<&TreeNode>> = BTreeMap::new();
-    for run in runs {
-        let tree: &CallTree = run.tree.as_ref()?;
-        let mut keys: Vec<PathKey> = Vec::with_capacity(tree.nodes.len());
-        for (i, node) in tree.nodes.iter().enumerate() {
-            let mut key = node
-                .parent
-                .map(|p| p as usize)
-                .filter(|&p| p < i)
-                .map(|p| keys[p].clone())
-                .unwrap_or_default();
-            key.push((node.name.clone(), node.target.clone(), node.other));
-            map.entry(key.clone()).or_default().push(node);
-            keys.push(key);
+/// Every call path's node in each run of each side, by path id: `None` unless every run has a
+/// tree. Paths are matched by [`PathIds`] (parent path, name, target, other node), so the
+/// memory is in nodes, not nodes × depth.
+fn by_path<'a>(
+    base: &'a [Snapshot],
+    new: &'a [Snapshot],
+) -> Option<(PathIds<'a>, [Vec<Vec<&'a TreeNode>>; 2])> {
+    let trees = |runs: &'a [Snapshot]| -> Option<Vec<&'a CallTree>> {
+        runs.iter().map(|run| run.tree.as_ref()).collect()
+    };
+    let sides = [trees(base)?, trees(new)?];
+    let mut ids = PathIds::new();
+    let mut nodes: [Vec<Vec<&TreeNode>>; 2] = Default::default();
+    for (side, trees) in sides.iter().enumerate() {
+        for tree in trees {
+            let at = ids.add(tree);
+            nodes[side].resize_with(ids.len(), Vec::new);
+            for (node, id) in tree.nodes.iter().zip(at) {
+                nodes[side][id].push(node);
+            }
         }
     }
-    Some(map)
+    for side in &mut nodes {
+        side.resize_with(ids.len(), Vec::new);
+    }
+    Some((ids, nodes))
 }
 
-/// The path as written in reports: the names, root first, joined by `;`.
-fn path_text(key: &PathKey) -> String {
-    let names: Vec<&str> = key.iter().map(|(name, _, _)| name.as_str()).collect();
-    names.join(";")
-}
-
-/// The timing changes of every call path on both sides, and the paths of each side only.
+/// The timing changes of every call path on both sides, and the paths of each side only (in
+/// the order of the paths as lists of (name, target, other node): [`PathIds::sorted`]).
 fn compare_paths(
     base: &[Snapshot],
     new: &[Snapshot],
     several: bool,
     options: &CompareOptions,
 ) -> (Vec<TimingChange>, Vec<String>, Vec<String>) {
-    let (Some(b), Some(n)) = (by_path(base), by_path(new)) else {
+    let Some((ids, [b, n])) = by_path(base, new) else {
         return Default::default();
     };
     let mut paths = Vec::new();
-    for (key, base_nodes) in &b {
-        let Some(new_nodes) = n.get(key) else {
-            continue;
-        };
-        let Some((leaf, target, _)) = key.last() else {
-            continue;
-        };
-        let side = |nodes: &[&TreeNode], metric: Measure| {
-            Side::new(
-                nodes.iter().map(|node| metric.of_node(node)).collect(),
-                nodes.iter().map(|node| node.calls).min().unwrap_or(0),
-            )
-        };
-        let shown = (path_text(key), target.clone());
-        for (metric, threshold_pct) in options.for_name(leaf) {
-            paths.push(judge_timing(
-                &shown,
-                metric,
-                threshold_pct,
-                side(base_nodes, metric),
-                side(new_nodes, metric),
-                several,
-                options,
-            ));
+    let (mut only_base, mut only_new) = (Vec::new(), Vec::new());
+    for id in ids.sorted() {
+        let (base_nodes, new_nodes) = (&b[id], &n[id]);
+        match (base_nodes.is_empty(), new_nodes.is_empty()) {
+            (false, true) => only_base.push(ids.text(id, ";")),
+            (true, false) => only_new.push(ids.text(id, ";")),
+            (true, true) => {}
+            (false, false) => {
+                let leaf = ids.node(id);
+                let side = |nodes: &[&TreeNode], metric: Measure| {
+                    Side::new(
+                        nodes.iter().map(|node| metric.of_node(node)).collect(),
+                        nodes.iter().map(|node| node.calls).min().unwrap_or(0),
+                    )
+                };
+                let shown = (ids.text(id, ";"), leaf.target.clone());
+                for (metric, threshold_pct) in options.for_name(&leaf.name) {
+                    paths.push(judge_timing(
+                        &shown,
+                        metric,
+                        threshold_pct,
+                        side(base_nodes, metric),
+                        side(new_nodes, metric),
+                        several,
+                        options,
+                    ));
+                }
+            }
         }
     }
     sort_timings(&mut paths);
-    let only = |a: &BTreeMap<PathKey, Vec<&TreeNode>>, b: &BTreeMap<PathKey, Vec<&TreeNode>>| {
-        a.keys()
-            .filter(|k| !b.contains_key(*k))
-            .map(path_text)
-            .collect()
-    };
-    let (only_base, only_new) = (only(&b, &n), only(&n, &b));
     (paths, only_base, only_new)
 }
 
@@ -1109,5 +1105,94 @@ mod tests {
         bare.tree = None;
         let c = compare(std::slice::from_ref(&b), &[bare], &opts);
         assert!(c.paths.is_empty() && c.paths_only_in_base.is_empty());
+    }
+
+    /// Paths are listed in the order of their (name, target, other node) lists from the root,
+    /// element by element: a path before the paths under it, siblings by name, then target,
+    /// then other node (the order of a sorted map keyed by the whole paths).
+    #[test]
+    fn paths_are_listed_in_the_order_of_their_names_from_the_root() {
+        let base = with_tree();
+        let mut tree = base.tree.clone().unwrap();
+        let n = tree.nodes.len();
+        // Beside each node, under the same parent: the same name in another target, a name it
+        // begins with, a name that begins with it, and an other node of the same name.
+        for i in 0..n {
+            let node = tree.nodes[i].clone();
+            for (name, target, other) in [
+                (node.name.clone(), format!("{}x", node.target), false),
+                (
+                    node.name.chars().take(1).collect(),
+                    node.target.clone(),
+                    false,
+                ),
+                (format!("{} ", node.name), node.target.clone(), false),
+                (node.name.clone(), node.target.clone(), true),
+            ] {
+                tree.nodes.push(TreeNode {
+                    name,
+                    target,
+                    other,
+                    ..node.clone()
+                });
+            }
+        }
+        let mut base = base;
+        base.tree = Some(tree.clone());
+        let mut empty = base.clone();
+        empty.tree.as_mut().unwrap().nodes.clear();
+        // The paths as lists, sorted.
+        let mut keys: Vec<Vec<(String, String, bool)>> = Vec::new();
+        for i in 0..tree.nodes.len() {
+            let mut key = Vec::new();
+            let mut at = Some(i);
+            while let Some(j) = at {
+                let node = &tree.nodes[j];
+                key.push((node.name.clone(), node.target.clone(), node.other));
+                at = node.parent.map(|p| p as usize).filter(|&p| p < j);
+            }
+            key.reverse();
+            keys.push(key);
+        }
+        keys.sort();
+        keys.dedup();
+        let text = |key: &Vec<(String, String, bool)>| {
+            key.iter()
+                .map(|(name, _, _)| name.as_str())
+                .collect::<Vec<_>>()
+                .join(";")
+        };
+        let want: Vec<String> = keys.iter().map(text).collect();
+        let options = CompareOptions::default();
+        let c = compare(
+            std::slice::from_ref(&base),
+            std::slice::from_ref(&empty),
+            &options,
+        );
+        assert_eq!(c.paths_only_in_base, want);
+        let c = compare(
+            std::slice::from_ref(&empty),
+            std::slice::from_ref(&base),
+            &options,
+        );
+        assert_eq!(c.paths_only_in_new, want);
+        // On both sides: every path judged once, ties (the same text) in that order.
+        let c = compare(
+            std::slice::from_ref(&base),
+            std::slice::from_ref(&base),
+            &options,
+        );
+        assert_eq!(c.paths.len(), keys.len());
+        let mut sorted = want.clone();
+        sorted.sort();
+        let got: Vec<&str> = c.paths.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(got, sorted, "unchanged, ratio 1: by text");
+        for (t, key) in c.paths.iter().zip({
+            let mut k: Vec<_> = keys.iter().collect();
+            k.sort_by_key(|k| text(k));
+            k
+        }) {
+            assert_eq!(t.target, key.last().unwrap().1, "{}", t.name);
+        }
     }
 }

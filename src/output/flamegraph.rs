@@ -4,7 +4,7 @@
 
 use std::io::{self, Write};
 
-use super::folded::folded_lines;
+use super::folded::for_each_line;
 use super::Format;
 use crate::profile::Snapshot;
 
@@ -57,22 +57,24 @@ impl Format for Flamegraph {
     }
 
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
-        let folded = snapshot.tree.as_ref().map(folded_lines).unwrap_or_default();
         // inferno adds the counts up in a `usize`: a total past it (only a crafted profile's
         // self times reach 584 years) is an error, not a panic in the middle of the drawing.
-        let fits = folded.iter().try_fold(0usize, |sum, (_, ns)| {
-            sum.checked_add(usize::try_from(*ns).ok()?)
-        });
-        if fits.is_none() {
+        let mut sum = Some(0usize);
+        let mut lines: Vec<String> = Vec::new();
+        if let Some(tree) = &snapshot.tree {
+            for_each_line(tree, |stack, ns| {
+                sum = sum.and_then(|sum| sum.checked_add(usize::try_from(ns).ok()?));
+                lines.push(format!("{stack} {ns}"));
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .unwrap_or_else(|e| match e {});
+        }
+        if sum.is_none() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "the call tree's self times add up to more than a flame graph can count",
             ));
         }
-        let lines: Vec<String> = folded
-            .into_iter()
-            .map(|(stack, ns)| format!("{stack} {ns}"))
-            .collect();
         if lines.is_empty() {
             // inferno refuses empty input: an SVG that says why there is no graph.
             return write!(

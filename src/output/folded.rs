@@ -1,6 +1,7 @@
 //! Folded stacks: the call tree as `root;child;leaf <self ns>` lines, the input of
 //! `flamegraph.pl`, inferno and speedscope.
 
+use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use super::Format;
@@ -36,30 +37,51 @@ pub struct Folded;
 impl Folded {
     /// The folded stacks as text.
     pub fn to_string(&self, snapshot: &Snapshot) -> String {
-        snapshot
-            .tree
-            .as_ref()
-            .map(|tree| {
-                folded_lines(tree)
-                    .into_iter()
-                    .map(|(stack, ns)| format!("{stack} {ns}\n"))
-                    .collect()
+        let mut text = String::new();
+        if let Some(tree) = &snapshot.tree {
+            for_each_line(tree, |stack, ns| {
+                // Writing to a String cannot fail.
+                let _ = writeln!(text, "{stack} {ns}");
+                Ok::<(), std::convert::Infallible>(())
             })
-            .unwrap_or_default()
+            .unwrap_or_else(|e| match e {});
+        }
+        text
     }
 }
 
-/// Each call path with self time: its frames joined by `;`, and its self time in ns.
-pub(crate) fn folded_lines(tree: &CallTree) -> Vec<(String, u64)> {
-    tree.nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, node)| node.self_ns() > 0)
-        .map(|(i, node)| {
-            let frames: Vec<String> = tree.path(i).into_iter().map(frame).collect();
-            (frames.join(";"), node.self_ns())
-        })
-        .collect()
+/// Calls `line` with each call path with self time, in node order: its frames joined by `;`,
+/// and its self time in ns. One line at a time: the lines' text (nodes × depth) is never held
+/// together here; each name's frame is made once.
+pub(crate) fn for_each_line<E>(
+    tree: &CallTree,
+    mut line: impl FnMut(&str, u64) -> Result<(), E>,
+) -> Result<(), E> {
+    let frames: Vec<String> = tree.nodes.iter().map(|node| frame(&node.name)).collect();
+    let mut path = Vec::new();
+    let mut stack = String::new();
+    for (i, node) in tree.nodes.iter().enumerate() {
+        let ns = node.self_ns();
+        if ns == 0 {
+            continue;
+        }
+        // The path as `CallTree::path` walks it: parents come first.
+        path.clear();
+        let mut at = Some(i);
+        while let Some(j) = at {
+            path.push(j);
+            at = tree.nodes[j].parent.map(|p| p as usize).filter(|&p| p < j);
+        }
+        stack.clear();
+        for (k, &j) in path.iter().rev().enumerate() {
+            if k > 0 {
+                stack.push(';');
+            }
+            stack.push_str(&frames[j]);
+        }
+        line(&stack, ns)?;
+    }
+    Ok(())
 }
 
 /// A span name as a frame, the same text wherever the name stands on a path:
@@ -120,7 +142,13 @@ impl Format for Folded {
     }
 
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
-        out.write_all(self.to_string(snapshot).as_bytes())
+        let Some(tree) = &snapshot.tree else {
+            return Ok(());
+        };
+        // Line by line through a buffer: the text is never whole in memory here.
+        let mut out = io::BufWriter::new(out);
+        for_each_line(tree, |stack, ns| writeln!(out, "{stack} {ns}"))?;
+        out.flush()
     }
 }
 

@@ -76,21 +76,24 @@ impl Format for Html {
     }
 
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
-        out.write_all(page(snapshot).as_bytes())
+        page(snapshot, out)
     }
 }
 
 /// One section of the page: a heading and its HTML. The page is the list of them, in order.
-struct Section {
+struct Section<'a> {
     /// The element id (charts are drawn into elements inside it by the script).
     id: &'static str,
     title: &'static str,
     /// HTML, already escaped.
     body: String,
+    /// A call tree whose rows follow the body ([`tree_rows`]), written straight to the output:
+    /// a row per call path, each holding its whole path, they are most of a deep tree's page.
+    rows: Option<&'a CallTree>,
 }
 
-/// The whole page.
-fn page(snap: &Snapshot) -> String {
+/// The whole page, written to `out`.
+fn page(snap: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
     let spans = snap.by_self_time();
     let totals = snap.totals();
     let mut html = String::with_capacity(64 * 1024 + 2048 * spans.len());
@@ -109,11 +112,17 @@ fn page(snap: &Snapshot) -> String {
     );
     html.push_str("<main>\n");
     for section in sections(snap, &spans, &totals) {
-        let _ = writeln!(
+        let _ = write!(
             html,
-            "<section id=\"{}\">\n<h2>{}</h2>\n{}</section>",
+            "<section id=\"{}\">\n<h2>{}</h2>\n{}",
             section.id, section.title, section.body
         );
+        if let Some(tree) = section.rows {
+            out.write_all(html.as_bytes())?;
+            html.clear();
+            tree_rows(tree, totals.self_ns, out)?;
+        }
+        html.push_str("</section>\n");
     }
     html.push_str("</main>\n");
     let _ = writeln!(
@@ -122,28 +131,31 @@ fn page(snap: &Snapshot) -> String {
         data_json(snap, &spans, &totals)
     );
     let _ = writeln!(html, "<script>\n{SCRIPT}</script>\n</body>\n</html>");
-    html
+    out.write_all(html.as_bytes())
 }
 
 /// The sections of the page, in order. A chart section holds an element the script draws into
 /// (`chart-…`), found by id.
-fn sections(snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) -> Vec<Section> {
+fn sections<'a>(snap: &'a Snapshot, spans: &[&SpanStats], totals: &Totals) -> Vec<Section<'a>> {
     let mut sections = vec![Section {
         id: "run",
         title: "Run",
         body: run_section(snap),
+        rows: None,
     }];
     if snap.overhead.is_some() || !snap.backoff.is_empty() {
         sections.push(Section {
             id: "overhead",
             title: "spanprof's own cost",
             body: overhead_section(snap, spans),
+            rows: None,
         });
     }
     let metrics = (!snap.metrics.is_empty()).then(|| Section {
         id: "metrics",
         title: "Metrics from events",
         body: metrics_section(snap),
+        rows: None,
     });
     if spans.is_empty() {
         sections.push(Section {
@@ -153,6 +165,7 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) -> Vec<Secti
                 "<p>No span was recorded. The console report says why:</p>\n<pre>{}</pre>\n",
                 escape(&super::Table::new().to_string(snap))
             ),
+            rows: None,
         });
         sections.extend(metrics);
         return sections;
@@ -164,6 +177,7 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) -> Vec<Secti
                over all calls; the share is of all self time.</p>\n\
                <div class=\"chart\" id=\"chart-self\"></div>\n"
             .to_string(),
+        rows: None,
     });
     sections.push(Section {
         id: "latency",
@@ -172,6 +186,7 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) -> Vec<Secti
                the HDR histograms (values within 1%). Pick span names to compare.</p>\n\
                <div class=\"chart\" id=\"chart-latency\"></div>\n"
             .to_string(),
+        rows: None,
     });
     if spans.iter().any(|s| multi_entry(s) && s.instances > 0) {
         sections.push(Section {
@@ -182,13 +197,15 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) -> Vec<Secti
                    its calls. Marks at p50, p90, p99; the line ends at the maximum.</p>\n\
                    <div class=\"chart\" id=\"chart-instances\"></div>\n"
                 .to_string(),
+            rows: None,
         });
     }
     if let Some(tree) = &snap.tree {
         sections.push(Section {
             id: "tree",
             title: "Call tree",
-            body: tree_section(snap, tree, totals),
+            body: tree_section(snap, tree),
+            rows: (!tree.nodes.is_empty()).then_some(tree),
         });
     }
     if let Some(info) = snap.resources.as_ref().filter(|r| !r.timeline.is_empty()) {
@@ -200,6 +217,7 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) -> Vec<Secti
                  out on long runs).</p>\n<div class=\"chart-grid\" id=\"chart-resources\"></div>\n",
                 info.interval_ms
             ),
+            rows: None,
         });
     }
     sections.extend(metrics);
@@ -207,6 +225,7 @@ fn sections(snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) -> Vec<Secti
         id: "spans",
         title: "All span names",
         body: table(spans, totals, snap.overhead.as_ref()),
+        rows: None,
     });
     sections
 }
@@ -479,9 +498,9 @@ fn figures_table(id: &str, heads: &[&str], rows: Vec<Vec<Cell>>) -> String {
     html
 }
 
-/// The call tree: the flame graph (feature `flamegraph`) and the tree as nested, expandable
-/// rows.
-fn tree_section(snap: &Snapshot, tree: &CallTree, totals: &Totals) -> String {
+/// The call tree: the flame graph (feature `flamegraph`); the tree as nested, expandable rows
+/// follows ([`tree_rows`], written by [`page`]).
+fn tree_section(snap: &Snapshot, tree: &CallTree) -> String {
     let mut html = String::from(
         "<p class=\"hint\">Statistics per call path: each span is counted under its name and \
          its parents' names (recursion collapsed). A path's share is the self time of the path \
@@ -493,7 +512,6 @@ fn tree_section(snap: &Snapshot, tree: &CallTree, totals: &Totals) -> String {
         return html;
     }
     html.push_str(&flame_graph(snap, tree));
-    html.push_str(&tree_rows(tree, totals.self_ns));
     html
 }
 
@@ -569,10 +587,12 @@ const OPEN_PCT: f64 = 5.0;
 /// `all`: the self time of every span name ([`Totals::self_ns`], the whole profile's where the
 /// tree holds the paths to the names an output filter selected), what shares are of, as in the
 /// table.
-fn tree_rows(tree: &CallTree, all: u64) -> String {
+fn tree_rows(tree: &CallTree, all: u64, out: &mut dyn Write) -> io::Result<()> {
     let total = tree.total_ns();
     let (children, roots) = tree.children();
-    let mut html = String::with_capacity(512 * tree.nodes.len() + 512);
+    // Written in pieces of about this many bytes: the rows are never whole in memory here.
+    const PIECE: usize = 64 * 1024;
+    let mut html = String::with_capacity(PIECE + 4096);
     html.push_str(
         "<div class=\"tree\" id=\"call-tree\">\n<div class=\"row head\"><span class=\"path\">\
          path</span><span title=\"self time of the path and the paths under it, of all self \
@@ -591,6 +611,10 @@ fn tree_rows(tree: &CallTree, all: u64) -> String {
         .map(|i| Step::Node(i, 0))
         .collect();
     while let Some(step) = stack.pop() {
+        if html.len() >= PIECE {
+            out.write_all(html.as_bytes())?;
+            html.clear();
+        }
         let (i, depth) = match step {
             Step::Close => {
                 html.push_str("</details>\n");
@@ -622,7 +646,7 @@ fn tree_rows(tree: &CallTree, all: u64) -> String {
         }
     }
     html.push_str("</div>\n");
-    html
+    out.write_all(html.as_bytes())
 }
 
 /// The cells of node `i`'s row: its name (the whole path and target as its tooltip), its share,

@@ -5,10 +5,10 @@
 //! are the profile's list of parts and the rules that need more than one field: the run's
 //! span of time, spanprof's cost, the call tree's paths.
 
-use std::collections::HashMap;
-
 use super::combine::{rule, Combine};
-use super::{CallTree, Overhead, RunInfo, Snapshot, Source, TreeNode, SCHEMA, SCHEMA_VERSION};
+use super::{
+    CallTree, Overhead, PathIds, RunInfo, Snapshot, Source, TreeNode, SCHEMA, SCHEMA_VERSION,
+};
 
 impl Snapshot {
     /// One profile of everything `profiles` recorded: the profile the same work would have
@@ -209,36 +209,25 @@ pub(super) fn cpu_clocks(parts: &[&Overhead]) -> Option<String> {
 
 // ---- The call tree ----
 
-/// The trees' nodes matched path by path from the root (name, target, other node): each
-/// path's nodes merged by their rules, in the order of the paths' first appearance, parents
-/// before children.
+/// The trees' nodes matched path by path from the root (name, target, other node:
+/// [`PathIds`]): each path's nodes merged by their rules, in the order of the paths' first
+/// appearance, parents before children.
 pub(super) fn paths(trees: &[&CallTree]) -> Vec<TreeNode> {
-    type Key<'a> = (Option<usize>, &'a str, &'a str, bool);
-    let mut index: HashMap<Key<'_>, usize> = HashMap::new();
-    // Each merged path: its parent, and its node in every tree that has it.
-    let mut paths: Vec<(Option<usize>, Vec<&TreeNode>)> = Vec::new();
+    let mut ids = PathIds::new();
+    // Each merged path's node in every tree that has it.
+    let mut paths: Vec<Vec<&TreeNode>> = Vec::new();
     for tree in trees {
-        // Where each of this tree's nodes went.
-        let mut at: Vec<usize> = Vec::with_capacity(tree.nodes.len());
-        for (j, node) in tree.nodes.iter().enumerate() {
-            let parent = node
-                .parent
-                .map(|p| p as usize)
-                .filter(|&p| p < j)
-                .map(|p| at[p]);
-            let key = (parent, node.name.as_str(), node.target.as_str(), node.other);
-            let i = *index.entry(key).or_insert_with(|| {
-                paths.push((parent, Vec::new()));
-                paths.len() - 1
-            });
-            paths[i].1.push(node);
-            at.push(i);
+        let at = ids.add(tree);
+        paths.resize_with(ids.len(), Vec::new);
+        for (node, id) in tree.nodes.iter().zip(at) {
+            paths[id].push(node);
         }
     }
     paths
         .into_iter()
-        .map(|(parent, nodes)| TreeNode {
-            parent: parent.map(|p| p as u32),
+        .enumerate()
+        .map(|(id, nodes)| TreeNode {
+            parent: ids.parent(id).map(|p| p as u32),
             ..TreeNode::merged(&nodes)
         })
         .collect()

@@ -53,6 +53,7 @@ pub use resources::{
     CpuUse, GpuDevice, GpuSample, GpuUse, HeapUse, MemoryUse, ResourceInfo, Sample, SpanResources,
 };
 pub use tree::{CallTree, TreeNode};
+pub(crate) use tree::PathIds;
 
 /// The `schema` field of every profile.
 pub const SCHEMA: &str = "spanprof.profile";

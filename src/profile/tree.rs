@@ -6,6 +6,8 @@
 //! the tree is bounded (see [`CallTree::max_nodes`]): spans past the bounds are counted in an
 //! *other* node of their parent.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::combine::{self, Combine};
@@ -210,5 +212,101 @@ impl CallTree {
     /// ```
     pub fn merge(&mut self, other: &CallTree) {
         self.add(other);
+    }
+}
+
+/// Call paths as dense ids, the same path the same id in every tree added: a path is known by
+/// its parent path's id, its span name, its target and whether it is an other node, so the
+/// paths of n nodes take memory in n however deep they are (a path keyed by the list of its
+/// names takes n × depth: 3 GiB for a 43 MB profile of paths 256 deep). Merges and comparisons
+/// match paths by it; a path's text is made only for the paths shown ([`PathIds::text`]).
+#[derive(Debug, Default)]
+pub(crate) struct PathIds<'a> {
+    index: HashMap<(Option<usize>, &'a str, &'a str, bool), usize>,
+    /// Each path: its parent's id, and the first node added at it (its name, target and other
+    /// node).
+    paths: Vec<(Option<usize>, &'a TreeNode)>,
+}
+
+impl<'a> PathIds<'a> {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// The path id of each node of `tree`, in node order; a path not seen before gets the next
+    /// id. A node whose parent index is not before its own is a root, as in [`CallTree::path`].
+    pub(crate) fn add(&mut self, tree: &'a CallTree) -> Vec<usize> {
+        let mut ids: Vec<usize> = Vec::with_capacity(tree.nodes.len());
+        for (i, node) in tree.nodes.iter().enumerate() {
+            let parent = node
+                .parent
+                .map(|p| p as usize)
+                .filter(|&p| p < i)
+                .map(|p| ids[p]);
+            let key = (parent, node.name.as_str(), node.target.as_str(), node.other);
+            let paths = &mut self.paths;
+            let id = *self.index.entry(key).or_insert_with(|| {
+                paths.push((parent, node));
+                paths.len() - 1
+            });
+            ids.push(id);
+        }
+        ids
+    }
+
+    /// How many paths were seen.
+    pub(crate) fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// The parent path of path `id` (none for a root).
+    pub(crate) fn parent(&self, id: usize) -> Option<usize> {
+        self.paths[id].0
+    }
+
+    /// The first node added at path `id`: its name, target and other node are the path's.
+    pub(crate) fn node(&self, id: usize) -> &'a TreeNode {
+        self.paths[id].1
+    }
+
+    /// The span names on path `id`, root first, joined by `separator`.
+    pub(crate) fn text(&self, id: usize, separator: &str) -> String {
+        let mut names = Vec::new();
+        let mut at = Some(id);
+        while let Some(i) = at {
+            names.push(self.paths[i].1.name.as_str());
+            at = self.paths[i].0;
+        }
+        names.reverse();
+        names.join(separator)
+    }
+
+    /// Every path id, in the order of the paths as lists of (name, target, other node) from the
+    /// root, compared element by element (a path before the paths under it): a sorted map's
+    /// order of paths keyed by those lists.
+    pub(crate) fn sorted(&self) -> Vec<usize> {
+        let mut children = vec![Vec::new(); self.paths.len()];
+        let mut roots = Vec::new();
+        for (id, &(parent, _)) in self.paths.iter().enumerate() {
+            match parent {
+                Some(p) => children[p].push(id),
+                None => roots.push(id),
+            }
+        }
+        let key = |&id: &usize| {
+            let n = self.paths[id].1;
+            (n.name.as_str(), n.target.as_str(), n.other)
+        };
+        let mut order = Vec::with_capacity(self.paths.len());
+        // Depth first, the smallest key first: each level sorted, pushed last first.
+        roots.sort_by(|a, b| key(b).cmp(&key(a)));
+        let mut stack = roots;
+        while let Some(id) = stack.pop() {
+            order.push(id);
+            let mut below = std::mem::take(&mut children[id]);
+            below.sort_by(|a, b| key(b).cmp(&key(a)));
+            stack.extend(below);
+        }
+        order
     }
 }
