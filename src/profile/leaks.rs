@@ -125,6 +125,10 @@ struct Frees {
     /// Per span name, the span names above it in the tree; `None` where the tree does not
     /// place it (no tree, or no node of its own).
     callers: Vec<Option<BTreeSet<usize>>>,
+    /// Sums of `freed` and of `unexplained` over every span name: what every other name freed
+    /// is a sum less one term, not a walk over the names for each name.
+    all_freed: i128,
+    all_unexplained: i128,
 }
 
 impl Frees {
@@ -193,7 +197,10 @@ impl Frees {
                 }
             })
             .collect();
+        let unexplained: Vec<i128> = unexplained;
         Frees {
+            all_freed: freed.iter().sum(),
+            all_unexplained: unexplained.iter().sum(),
             freed,
             unexplained,
             callers,
@@ -201,15 +208,22 @@ impl Frees {
     }
 
     /// What span names other than the `n`th freed that may have been its memory.
+    ///
+    /// Every other name's `freed` where the tree does not place `n`; else every other name's
+    /// `unexplained`, and the whole of what the names above `n` freed. One pass over `n`'s
+    /// callers, not over every name: linear in the names for all of them.
     fn elsewhere(&self, n: usize) -> i64 {
-        let total: i128 = (0..self.freed.len())
-            .filter(|&f| f != n)
-            .map(|f| match &self.callers[n] {
-                Some(above) if above.contains(&f) => self.freed[f],
-                Some(_) => self.unexplained[f],
-                None => self.freed[f],
-            })
-            .sum();
+        let total: i128 = match &self.callers[n] {
+            None => self.all_freed - self.freed[n],
+            Some(above) => {
+                self.all_unexplained - self.unexplained[n]
+                    + above
+                        .iter()
+                        .filter(|&&f| f != n)
+                        .map(|&f| self.freed[f] - self.unexplained[f])
+                        .sum::<i128>()
+            }
+        };
         clamp_i64(total)
     }
 }
