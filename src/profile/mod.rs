@@ -52,8 +52,8 @@ pub use metrics::{Metric, MetricKind, MetricValue};
 pub use resources::{
     CpuUse, GpuDevice, GpuSample, GpuUse, HeapUse, MemoryUse, ResourceInfo, Sample, SpanResources,
 };
-pub use tree::{CallTree, TreeNode};
 pub(crate) use tree::PathIds;
+pub use tree::{CallTree, TreeNode};
 
 /// The `schema` field of every profile.
 pub const SCHEMA: &str = "spanprof.profile";

@@ -18,10 +18,9 @@ use super::spans::ENTRIES_ONE;
 use super::Recorder;
 use crate::profile::metrics::{GaugeValue, HistogramValue, SumValue};
 use crate::profile::{
-    CpuUse, SpanResources,
-    Dropped, HistogramSpec, Metric, MetricKind, MetricValue, Overhead, ResourceInfo, RunInfo,
-    Sampled, Snapshot, SpanStats, Stat, HIGHEST_NS, LOWEST_NS, SCHEMA, SCHEMA_VERSION,
-    SIGNIFICANT_DIGITS,
+    CpuUse, Dropped, HistogramSpec, Metric, MetricKind, MetricValue, Overhead, ResourceInfo,
+    RunInfo, Sampled, Snapshot, SpanResources, SpanStats, Stat, HIGHEST_NS, LOWEST_NS, SCHEMA,
+    SCHEMA_VERSION, SIGNIFICANT_DIGITS,
 };
 use crate::samplers::{Readings, SourceStatus};
 
@@ -112,7 +111,10 @@ impl Recorder {
             readings.push(own_ns);
             let mut resources = res.finish(recorded, n_gpus, self.settings.grid_g_per_kwh);
             let entry_busy = entry_busy.stat();
-            if resources.is_none() && skipped > 0 && recorded.contains(crate::switches::Resources::CPU) {
+            if resources.is_none()
+                && skipped > 0
+                && recorded.contains(crate::switches::Resources::CPU)
+            {
                 resources = Some(SpanResources::default());
             }
             if let Some(r) = resources.as_mut() {

@@ -1542,7 +1542,8 @@ mod tests {
         let layer = crate::layer::ProfileLayer::new(rec.clone(), None, true);
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
         tracing::dispatcher::with_default(&dispatch, || {
-            tracing::info_span!("first").in_scope(|| mock.advance(std::time::Duration::from_micros(10)));
+            tracing::info_span!("first")
+                .in_scope(|| mock.advance(std::time::Duration::from_micros(10)));
             for _ in 0..3 {
                 tracing::info_span!("starved")
                     .in_scope(|| mock.advance(std::time::Duration::from_micros(10)));

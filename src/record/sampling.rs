@@ -300,11 +300,19 @@ mod tests {
         });
         let loads = rec.name_loads();
         let of = |name: &str| {
-            let i = rec.names.all().iter().position(|n| *n.name == *name).unwrap() as u32;
+            let i = rec
+                .names
+                .all()
+                .iter()
+                .position(|n| *n.name == *name)
+                .unwrap() as u32;
             *loads.iter().find(|l| l.name == i).unwrap()
         };
         let long = of("long");
-        assert_eq!((long.closed, long.busy_ns, long.self_ns), (4, 4 * 358_000, 4 * 358_000));
+        assert_eq!(
+            (long.closed, long.busy_ns, long.self_ns),
+            (4, 4 * 358_000, 4 * 358_000)
+        );
         let step = of("step");
         assert_eq!((step.busy_ns, step.self_ns), (4 * 368_000, 4 * 10_000));
     }
