@@ -38,17 +38,7 @@ impl Default for Markdown {
 
 impl Markdown {
     /// The figures of the table, after the name and target.
-    const COLUMNS: [&'static Figure; 9] = [
-        &fig::CALLS,
-        &fig::BUSY,
-        &fig::SELF,
-        &fig::SELF_SHARE,
-        &fig::MEAN,
-        &fig::P50,
-        &fig::P90,
-        &fig::P99,
-        &fig::MAX,
-    ];
+    const COLUMNS: [&'static Figure; 9] = super::table::SPAN_COLUMNS;
 
     /// A table of every span name.
     pub fn new() -> Self {

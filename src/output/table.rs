@@ -27,6 +27,18 @@ const METRIC_NAME_WIDTH: usize = 20;
 const METRIC_SPAN_WIDTH: usize = 12;
 /// Columns of the report: every line fits a 100-column terminal.
 const REPORT_WIDTH: usize = 100;
+/// The figures of the span table, after the name, in the console report and in Markdown.
+pub(super) const SPAN_COLUMNS: [&Figure; 9] = [
+    &fig::CALLS,
+    &fig::BUSY,
+    &fig::SELF,
+    &fig::SELF_SHARE,
+    &fig::MEAN,
+    &fig::P50,
+    &fig::P90,
+    &fig::P99,
+    &fig::MAX,
+];
 /// Span names whose instrumentation (spanprof's estimated cost in them) is more than this share
 /// of their own busy time are named in the report, %.
 pub(crate) const COSTLY_PCT: f64 = 5.0;
@@ -323,18 +335,8 @@ impl<'a> View<'a> {
             nw = NAME_WIDTH
         )?;
         for s in self.shown() {
-            let [calls, total, self_, pct, mean, p50, p90, p99, max] = [
-                &fig::CALLS,
-                &fig::BUSY,
-                &fig::SELF,
-                &fig::SELF_SHARE,
-                &fig::MEAN,
-                &fig::P50,
-                &fig::P90,
-                &fig::P99,
-                &fig::MAX,
-            ]
-            .map(|figure| self.cell(figure, s));
+            let [calls, total, self_, pct, mean, p50, p90, p99, max] =
+                SPAN_COLUMNS.map(|figure| self.cell(figure, s));
             writeln!(
                 f,
                 "{:<nw$} {calls:>7} {total:>8} {self_:>8} {pct:>6} {mean:>8} {p50:>8} {p90:>8} \
