@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use super::table::sampled_names_note;
 use super::units::format_duration;
 use super::{shown, Format};
-use crate::profile::figures::{self as fig, Figure};
+use crate::profile::figures::Figure;
 use crate::profile::Snapshot;
 
 /// Name of the Markdown report in an output directory.
