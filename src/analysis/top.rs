@@ -941,8 +941,8 @@ mod tests {
         assert_eq!(*sampled_every, Some(4));
     }
 
-    /// A node below an `[other]` node is on no path the tree knows, and a node without a
-    /// closed instance has no figures per instance: neither is the hot path.
+    /// A node below an `[other]` node is on no path the tree knows, and a node with no entry
+    /// recorded at it has no figures of its own: neither is the hot path.
     #[test]
     fn the_hot_path_is_a_node_its_figures_support() {
         let mut s = Snapshot::from_json(
@@ -966,12 +966,13 @@ mod tests {
         below.parent = Some(tree.nodes.len() as u32 - 1);
         below.self_time.total_ns += 1;
         tree.nodes.push(below);
-        let mut unclosed = tree.nodes[hottest].clone();
-        unclosed.name = "never_closed".to_string();
-        unclosed.instances = 0;
-        unclosed.self_time.count = 0;
-        unclosed.self_time.total_ns += 2;
-        tree.nodes.push(unclosed);
+        let mut unentered = tree.nodes[hottest].clone();
+        unentered.name = "never_entered".to_string();
+        unentered.calls = 0;
+        unentered.instances = 0;
+        unentered.self_time.count = 0;
+        unentered.self_time.total_ns += 2;
+        tree.nodes.push(unentered);
         let found = hot_path(&s);
         let Some(Finding::HotPath { path, .. }) = &found else {
             panic!("{found:?}")
