@@ -1,25 +1,46 @@
 #!/usr/bin/env bash
-# `spanprof compare` on pairs of training runs: PAIRS pairs of a normal run against a run with
-# `--slowdown SLOWDOWN` (must be flagged, naming `forward`), and PAIRS pairs of two normal runs
-# (must not be flagged). Then one comparison of several runs per side (RUNS against RUNS, the
-# noise rule). Prints Markdown tables of the figures: the forward pass's p50 on each side, the
-# change, the largest change of another span name and of another call path, the exit status and
-# the span names and call paths flagged.
+# How often `spanprof compare` flags identical runs, and how often it catches a real change, on
+# this machine idle and with every core kept busy by a load this script starts and stops.
 #
-#   scripts/compare_pairs.sh                 # PAIRS=10 EPOCHS=1 SLOWDOWN=20 RUNS=5
-#   PAIRS=3 EPOCHS=2 scripts/compare_pairs.sh
+# For each of PAIRS pairs it runs the training example RUNS times normally (the baseline),
+# RUNS times with `--slowdown SLOWDOWN` (the forward pass that much slower: must be flagged,
+# naming `forward`) and RUNS times normally again (must not be flagged), interleaved so a drift
+# of the machine's speed hits every kind alike. It compares them RUNS against RUNS and, with the
+# first run of each, one against one, and prints a row per comparison and the rates:
+#
+#   identical flagged: the comparisons of two normal sets that exited 1 (false alarms)
+#   slowdown caught:   the comparisons against the slowed set that exited 1 naming `forward`
+#
+#   scripts/compare_pairs.sh                   # LOAD="idle busy" PAIRS=10 RUNS=3 SLOWDOWN=20
+#   LOAD=busy PAIRS=3 scripts/compare_pairs.sh
+#
+# LOAD=busy starts one spinning process per core (`nproc`) for the runs and kills them after.
+# Needs python3 (reads `compare --format json`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIRS=${PAIRS:-10}
+RUNS=${RUNS:-3}
 EPOCHS=${EPOCHS:-1}
 SLOWDOWN=${SLOWDOWN:-20}
-RUNS=${RUNS:-5}
+LOAD=${LOAD:-idle busy}
 
 cargo build --quiet --release --features cli --example training_loop --bin spanprof
 example=target/release/examples/training_loop
 spanprof=target/release/spanprof
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+spinners=()
+stop_load() {
+  if [ ${#spinners[@]} -gt 0 ]; then kill "${spinners[@]}" 2>/dev/null || true; fi
+  spinners=()
+}
+trap 'stop_load; rm -rf "$dir"' EXIT
+
+start_load() {
+  for _ in $(seq 1 "$(nproc)"); do
+    (while :; do :; done) &
+    spinners+=($!)
+  done
+}
 
 # One profiled run into $1/profile.json; further arguments go to the example.
 train() {
@@ -28,65 +49,63 @@ train() {
   SPANPROF_REPORT=off "$example" --epochs "$EPOCHS" --out "$out" "$@" >/dev/null 2>&1
 }
 
-# Compares $1 with $2 and prints one table row: forward's base, new, change, the exit status
-# and the names flagged.
+# Compares the profiles of $2 (baseline globs) with $3 and prints one table row; appends
+# "<kind> <flagged 0/1> <names forward 0/1>" to $dir/tally.
 row() {
-  local label=$1 base=$2 new=$3 status=0 text
-  text=$("$spanprof" compare "$base" -- "$new") || status=$?
-  local forward flagged
-  forward=$(printf '%s\n' "$text" | awk -F '  +' '$1 == "forward" { print $3 " | " $4 " | " $5 " | " $8; exit }')
-  flagged=$(printf '%s\n' "$text" | sed -n 's/^result: REGRESSION in //p')
-  # The largest change of another span name judged on timing (enough calls): the noise; and
-  # the largest change of a call path not ending in forward (the table after "timing per call
-  # path"), the noise of the paths.
-  other=$(largest "$text" names)
-  path=$(largest "$text" paths)
-  printf '| %s | %s | %s | %s | %s | %s |\n' "$label" "$forward" "$other" "${path:-—}" "$status" "${flagged:-—}"
+  local label=$1 kind=$2 status=0 json
+  shift 2
+  json=$("$spanprof" compare --format json "$@") || status=$?
+  printf '%s' "$json" | python3 -c '
+import json, sys
+label, kind, status = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = json.load(sys.stdin)
+fwd = next((t for t in c["timings"] if t["name"] == "forward"), None)
+pct = lambda x: "—" if x is None else f"{x:+.1f} %"
+rw = c["run_wide"]
+flagged = c["result"].removeprefix("REGRESSION in ") if c["regressed"] else "—"
+print(f"| {label} | {pct(fwd and fwd[\"change_pct\"])} | {pct(fwd and fwd[\"relative_change_pct\"])} "
+      f"| {fwd and fwd[\"evidence\"][\"decided_by\"]} | {pct(rw[\"change_pct\"])} {rw[\"evidence\"][\"decided_by\"]} "
+      f"| {status} | {flagged} |")
+names_forward = any(t["name"] == "forward" and t["verdict"] == "regression" for t in c["timings"])
+with open(sys.argv[4], "a") as tally:
+    tally.write(f"{kind} {int(status == 1)} {int(names_forward)}\n")
+' "$label" "$kind" "$status" "$dir/tally"
 }
 
-# The row of $1's timing tables ($2: names or paths) with the largest change, forward's
-# excepted, among those judged (enough calls).
-largest() {
-  printf '%s\n' "$1" | awk -F '  +' -v want="$2" '
-    /^timing per span name/ { table = "names" }
-    /^timing per call path/ { table = "paths" }
-    /^$/ { if (table != "") done[table] = 1 }
-    table == want && !done[want] && NF >= 8 && $1 != "name" && $1 != "path" && $8 != "too few calls" {
-      n = split($1, parts, ";")
-      if (parts[n] == "forward") next
-      c = $5; sub(/ %/, "", c); c = c + 0; a = c < 0 ? -c : c
-      if (row == "" || a > best) { best = a; row = $1 " " $5 }
-    }
-    END { print row }'
-}
-
-echo "| pair | forward p50 base | forward p50 new | change | verdict | largest other change | largest other path change | exit | flagged |"
-echo "|---|--:|--:|--:|---|---|---|--:|---|"
-for i in $(seq 1 "$PAIRS"); do
-  # Interleaved, so a drift of the machine's speed hits both kinds alike.
-  train "$dir/base$i"
-  train "$dir/slow$i" --slowdown "$SLOWDOWN"
-  train "$dir/same$i"
-  row "$i: normal vs --slowdown $SLOWDOWN" "$dir/base$i/profile.json" "$dir/slow$i/profile.json"
-  row "$i: normal vs normal" "$dir/base$i/profile.json" "$dir/same$i/profile.json"
-done
-
-echo
-echo "Several runs per side ($RUNS against $RUNS, the noise rule):"
-echo
-base=() same=() slow=()
-for i in $(seq 1 "$RUNS"); do
-  base+=("$dir/base$i/profile.json")
-  slow+=("$dir/slow$i/profile.json")
-  j=$((i + RUNS))
-  if [ -f "$dir/same$j/profile.json" ]; then same+=("$dir/same$j/profile.json"); else
-    train "$dir/more$i"; same+=("$dir/more$i/profile.json"); fi
-done
-for kind in slow same; do
-  declare -n new=$kind
-  status=0
-  text=$("$spanprof" compare "${base[@]}" -- "${new[@]}") || status=$?
-  printf '%s\n' "$text" | awk -F '  +' -v kind="$kind" -v status="$status" '
-    $1 == "forward" { printf "- %s: forward p50 %s -> %s (%s), spreads %s / %s: %s; exit %s\n", kind, $3, $4, $5, $6, $7, $8, status }'
-  printf '%s\n' "$text" | grep '^result:' | sed 's/^/  /'
+for load in $LOAD; do
+  rm -f "$dir/tally"
+  [ "$load" = busy ] && start_load
+  echo
+  echo "### $load machine ($(nproc) cores$([ "$load" = busy ] && echo ", $(nproc) spinning processes")), $PAIRS pairs, --slowdown $SLOWDOWN"
+  echo
+  echo "| comparison | forward change | beside run | decided by | run-wide shift | exit | flagged |"
+  echo "|---|--:|--:|---|---|--:|---|"
+  for i in $(seq 1 "$PAIRS"); do
+    for r in $(seq 1 "$RUNS"); do
+      train "$dir/$load-$i-base$r"
+      train "$dir/$load-$i-slow$r" --slowdown "$SLOWDOWN"
+      train "$dir/$load-$i-same$r"
+    done
+    for kind in slow same; do
+      base=() new=()
+      for r in $(seq 1 "$RUNS"); do
+        base+=("$dir/$load-$i-base$r/profile.json")
+        new+=("$dir/$load-$i-$kind$r/profile.json")
+      done
+      row "$i: $RUNS vs $RUNS, $kind" "$RUNS-$kind" "${base[@]}" -- "${new[@]}"
+      row "$i: 1 vs 1, $kind" "1-$kind" "${base[0]}" "${new[0]}"
+    done
+  done
+  stop_load
+  echo
+  python3 - "$dir/tally" "$load" "$RUNS" "$SLOWDOWN" <<'EOF'
+import sys
+rows = [line.split() for line in open(sys.argv[1])]
+load, runs, slowdown = sys.argv[2:5]
+for n in (runs, "1"):
+    same = [r for r in rows if r[0] == f"{n}-same"]
+    slow = [r for r in rows if r[0] == f"{n}-slow"]
+    print(f"- {load}, {n} run(s) per side: identical flagged {sum(int(r[1]) for r in same)}/{len(same)}; "
+          f"--slowdown {slowdown} caught naming forward {sum(int(r[1]) and int(r[2]) for r in slow)}/{len(slow)}")
+EOF
 done

@@ -60,8 +60,15 @@ use crate::profile::{CallTree, PathIds, Snapshot, SpanStats, Stat, TreeNode};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Measure {
-    /// Median busy time per call (entry).
+    /// The typical change of a call's busy time: the median, over the quantiles p10, p15, …,
+    /// p90 of the per-call busy time, of the ratio new / base at that quantile (a shift
+    /// function read at its middle). Shown as the baseline's p50 and that p50 moved by the
+    /// typical change. Steadier than [`Measure::P50`] where the calls form several clusters
+    /// (batches of two sizes, a cache hit and a miss): there the median jumps between them from
+    /// run to run. As a [`Budget`], the p50.
     #[default]
+    Typical,
+    /// Median busy time per call (entry).
     P50,
     /// 90th percentile of busy time per call.
     P90,
@@ -77,7 +84,8 @@ pub enum Measure {
 
 impl Measure {
     /// Every metric, in the order `--help` lists them.
-    pub const ALL: [Measure; 6] = [
+    pub const ALL: [Measure; 7] = [
+        Measure::Typical,
         Measure::P50,
         Measure::P90,
         Measure::P99,
@@ -86,10 +94,11 @@ impl Measure {
         Measure::Total,
     ];
 
-    /// The name on the command line and in policy files: `p50`, `p90`, `p99`, `mean`, `self`,
-    /// `total`.
+    /// The name on the command line and in policy files: `typical`, `p50`, `p90`, `p99`,
+    /// `mean`, `self`, `total`.
     pub fn name(self) -> &'static str {
         match self {
+            Measure::Typical => "typical",
             Measure::P50 => "p50",
             Measure::P90 => "p90",
             Measure::P99 => "p99",
@@ -100,7 +109,8 @@ impl Measure {
     }
 
     /// This metric of one span name, ns ([`Measure::Total`] scaled to every call where the
-    /// back-off sampled the name: [`SpanStats::scaled_total_ns`]).
+    /// back-off sampled the name: [`SpanStats::scaled_total_ns`]; [`Measure::Typical`], a
+    /// change between runs, is the p50 of one run).
     pub fn of(self, span: &SpanStats) -> f64 {
         match self {
             Measure::Total => span.scaled_total_ns(&span.entry_busy) as f64,
@@ -118,7 +128,7 @@ impl Measure {
     /// This metric from a busy-time and a self-time statistic.
     fn pick(self, busy: &Stat, self_time: &Stat) -> f64 {
         match self {
-            Measure::P50 => busy.p50_ns as f64,
+            Measure::Typical | Measure::P50 => busy.p50_ns as f64,
             Measure::P90 => busy.p90_ns as f64,
             Measure::P99 => busy.p99_ns as f64,
             Measure::Mean => busy.mean_ns,
@@ -142,7 +152,9 @@ impl FromStr for Measure {
             .into_iter()
             .find(|m| m.name() == s.trim())
             .ok_or_else(|| {
-                format!("unknown metric {s:?}: expected p50, p90, p99, mean, self or total")
+                format!(
+                    "unknown metric {s:?}: expected typical, p50, p90, p99, mean, self or total"
+                )
             })
     }
 }
@@ -250,7 +262,7 @@ impl Budget {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct CompareOptions {
-    /// The timing metric (default [`Measure::P50`]).
+    /// The timing metric (default [`Measure::Typical`]).
     pub metric: Measure,
     /// A timing change beyond this, %, is a regression or an improvement (default 15); a
     /// [`thresholds`](CompareOptions::thresholds) entry for the same metric, or a rule's
@@ -279,7 +291,7 @@ pub struct CompareOptions {
 impl Default for CompareOptions {
     fn default() -> Self {
         Self {
-            metric: Measure::P50,
+            metric: Measure::Typical,
             threshold_pct: Self::DEFAULT_THRESHOLD_PCT,
             min_calls: Self::DEFAULT_MIN_CALLS,
             min_shift_ns: Self::DEFAULT_MIN_SHIFT_NS,
@@ -342,7 +354,8 @@ impl CompareOptions {
 pub enum Verdict {
     /// Slower (or more) beyond the threshold and the noise: fails a CI check.
     Regression,
-    /// Beyond the threshold, but not beyond the spread between runs of a side.
+    /// Beyond the threshold, but not beyond the spread between runs of a side (or, for the
+    /// run-wide shift, one run on a side: not judged).
     WithinNoise,
     /// Faster (or fewer) beyond the threshold and the noise.
     Improvement,
@@ -365,12 +378,57 @@ impl Verdict {
     }
 }
 
+/// Which step of the rule decided a verdict (see the module's docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Evidence {
+    /// A run of a side had fewer than `min_calls` calls.
+    TooFewCalls,
+    /// The change, relative to the run-wide shift, is within the threshold.
+    WithinThreshold,
+    /// Beyond the threshold, but it moves the value by less than `min_shift_ns`.
+    BelowMinShift,
+    /// Beyond the threshold, but the shift is not larger than the spread between the runs of
+    /// a side (each run divided by its run-wide factor).
+    WithinSpread,
+    /// Beyond the threshold and beyond the spread of either side (two or more runs per side).
+    BeyondThresholdAndSpread,
+    /// Beyond the threshold, one run on a side: the threshold alone decides (low confidence).
+    BeyondThreshold,
+    /// The run-wide shift with one run on a side: not judged, as one run per side cannot tell
+    /// a busier machine from a change that slows everything.
+    OneRunPerSide,
+    /// The run-wide shift, with fewer than [`RunWide::MIN_NAMES`] span names judged: not
+    /// estimated, and the names are judged on their own changes.
+    TooFewNames,
+}
+
+impl Evidence {
+    /// The name in JSON output: `too_few_calls`, `within_threshold`, `below_min_shift`,
+    /// `within_noise`, `beyond_threshold_and_noise`, `beyond_threshold`, `one_run_per_side`,
+    /// `too_few_names`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Evidence::TooFewCalls => "too_few_calls",
+            Evidence::WithinThreshold => "within_threshold",
+            Evidence::BelowMinShift => "below_min_shift",
+            Evidence::WithinSpread => "within_noise",
+            Evidence::BeyondThresholdAndSpread => "beyond_threshold_and_noise",
+            Evidence::BeyondThreshold => "beyond_threshold",
+            Evidence::OneRunPerSide => "one_run_per_side",
+            Evidence::TooFewNames => "too_few_names",
+        }
+    }
+}
+
 /// One side's values of a figure over its runs.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Side {
-    /// The value of each run that has the span name, in the order given.
+    /// The value of each run that has the span name (or call path), in the order given.
     pub values: Vec<f64>,
+    /// The index of the run each value comes from (among this side's runs).
+    pub runs: Vec<usize>,
     /// Their median.
     pub median: f64,
     /// Largest minus smallest.
@@ -383,45 +441,35 @@ pub struct Side {
 }
 
 impl Side {
-    /// `metric` of each run's statistics of one span name.
-    fn of(stats: &[&SpanStats], metric: Measure) -> Self {
+    fn new(values: Vec<f64>, runs: Vec<usize>, min_calls: u64) -> Self {
+        let median = median(&values);
+        let (lo, hi) = min_max(&values);
         Self {
-            sampled_every: stats
-                .iter()
-                .filter_map(|s| Some(s.sampled.as_ref()?.every))
-                .max(),
-            ..Self::new(
-                stats.iter().map(|s| metric.of(s)).collect(),
-                stats.iter().map(|s| s.calls).min().unwrap_or(0),
-            )
-        }
-    }
-
-    fn new(values: Vec<f64>, min_calls: u64) -> Self {
-        let mut sorted = values.clone();
-        sorted.sort_by(f64::total_cmp);
-        let n = sorted.len();
-        let median = match n {
-            0 => 0.0,
-            _ if n % 2 == 1 => sorted[n / 2],
-            _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-        };
-        let spread = if n == 0 {
-            0.0
-        } else {
-            sorted[n - 1] - sorted[0]
-        };
-        Self {
+            spread: if values.is_empty() { 0.0 } else { hi - lo },
             values,
+            runs,
             median,
-            spread,
             min_calls,
             sampled_every: None,
         }
     }
+
+    /// These values with each run's divided by its run-wide factor (`factors[run]`, ln).
+    fn relative(&self, factors: &[f64]) -> Self {
+        let values = self
+            .values
+            .iter()
+            .zip(&self.runs)
+            .map(|(v, &run)| v * (-factors.get(run).copied().unwrap_or(0.0)).exp())
+            .collect();
+        Self {
+            sampled_every: self.sampled_every,
+            ..Self::new(values, self.runs.clone(), self.min_calls)
+        }
+    }
 }
 
-/// The timing change of one span name.
+/// The timing change of one span name (or call path).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct TimingChange {
@@ -439,12 +487,71 @@ pub struct TimingChange {
     pub new: Side,
     /// `new / base` of the medians (1.0 when both are 0; infinite when only base is 0).
     pub ratio: f64,
+    /// The baseline runs, each divided by its run-wide factor ([`RunWide`]), ns.
+    pub base_relative: Side,
+    /// The new runs, each divided by its run-wide factor, ns.
+    pub new_relative: Side,
+    /// `new / base` of the relative medians: the change beside the rest of the run, which the
+    /// verdict judges (the same as [`TimingChange::ratio`] when no run-wide shift was
+    /// estimated).
+    pub relative_ratio: f64,
     /// What it amounts to.
     pub verdict: Verdict,
+    /// Which step of the rule decided it.
+    pub decided_by: Evidence,
 }
 
 impl TimingChange {
     /// The change in %, `(ratio − 1) × 100`: positive is slower.
+    pub fn change_pct(&self) -> f64 {
+        (self.ratio - 1.0) * 100.0
+    }
+
+    /// The change beside the rest of the run in %, `(relative_ratio − 1) × 100`.
+    pub fn relative_change_pct(&self) -> f64 {
+        (self.relative_ratio - 1.0) * 100.0
+    }
+}
+
+/// How every span name moved together between the sides: the run-wide shift.
+///
+/// Each run's *factor* is the median, over the span names judged on timing, of that run's
+/// value ÷ the baseline's median value (per metric). The shift is the new runs' median factor ÷
+/// the baseline runs'. A busier or slower machine moves every name by about the same factor;
+/// so does a change that slows everything (a debug build, a slower allocator). The names are
+/// judged beside it: each run's values are divided by its factor.
+///
+/// Its own rule: beyond the default metric's threshold, with two or more runs per side, and
+/// every run of one side beyond every run of the other (the factors' shift larger than the
+/// spread of either side), it is a regression (or an improvement); with one run on a side it is
+/// reported and not judged ([`Evidence::OneRunPerSide`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RunWide {
+    /// The default metric, whose factors these are.
+    pub metric: Measure,
+    /// New ÷ base of the median factors (1.0 when not estimated).
+    pub ratio: f64,
+    /// Each baseline run's factor (1.0 each when not estimated).
+    pub base_factors: Vec<f64>,
+    /// Each new run's factor.
+    pub new_factors: Vec<f64>,
+    /// The span names the factors are medians of.
+    pub names: usize,
+    /// The threshold applied, %.
+    pub threshold_pct: f64,
+    /// What it amounts to.
+    pub verdict: Verdict,
+    /// Which step of its rule decided.
+    pub decided_by: Evidence,
+}
+
+impl RunWide {
+    /// The fewest span names judged on timing for a run-wide shift to be estimated: with fewer,
+    /// one changed name would move the median.
+    pub const MIN_NAMES: usize = 3;
+
+    /// The change in %, `(ratio − 1) × 100`.
     pub fn change_pct(&self) -> f64 {
         (self.ratio - 1.0) * 100.0
     }
@@ -496,9 +603,9 @@ pub struct Comparison {
     pub new_runs: usize,
     /// One run on a side: verdicts rest on the threshold alone, not on the spread between runs.
     pub low_confidence: bool,
-    /// The median `new / base` ratio of every span name judged on timing (1.0 when none): far
-    /// from 1, every span moved together, as when the machine was busier during one run.
-    pub overall_ratio: f64,
+    /// How every span name moved together, with its own verdict: a busier machine, or a change
+    /// that slows everything.
+    pub run_wide: RunWide,
     /// Timing, per span name found on both sides: regressions first, then by change.
     pub timings: Vec<TimingChange>,
     /// Counts that differ, per span name found on both sides.
@@ -520,13 +627,15 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Whether anything regressed: a timing (of a span name or a call path) or a count, or a
-    /// budget exceeded (the CLI's exit status 1).
+    /// Whether anything regressed: a timing (of a span name or a call path), the run-wide
+    /// shift or a count, or a budget exceeded (the CLI's exit status 1).
     pub fn regressed(&self) -> bool {
-        self.timings
-            .iter()
-            .chain(&self.paths)
-            .any(|t| t.verdict == Verdict::Regression)
+        self.run_wide.verdict == Verdict::Regression
+            || self
+                .timings
+                .iter()
+                .chain(&self.paths)
+                .any(|t| t.verdict == Verdict::Regression)
             || self.counts.iter().any(|c| c.verdict == Verdict::Regression)
             || self.budgets.iter().any(|b| !b.within)
     }
@@ -534,38 +643,39 @@ impl Comparison {
 
 type Key = (String, String);
 
-/// Every span name's stats in each run of a side.
-fn by_name(runs: &[Snapshot]) -> BTreeMap<Key, Vec<&SpanStats>> {
-    let mut map: BTreeMap<Key, Vec<&SpanStats>> = BTreeMap::new();
-    for run in runs {
-        for s in &run.spans {
+/// Every span name's stats in each run of a side, with the run's index.
+fn by_name(runs: &[Snapshot]) -> BTreeMap<Key, Vec<(usize, &SpanStats)>> {
+    let mut map: BTreeMap<Key, Vec<(usize, &SpanStats)>> = BTreeMap::new();
+    for (run, snapshot) in runs.iter().enumerate() {
+        for s in &snapshot.spans {
             map.entry((s.name.clone(), s.target.clone()))
                 .or_default()
-                .push(s);
+                .push((run, s));
         }
     }
     map
 }
 
-/// Every call path's node in each run of each side, by path id: `None` unless every run has a
-/// tree. Paths are matched by [`PathIds`] (parent path, name, target, other node), so the
-/// memory is in nodes, not nodes × depth.
+/// Every call path's node in each run of each side (with the run's index), by path id: `None`
+/// unless every run has a tree. Paths are matched by [`PathIds`] (parent path, name, target,
+/// other node), so the memory is in nodes, not nodes × depth.
+#[allow(clippy::type_complexity)]
 fn by_path<'a>(
     base: &'a [Snapshot],
     new: &'a [Snapshot],
-) -> Option<(PathIds<'a>, [Vec<Vec<&'a TreeNode>>; 2])> {
+) -> Option<(PathIds<'a>, [Vec<Vec<(usize, &'a TreeNode)>>; 2])> {
     let trees = |runs: &'a [Snapshot]| -> Option<Vec<&'a CallTree>> {
         runs.iter().map(|run| run.tree.as_ref()).collect()
     };
     let sides = [trees(base)?, trees(new)?];
     let mut ids = PathIds::new();
-    let mut nodes: [Vec<Vec<&TreeNode>>; 2] = Default::default();
+    let mut nodes: [Vec<Vec<(usize, &TreeNode)>>; 2] = Default::default();
     for (side, trees) in sides.iter().enumerate() {
-        for tree in trees {
+        for (run, tree) in trees.iter().enumerate() {
             let at = ids.add(tree);
             nodes[side].resize_with(ids.len(), Vec::new);
             for (node, id) in tree.nodes.iter().zip(at) {
-                nodes[side][id].push(node);
+                nodes[side][id].push((run, node));
             }
         }
     }
@@ -575,14 +685,189 @@ fn by_path<'a>(
     Some((ids, nodes))
 }
 
-/// The timing changes of every call path on both sides, and the paths of each side only (in
-/// the order of the paths as lists of (name, target, other node): [`PathIds::sorted`]).
+/// The quantiles [`Measure::Typical`] reads: p10, p15, …, p90.
+const TYPICAL_QUANTILES: [f64; 17] = [
+    0.10, 0.15, 0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85,
+    0.90,
+];
+/// p50's place in [`TYPICAL_QUANTILES`].
+const TYPICAL_P50: usize = 8;
+
+/// Each run's value of `metric` on both sides, from one statistic per run: `value` reads the
+/// plain metrics, `busy` the busy-time distribution [`Measure::Typical`] reads.
+///
+/// For [`Measure::Typical`], the reference is the baseline's median, per quantile, of its
+/// runs' values (on a log scale); a run's value is the reference p50 moved by the median,
+/// over the quantiles, of the run's ratio to the reference.
+fn side_values<T>(
+    sides: [&[(usize, &T)]; 2],
+    metric: Measure,
+    value: impl Fn(&T) -> f64,
+    busy: impl Fn(&T) -> &Stat,
+) -> [Vec<f64>; 2] {
+    if metric != Measure::Typical {
+        return sides.map(|runs| runs.iter().map(|(_, t)| value(t)).collect());
+    }
+    let logs = |runs: &[(usize, &T)]| -> Vec<Vec<f64>> {
+        runs.iter()
+            .map(|(_, t)| {
+                busy(t)
+                    .histogram
+                    .quantiles(&TYPICAL_QUANTILES)
+                    .into_iter()
+                    .map(|v| (v.max(1) as f64).ln())
+                    .collect()
+            })
+            .collect()
+    };
+    let [base, new] = sides.map(logs);
+    let reference: Vec<f64> = (0..TYPICAL_QUANTILES.len())
+        .map(|q| {
+            let at: Vec<f64> = base.iter().filter_map(|run| run.get(q).copied()).collect();
+            median(&at)
+        })
+        .collect();
+    if base.iter().all(Vec::is_empty) {
+        return sides.map(|runs| runs.iter().map(|(_, t)| value(t)).collect());
+    }
+    let of = |run: &Vec<f64>| -> f64 {
+        if run.is_empty() {
+            return 0.0;
+        }
+        let shifts: Vec<f64> = run.iter().zip(&reference).map(|(v, r)| v - r).collect();
+        (reference[TYPICAL_P50] + median(&shifts)).exp()
+    };
+    [base.iter().map(of).collect(), new.iter().map(of).collect()]
+}
+
+/// The timing sides of one metric: each run's value, its index, the fewest calls.
+fn sides_of<T>(
+    sides: [&[(usize, &T)]; 2],
+    metric: Measure,
+    value: impl Fn(&T) -> f64,
+    busy: impl Fn(&T) -> &Stat,
+    calls: impl Fn(&T) -> u64,
+    sampled_every: impl Fn(&T) -> Option<u32>,
+) -> [Side; 2] {
+    let values = side_values(sides, metric, value, busy);
+    let mut out = [0, 1].map(|i| {
+        let runs = sides[i];
+        Side {
+            sampled_every: runs.iter().filter_map(|(_, t)| sampled_every(t)).max(),
+            ..Side::new(
+                values[i].clone(),
+                runs.iter().map(|(run, _)| *run).collect(),
+                runs.iter().map(|(_, t)| calls(t)).min().unwrap_or(0),
+            )
+        }
+    });
+    out.iter_mut().for_each(|s| s.values.shrink_to_fit());
+    out
+}
+
+/// A name's (or path's) sides of one metric, before the run-wide shift is known.
+struct Pending {
+    key: Key,
+    metric: Measure,
+    threshold_pct: f64,
+    sides: [Side; 2],
+}
+
+/// The run-wide factors of one metric: ln of each run's factor, per side.
+#[derive(Default)]
+struct Factors {
+    base: Vec<f64>,
+    new: Vec<f64>,
+    names: usize,
+}
+
+/// Each run's factor for `metric` (ln): the median, over the names judged (enough calls, a
+/// baseline above 0), of the run's value ÷ the baseline's median. All 0 with fewer than
+/// [`RunWide::MIN_NAMES`] names.
+fn factors(pending: &[Pending], metric: Measure, runs: [usize; 2], min_calls: u64) -> Factors {
+    let judged: Vec<&Pending> = pending
+        .iter()
+        .filter(|p| {
+            p.metric == metric
+                && p.sides.iter().all(|s| s.min_calls >= min_calls)
+                && p.sides[0].median > 0.0
+        })
+        .collect();
+    if judged.len() < RunWide::MIN_NAMES {
+        return Factors {
+            base: vec![0.0; runs[0]],
+            new: vec![0.0; runs[1]],
+            names: judged.len(),
+        };
+    }
+    let [base, new] = [0, 1].map(|side| {
+        let mut per_run: Vec<Vec<f64>> = vec![Vec::new(); runs[side]];
+        for p in &judged {
+            let reference = p.sides[0].median;
+            let s = &p.sides[side];
+            for (&v, &run) in s.values.iter().zip(&s.runs) {
+                if v > 0.0 {
+                    per_run[run].push((v / reference).ln());
+                }
+            }
+        }
+        per_run
+            .iter()
+            .map(|logs| median(logs))
+            .collect::<Vec<f64>>()
+    });
+    Factors {
+        base,
+        new,
+        names: judged.len(),
+    }
+}
+
+/// The run-wide shift of the default metric, judged by its rule ([`RunWide`]).
+fn run_wide(f: &Factors, metric: Measure, several: bool, options: &CompareOptions) -> RunWide {
+    let threshold_pct = options.threshold_for(metric);
+    let shift = median(&f.new) - median(&f.base);
+    let ratio = shift.exp();
+    let spread = |logs: &[f64]| {
+        let (lo, hi) = min_max(logs);
+        if logs.is_empty() {
+            0.0
+        } else {
+            hi - lo
+        }
+    };
+    let (verdict, decided_by) = if f.names < RunWide::MIN_NAMES {
+        (Verdict::Unchanged, Evidence::TooFewNames)
+    } else if (ratio - 1.0).abs() * 100.0 <= threshold_pct {
+        (Verdict::Unchanged, Evidence::WithinThreshold)
+    } else if !several {
+        (Verdict::WithinNoise, Evidence::OneRunPerSide)
+    } else if shift.abs() <= spread(&f.base).max(spread(&f.new)) {
+        (Verdict::WithinNoise, Evidence::WithinSpread)
+    } else if ratio > 1.0 {
+        (Verdict::Regression, Evidence::BeyondThresholdAndSpread)
+    } else {
+        (Verdict::Improvement, Evidence::BeyondThresholdAndSpread)
+    };
+    RunWide {
+        metric,
+        ratio,
+        base_factors: f.base.iter().map(|x| x.exp()).collect(),
+        new_factors: f.new.iter().map(|x| x.exp()).collect(),
+        names: f.names,
+        threshold_pct,
+        verdict,
+        decided_by,
+    }
+}
+
+/// The sides of every call path on both sides, and the paths of each side only (in the order
+/// of the paths as lists of (name, target, other node): [`PathIds::sorted`]).
 fn compare_paths(
     base: &[Snapshot],
     new: &[Snapshot],
-    several: bool,
     options: &CompareOptions,
-) -> (Vec<TimingChange>, Vec<String>, Vec<String>) {
+) -> (Vec<Pending>, Vec<String>, Vec<String>) {
     let Some((ids, [b, n])) = by_path(base, new) else {
         return Default::default();
     };
@@ -596,28 +881,25 @@ fn compare_paths(
             (true, true) => {}
             (false, false) => {
                 let leaf = ids.node(id);
-                let side = |nodes: &[&TreeNode], metric: Measure| {
-                    Side::new(
-                        nodes.iter().map(|node| metric.of_node(node)).collect(),
-                        nodes.iter().map(|node| node.calls).min().unwrap_or(0),
-                    )
-                };
                 let shown = (ids.text(id, ";"), leaf.target.clone());
                 for (metric, threshold_pct) in options.for_name(&leaf.name) {
-                    paths.push(judge_timing(
-                        &shown,
+                    paths.push(Pending {
+                        key: shown.clone(),
                         metric,
                         threshold_pct,
-                        side(base_nodes, metric),
-                        side(new_nodes, metric),
-                        several,
-                        options,
-                    ));
+                        sides: sides_of(
+                            [base_nodes, new_nodes],
+                            metric,
+                            |node| metric.of_node(node),
+                            |node| &node.busy,
+                            |node| node.calls,
+                            |_| None,
+                        ),
+                    });
                 }
             }
         }
     }
-    sort_timings(&mut paths);
     (paths, only_base, only_new)
 }
 
@@ -626,7 +908,7 @@ fn sort_timings(timings: &mut [TimingChange]) {
     timings.sort_by(|a, b| {
         a.verdict
             .cmp(&b.verdict)
-            .then(b.ratio.total_cmp(&a.ratio))
+            .then(b.relative_ratio.total_cmp(&a.relative_ratio))
             .then(a.name.cmp(&b.name))
     });
 }
@@ -645,23 +927,26 @@ fn sort_timings(timings: &mut [TimingChange]) {
 pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) -> Comparison {
     let (b, n) = (by_name(base), by_name(new));
     let several = base.len() >= 2 && new.len() >= 2;
-    let mut timings = Vec::new();
+    let mut pending = Vec::new();
     let mut counts = Vec::new();
     for (key, base_stats) in &b {
         let Some(new_stats) = n.get(key) else {
             continue;
         };
         for (metric, threshold_pct) in options.for_name(&key.0) {
-            let (bs, ns) = (Side::of(base_stats, metric), Side::of(new_stats, metric));
-            timings.push(judge_timing(
-                key,
+            pending.push(Pending {
+                key: key.clone(),
                 metric,
                 threshold_pct,
-                bs,
-                ns,
-                several,
-                options,
-            ));
+                sides: sides_of(
+                    [base_stats, new_stats],
+                    metric,
+                    |s| metric.of(s),
+                    |s| &s.entry_busy,
+                    |s| s.calls,
+                    |s| Some(s.sampled.as_ref()?.every),
+                ),
+            });
         }
         for count in [
             Count::Calls,
@@ -672,12 +957,37 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
             counts.extend(judge_count(key, count, base_stats, new_stats, options));
         }
     }
-    sort_timings(&mut timings);
     counts.sort_by(|a, b| a.verdict.cmp(&b.verdict).then(a.name.cmp(&b.name)));
+    // The run-wide factors of each metric judged, from the span names.
+    let runs = [base.len(), new.len()];
+    let mut metrics: Vec<Measure> = pending.iter().map(|p| p.metric).collect();
+    metrics.sort_by_key(|m| m.name());
+    metrics.dedup();
+    let all_factors: Vec<(Measure, Factors)> = metrics
+        .into_iter()
+        .map(|m| (m, factors(&pending, m, runs, options.min_calls)))
+        .collect();
+    let of_metric = |m: Measure| all_factors.iter().find(|(x, _)| *x == m).map(|(_, f)| f);
+    let judge_all = |pending: Vec<Pending>| {
+        let mut out: Vec<TimingChange> = pending
+            .into_iter()
+            .map(|p| judge_timing(p, of_metric, several, options))
+            .collect();
+        sort_timings(&mut out);
+        out
+    };
+    let run_wide = run_wide(
+        of_metric(options.metric).unwrap_or(&Factors::default()),
+        options.metric,
+        several,
+        options,
+    );
+    let (path_pending, paths_only_in_base, paths_only_in_new) = compare_paths(base, new, options);
     let mut budgets = Vec::new();
     for budget in &options.budgets {
         for (key, stats) in n.iter().filter(|(k, _)| glob_match(&budget.name, &k.0)) {
-            let value = Side::of(stats, budget.metric).median;
+            let values: Vec<f64> = stats.iter().map(|(_, s)| budget.metric.of(s)).collect();
+            let value = median(&values);
             budgets.push(BudgetCheck {
                 name: key.0.clone(),
                 target: key.1.clone(),
@@ -688,69 +998,78 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
             });
         }
     }
-    let only = |a: &BTreeMap<Key, Vec<&SpanStats>>, b: &BTreeMap<Key, Vec<&SpanStats>>| {
+    let only = |a: &BTreeMap<Key, Vec<(usize, &SpanStats)>>,
+                b: &BTreeMap<Key, Vec<(usize, &SpanStats)>>| {
         a.keys().filter(|k| !b.contains_key(*k)).cloned().collect()
     };
-    let judged: Vec<f64> = timings
-        .iter()
-        .filter(|t| t.verdict != Verdict::TooFewCalls && t.ratio.is_finite())
-        .map(|t| t.ratio)
-        .collect();
-    let overall_ratio = if judged.is_empty() {
-        1.0
-    } else {
-        Side::new(judged, 0).median
-    };
-    let (paths, paths_only_in_base, paths_only_in_new) = compare_paths(base, new, several, options);
     Comparison {
         base_runs: base.len(),
         new_runs: new.len(),
         low_confidence: !several,
-        overall_ratio,
-        timings,
+        run_wide,
+        timings: judge_all(pending),
         counts,
         budgets,
         only_in_base: only(&b, &n),
         only_in_new: only(&n, &b),
-        paths,
+        paths: judge_all(path_pending),
         paths_only_in_base,
         paths_only_in_new,
     }
 }
 
-/// The timing rule (see the module's docs) for one span name and metric.
-fn judge_timing(
-    key: &Key,
-    metric: Measure,
-    threshold_pct: f64,
-    bs: Side,
-    ns: Side,
+/// The timing rule (see the module's docs) for one span name (or path) and metric, beside the
+/// run-wide shift of its metric.
+fn judge_timing<'f>(
+    p: Pending,
+    factors: impl Fn(Measure) -> Option<&'f Factors>,
     several: bool,
     options: &CompareOptions,
 ) -> TimingChange {
-    let ratio = ratio(bs.median, ns.median);
-    let shift = (ns.median - bs.median).abs();
-    let beyond = (ratio - 1.0).abs() * 100.0 > threshold_pct && shift >= options.min_shift_ns;
-    let verdict = if bs.min_calls < options.min_calls || ns.min_calls < options.min_calls {
-        Verdict::TooFewCalls
-    } else if !beyond {
-        Verdict::Unchanged
-    } else if several && shift <= bs.spread.max(ns.spread) {
-        Verdict::WithinNoise
-    } else if ratio > 1.0 {
-        Verdict::Regression
-    } else {
-        Verdict::Improvement
+    let [bs, ns] = p.sides;
+    let (base_relative, new_relative) = match factors(p.metric) {
+        Some(f) => (bs.relative(&f.base), ns.relative(&f.new)),
+        None => (bs.clone(), ns.clone()),
     };
+    let relative_ratio = ratio(base_relative.median, new_relative.median);
+    let shift = (new_relative.median - base_relative.median).abs();
+    let spread = base_relative.spread.max(new_relative.spread);
+    let beyond = (relative_ratio - 1.0).abs() * 100.0 > p.threshold_pct;
+    let (verdict, decided_by) =
+        if bs.min_calls < options.min_calls || ns.min_calls < options.min_calls {
+            (Verdict::TooFewCalls, Evidence::TooFewCalls)
+        } else if !beyond {
+            (Verdict::Unchanged, Evidence::WithinThreshold)
+        } else if shift < options.min_shift_ns {
+            (Verdict::Unchanged, Evidence::BelowMinShift)
+        } else if several && shift <= spread {
+            (Verdict::WithinNoise, Evidence::WithinSpread)
+        } else {
+            let evidence = if several {
+                Evidence::BeyondThresholdAndSpread
+            } else {
+                Evidence::BeyondThreshold
+            };
+            let verdict = if relative_ratio > 1.0 {
+                Verdict::Regression
+            } else {
+                Verdict::Improvement
+            };
+            (verdict, evidence)
+        };
     TimingChange {
-        name: key.0.clone(),
-        target: key.1.clone(),
-        metric,
-        threshold_pct,
+        name: p.key.0,
+        target: p.key.1,
+        metric: p.metric,
+        threshold_pct: p.threshold_pct,
+        ratio: ratio(bs.median, ns.median),
         base: bs,
         new: ns,
-        ratio,
+        base_relative,
+        new_relative,
+        relative_ratio,
         verdict,
+        decided_by,
     }
 }
 
@@ -759,14 +1078,14 @@ fn judge_timing(
 fn judge_count(
     key: &Key,
     count: Count,
-    base_stats: &[&SpanStats],
-    new_stats: &[&SpanStats],
+    base_stats: &[(usize, &SpanStats)],
+    new_stats: &[(usize, &SpanStats)],
     options: &CompareOptions,
 ) -> Option<CountChange> {
-    let values = |stats: &[&SpanStats]| -> Option<Vec<f64>> {
+    let values = |stats: &[(usize, &SpanStats)]| -> Option<Vec<f64>> {
         stats
             .iter()
-            .map(|s| count.of(s).map(|v| v as f64))
+            .map(|(_, s)| count.of(s).map(|v| v as f64))
             .collect()
     };
     let (bv, nv) = (values(base_stats)?, values(new_stats)?);
@@ -787,8 +1106,8 @@ fn judge_count(
         name: key.0.clone(),
         target: key.1.clone(),
         count,
-        base: Side::new(bv, 0).median,
-        new: Side::new(nv, 0).median,
+        base: median(&bv),
+        new: median(&nv),
         verdict,
     })
 }
@@ -800,6 +1119,18 @@ fn ratio(base: f64, new: f64) -> f64 {
         f64::INFINITY
     } else {
         new / base
+    }
+}
+
+/// The median (0 when empty).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => sorted[n / 2],
+        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     }
 }
 
@@ -823,11 +1154,44 @@ mod tests {
         .unwrap()
     }
 
-    /// `snapshot` with the p50 of span `name` scaled by `factor` and its calls set.
+    /// The options with the p50 as the metric, as these tests were written for.
+    fn p50_options() -> CompareOptions {
+        CompareOptions {
+            metric: Measure::P50,
+            ..CompareOptions::default()
+        }
+    }
+
+    /// `stat`'s p50 and histogram (every sample) scaled by `factor`.
+    fn scale_stat(stat: &mut Stat, factor: f64) {
+        stat.p50_ns = (stat.p50_ns as f64 * factor) as u64;
+        let mut h = crate::profile::buckets::new_histogram();
+        for (value, count) in stat.histogram.iter() {
+            crate::profile::buckets::record_n(&mut h, (value as f64 * factor) as u64, count);
+        }
+        stat.histogram = crate::profile::Buckets::from_histogram(&h);
+    }
+
+    /// `snapshot` with the p50 and the histogram of span `name` scaled by `factor`.
     fn scaled(snapshot: &Snapshot, name: &str, factor: f64) -> Snapshot {
         let mut s = snapshot.clone();
         for span in s.spans.iter_mut().filter(|sp| sp.name == name) {
-            span.entry_busy.p50_ns = (span.entry_busy.p50_ns as f64 * factor) as u64;
+            scale_stat(&mut span.entry_busy, factor);
+        }
+        s
+    }
+
+    /// `snapshot` with every span name scaled by `factor` (a slower machine), and `name` by
+    /// `factor × extra` besides.
+    fn machine(snapshot: &Snapshot, factor: f64, name: &str, extra: f64) -> Snapshot {
+        let mut s = snapshot.clone();
+        for span in &mut s.spans {
+            let f = if span.name == name {
+                factor * extra
+            } else {
+                factor
+            };
+            scale_stat(&mut span.entry_busy, f);
         }
         s
     }
@@ -850,7 +1214,7 @@ mod tests {
     fn one_run_per_side_uses_the_threshold_and_says_low_confidence() {
         let b = base();
         let name = busiest(&b);
-        let opts = CompareOptions::default();
+        let opts = p50_options();
         let slow = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.2)], &opts);
         assert!(slow.low_confidence);
         assert_eq!(verdict_of(&slow, &name), Verdict::Regression);
@@ -865,11 +1229,169 @@ mod tests {
         assert!(!fast.regressed());
     }
 
+    /// A busier machine moves every name by one factor; a change moves one name beside it.
+    /// The run-wide shift is taken out of each name's change, and with one run per side it is
+    /// reported, not judged.
+    #[test]
+    fn a_run_wide_shift_is_taken_out_and_one_name_beside_it_is_judged() {
+        let b = base();
+        let name = busiest(&b);
+        for metric in [Measure::Typical, Measure::P50] {
+            let opts = CompareOptions {
+                metric,
+                ..CompareOptions::default()
+            };
+            // Every name 30 % slower, `name` 20 % slower still.
+            let c = compare(
+                std::slice::from_ref(&b),
+                &[machine(&b, 1.3, &name, 1.2)],
+                &opts,
+            );
+            assert!((c.run_wide.ratio - 1.3).abs() < 0.02, "{:?}", c.run_wide);
+            assert_eq!(c.run_wide.names, 7);
+            assert_eq!(
+                (c.run_wide.verdict, c.run_wide.decided_by),
+                (Verdict::WithinNoise, Evidence::OneRunPerSide)
+            );
+            let t = c
+                .timings
+                .iter()
+                .find(|t| t.name == name && t.metric == metric)
+                .unwrap();
+            assert!(
+                (t.relative_change_pct() - 20.0).abs() < 1.5,
+                "{metric}: {t:?}"
+            );
+            assert!((t.change_pct() - 56.0).abs() < 2.0, "{metric}: {t:?}");
+            assert_eq!(
+                (t.verdict, t.decided_by),
+                (Verdict::Regression, Evidence::BeyondThreshold)
+            );
+            // Every other name moved with the machine alone: unchanged beside it.
+            for other in c.timings.iter().filter(|t| t.name != name) {
+                assert!(
+                    matches!(other.verdict, Verdict::Unchanged | Verdict::TooFewCalls),
+                    "{other:?}"
+                );
+            }
+            let regressed: Vec<&str> = c
+                .timings
+                .iter()
+                .filter(|t| t.verdict == Verdict::Regression)
+                .map(|t| t.name.as_str())
+                .collect();
+            assert_eq!(regressed, [name.as_str()]);
+            // The machine alone: nothing regressed, the shift reported.
+            let c = compare(
+                std::slice::from_ref(&b),
+                &[machine(&b, 1.3, &name, 1.0)],
+                &opts,
+            );
+            assert!(!c.regressed(), "{:?}", c.timings);
+            assert_eq!(c.run_wide.decided_by, Evidence::OneRunPerSide);
+        }
+    }
+
+    /// With several runs per side, a run-wide shift is judged by its own rule: every run of
+    /// one side beyond every run of the other.
+    #[test]
+    fn a_run_wide_shift_with_several_runs_is_judged_by_its_own_rule() {
+        let b = base();
+        let name = busiest(&b);
+        let side = |factors: &[f64]| -> Vec<Snapshot> {
+            factors
+                .iter()
+                .map(|&f| machine(&b, f, &name, 1.0))
+                .collect()
+        };
+        let opts = CompareOptions::default();
+        let base_runs = side(&[0.99, 1.0, 1.01]);
+        let c = compare(&base_runs, &side(&[1.29, 1.3, 1.31]), &opts);
+        assert_eq!(
+            (c.run_wide.verdict, c.run_wide.decided_by),
+            (Verdict::Regression, Evidence::BeyondThresholdAndSpread)
+        );
+        assert!(c.regressed());
+        assert_eq!(c.run_wide.new_factors.len(), 3);
+        assert!(c.timings.iter().all(|t| t.verdict != Verdict::Regression));
+        // A new side whose runs overlap the baseline's: within noise.
+        let c = compare(&base_runs, &side(&[0.95, 1.3, 1.35]), &opts);
+        assert_eq!(
+            (c.run_wide.verdict, c.run_wide.decided_by),
+            (Verdict::WithinNoise, Evidence::WithinSpread)
+        );
+        assert!(!c.regressed(), "{:?}", c.run_wide);
+        // A shift within the threshold.
+        let c = compare(&base_runs, &side(&[1.09, 1.1, 1.11]), &opts);
+        assert_eq!(c.run_wide.decided_by, Evidence::WithinThreshold);
+        assert!(!c.regressed());
+    }
+
+    /// Fewer than `RunWide::MIN_NAMES` names judged: no run-wide shift is estimated, and each
+    /// name is judged on its own change.
+    #[test]
+    fn too_few_names_for_a_run_wide_shift_judge_each_name_alone() {
+        let mut b = base();
+        let name = busiest(&b);
+        let keep = ["forward", "backward", "train"];
+        b.spans.retain(|s| keep.contains(&s.name.as_str()));
+        let c = compare(
+            std::slice::from_ref(&b),
+            &[machine(&b, 1.3, &name, 1.0)],
+            &CompareOptions::default(),
+        );
+        assert_eq!(
+            (c.run_wide.names, c.run_wide.decided_by, c.run_wide.ratio),
+            (2, Evidence::TooFewNames, 1.0)
+        );
+        assert!(c.regressed());
+        let t = c.timings.iter().find(|t| t.name == "backward").unwrap();
+        assert_eq!(t.relative_ratio, t.ratio);
+        assert_eq!(t.verdict, Verdict::Regression);
+    }
+
+    /// Calls in two clusters (e.g. batches of two sizes): the p50 jumps from one to the other
+    /// when their shares trade places, while the typical change stays 0.
+    #[test]
+    fn the_typical_change_stays_where_the_p50_jumps_between_clusters() {
+        let b = base();
+        let name = busiest(&b);
+        let clusters = |short: u64, long: u64| {
+            let mut h = crate::profile::buckets::new_histogram();
+            crate::profile::buckets::record_n(&mut h, 100_000, short);
+            crate::profile::buckets::record_n(&mut h, 200_000, long);
+            let p50 = h.value_at_quantile(0.5);
+            let mut s = b.clone();
+            let span = s.spans.iter_mut().find(|sp| sp.name == name).unwrap();
+            span.entry_busy.histogram = crate::profile::Buckets::from_histogram(&h);
+            span.entry_busy.p50_ns = p50;
+            s
+        };
+        let (before, after) = (clusters(490, 510), clusters(510, 490));
+        let judged = |metric| {
+            let opts = CompareOptions {
+                metric,
+                ..CompareOptions::default()
+            };
+            let c = compare(
+                std::slice::from_ref(&before),
+                std::slice::from_ref(&after),
+                &opts,
+            );
+            let t = c.timings.iter().find(|t| t.name == name).unwrap().clone();
+            (t.ratio, t.verdict)
+        };
+        let (p50_ratio, p50_verdict) = judged(Measure::P50);
+        assert!(p50_ratio < 0.6, "{p50_ratio}");
+        assert_eq!(p50_verdict, Verdict::Improvement);
+        assert_eq!(judged(Measure::Typical), (1.0, Verdict::Unchanged));
+    }
+
     #[test]
     fn several_runs_need_a_shift_beyond_the_spread() {
         let b = base();
         let name = busiest(&b);
-        let opts = CompareOptions::default();
+        let opts = p50_options();
         // Base runs spread over ±15 %: a 20 % shift of the median is within their noise.
         let noisy = [scaled(&b, &name, 0.85), b.clone(), scaled(&b, &name, 1.15)];
         let new = [
@@ -898,11 +1420,7 @@ mod tests {
         let span = more.spans.iter_mut().find(|s| s.name == name).unwrap();
         span.calls += 1;
         more.spans.retain(|s| s.name == name);
-        let c = compare(
-            std::slice::from_ref(&b),
-            &[more],
-            &CompareOptions::default(),
-        );
+        let c = compare(std::slice::from_ref(&b), &[more], &p50_options());
         let calls = c
             .counts
             .iter()
@@ -920,7 +1438,7 @@ mod tests {
         let b = base();
         let name = busiest(&b);
         let p50 = b.span(&name).unwrap().entry_busy.p50_ns as f64;
-        let mut opts = CompareOptions::default();
+        let mut opts = p50_options();
         opts.rules
             .push(Rule::new(name.clone()).with_threshold(30.0));
         let c = compare(std::slice::from_ref(&b), &[scaled(&b, &name, 1.2)], &opts);
@@ -944,7 +1462,7 @@ mod tests {
         for span in slow_tail.spans.iter_mut().filter(|sp| sp.name == name) {
             span.entry_busy.p99_ns *= 2;
         }
-        let mut opts = CompareOptions::default();
+        let mut opts = p50_options();
         let c = compare(
             std::slice::from_ref(&b),
             std::slice::from_ref(&slow_tail),
@@ -982,7 +1500,7 @@ mod tests {
         let slow = scaled(&b, &name, 1.5);
         let mut opts = CompareOptions {
             threshold_pct: 80.0,
-            ..CompareOptions::default()
+            ..p50_options()
         };
         opts.thresholds.push((Measure::P50, 5.0));
         opts.thresholds.push((Measure::P99, 25.0));
@@ -1032,7 +1550,7 @@ mod tests {
             e.count = recorded;
             e.total_ns = (e.mean_ns * recorded as f64) as u64;
         }
-        let mut opts = CompareOptions::default();
+        let mut opts = p50_options();
         opts.thresholds.push((Measure::Total, 5.0));
         let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&new), &opts);
         let t = c
@@ -1076,7 +1594,7 @@ mod tests {
         }
         let mut opts = CompareOptions {
             min_calls: 1,
-            ..CompareOptions::default()
+            ..p50_options()
         };
         let c = compare(std::slice::from_ref(&b), std::slice::from_ref(&slow), &opts);
         let path = c
@@ -1163,7 +1681,7 @@ mod tests {
                 .join(";")
         };
         let want: Vec<String> = keys.iter().map(text).collect();
-        let options = CompareOptions::default();
+        let options = p50_options();
         let c = compare(
             std::slice::from_ref(&base),
             std::slice::from_ref(&empty),

@@ -16,8 +16,8 @@ pub use crate::profile::leaks::{
     LEAK_MIN_SHARE,
 };
 pub use compare::{
-    compare, Budget, BudgetCheck, CompareOptions, Comparison, Count, CountChange, Measure, Rule,
-    Side, TimingChange, Verdict,
+    compare, Budget, BudgetCheck, CompareOptions, Comparison, Count, CountChange, Evidence,
+    Measure, Rule, RunWide, Side, TimingChange, Verdict,
 };
 pub use top::{
     top, Finding, ALLOCATIONS_MIN_BYTES_PER_CALL, ALLOCATIONS_MIN_CALLS, ALLOCATIONS_MIN_PER_CALL,

@@ -246,6 +246,30 @@ impl Buckets {
         self.len() == 0
     }
 
+    /// The value at each of `quantiles` (ascending, each in 0..=1), in one pass: the lowest
+    /// value of the bucket holding the sample of rank ⌈q × samples⌉ (the first sample for
+    /// q = 0). Empty when no sample is held.
+    pub fn quantiles(&self, quantiles: &[f64]) -> Vec<u64> {
+        let counts = self.counts();
+        let total = counts
+            .iter()
+            .fold(0u64, |all, &(_, n)| all.saturating_add(n));
+        if total == 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(quantiles.len());
+        let (mut seen, mut at) = (0u64, 0usize);
+        for &q in quantiles {
+            let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+            while at < counts.len() && seen.saturating_add(counts[at].1) < rank {
+                seen = seen.saturating_add(counts[at].1);
+                at += 1;
+            }
+            out.push(counts[at.min(counts.len() - 1)].0);
+        }
+        out
+    }
+
     /// Samples in the bucket that holds `value`.
     pub fn count_at(&self, value: u64) -> u64 {
         let floor = value_of(index_of(value.min(HIGHEST_NS)));
@@ -389,6 +413,24 @@ pub(crate) fn record_n(into: &mut Histogram<u64>, value: u64, n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantiles_are_the_buckets_holding_each_rank() {
+        let mut h = new_histogram();
+        for v in 1..=1000u64 {
+            record_n(&mut h, v * 1000, 1);
+        }
+        let b = Buckets::from_histogram(&h);
+        let qs = [0.0, 0.1, 0.5, 0.9, 1.0];
+        let got = b.quantiles(&qs);
+        for (q, v) in qs.iter().zip(&got) {
+            // The lowest value of the bucket holding hdrhistogram's value at that quantile.
+            let want = value_of(index_of(h.value_at_quantile(*q)));
+            assert_eq!(*v, want, "q {q}");
+        }
+        assert_eq!(got[2], value_of(index_of(500_000)));
+        assert!(Buckets::default().quantiles(&qs).is_empty());
+    }
 
     #[test]
     fn round_trips_through_a_histogram() {

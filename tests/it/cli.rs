@@ -243,24 +243,49 @@ fn compare_flags_the_slowdown_and_names_forward() {
         .lines()
         .find(|l| l.starts_with("result:"))
         .unwrap();
-    assert!(result.contains("REGRESSION in forward"), "{result}");
-    // The change printed is the one of the two profiles.
+    assert!(
+        result.contains("REGRESSION in forward (typical +"),
+        "{result}"
+    );
+    // With `--metric p50`, the change printed is the one of the two profiles' p50, and the
+    // result line gives the change beside the run-wide shift, as the row's next column.
+    let p50 = spanprof(&[
+        "compare",
+        "--metric",
+        "p50",
+        "cli-base.json",
+        "cli-slow.json",
+    ]);
+    assert_eq!(p50.status, 1, "{}{}", p50.stdout, p50.stderr);
+    let p50_result = p50
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("result:"))
+        .unwrap();
     let (b, s) = (read("cli-base.json"), read("cli-slow.json"));
     let (bp, sp) = (
         b.span("forward").unwrap().entry_busy.p50_ns as f64,
         s.span("forward").unwrap().entry_busy.p50_ns as f64,
     );
     let change = format!("{:+.1} %", (sp / bp - 1.0) * 100.0);
-    let row = slow
+    // The row's change and its change beside the run, e.g. `+18.4 %     +19.0 %`.
+    let changes = |row: &str| -> (String, String) {
+        let cells: Vec<&str> = row.split("  ").filter(|c| !c.is_empty()).collect();
+        (cells[4].trim().to_string(), cells[5].trim().to_string())
+    };
+    let row = p50
         .stdout
         .lines()
         .find(|l| l.starts_with("forward "))
         .unwrap();
+    let (raw, beside) = changes(row);
+    assert_eq!(raw, change, "{row}");
+    assert!(row.ends_with("regression"), "{row}");
     assert!(
-        row.contains(&change) && row.ends_with("regression"),
-        "{row}"
+        p50_result.contains(&format!("forward (p50 {beside})")),
+        "{p50_result}"
     );
-    assert!(slow.stdout.contains("low confidence"));
+    assert!(p50.stdout.contains("low confidence"));
     // The call path to forward, judged on its node's busy time per instance, regresses too.
     let node_p50 = |s: &Snapshot| {
         let tree = s.tree.as_ref().unwrap();
@@ -270,20 +295,17 @@ fn compare_flags_the_slowdown_and_names_forward() {
         tree.nodes[i].busy.p50_ns as f64
     };
     let path_change = format!("{:+.1} %", (node_p50(&s) / node_p50(&b) - 1.0) * 100.0);
-    let path_row = slow
+    let path_row = p50
         .stdout
         .lines()
         .find(|l| l.starts_with("train;epoch;train_step;forward "))
         .unwrap();
+    let (raw, beside) = changes(path_row);
+    assert_eq!(raw, path_change, "{path_row}");
+    assert!(path_row.ends_with("regression"), "{path_row}");
     assert!(
-        path_row.contains(&path_change) && path_row.ends_with("regression"),
-        "{path_row}"
-    );
-    assert!(
-        result.contains(&format!(
-            "train;epoch;train_step;forward (p50 {path_change})"
-        )),
-        "{result}"
+        p50_result.contains(&format!("train;epoch;train_step;forward (p50 {beside})")),
+        "{p50_result}"
     );
     // Only forward's name and path regress.
     let regressions = slow
@@ -799,7 +821,11 @@ fn compare_policy_thresholds_entry_for_the_default_metric_counts() {
     let dir = support::temp_dir("cli-policy-primary");
     std::fs::create_dir_all(&dir).unwrap();
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, "threshold = \"80%\"\n[thresholds]\np50 = \"5%\"\n").unwrap();
+    std::fs::write(
+        &policy,
+        "threshold = \"80%\"\nmetric = \"p50\"\n[thresholds]\np50 = \"5%\"\n",
+    )
+    .unwrap();
     let ran = spanprof(&[
         "compare",
         "--policy",
@@ -899,8 +925,8 @@ fn compare_prints_control_characters_of_names_escaped() {
         .find(|l| l.starts_with("result:"))
         .unwrap();
     assert!(
-        result.contains(&format!("REGRESSION in {shown} (p50 "))
-            && result.contains(&format!("train;epoch;train_step;{shown} (p50 ")),
+        result.contains(&format!("REGRESSION in {shown} (typical "))
+            && result.contains(&format!("train;epoch;train_step;{shown} (typical ")),
         "{result}"
     );
     for (heading, rows) in [
@@ -942,7 +968,10 @@ fn compare_prints_control_characters_of_names_escaped() {
         .find(|l| l.starts_with("**result:"))
         .unwrap();
     assert!(result.ends_with("**"), "{result}");
-    assert!(result.contains("`for\\nw\\r\\ta|r'd` (p50 "), "{result}");
+    assert!(
+        result.contains("`for\\nw\\r\\ta|r'd` (typical "),
+        "{result}"
+    );
     // Cells split at `|` not escaped as `\|`.
     let cells = |line: &str| line.replace("\\|", "").matches('|').count() - 1;
     for (heading, rows) in [
@@ -953,7 +982,7 @@ fn compare_prints_control_characters_of_names_escaped() {
         assert_eq!(lines.len(), 2 + rows.len(), "{heading}: {lines:#?}");
         for line in &lines {
             assert!(line.starts_with('|') && line.ends_with('|'), "{line:?}");
-            assert_eq!(cells(line), 8, "{heading}: {line:?}");
+            assert_eq!(cells(line), 9, "{heading}: {line:?}");
         }
         assert!(
             lines
@@ -1041,7 +1070,7 @@ fn compare_json_has_the_documented_fields_and_agrees_with_the_text() {
         let ran = spanprof(&[&["compare", "--format", "json"][..], profiles].concat());
         assert_eq!(ran.status, text.status, "{profiles:?}: {}", ran.stderr);
         let j = json(&ran.stdout);
-        assert_eq!(j["version"], 1);
+        assert_eq!(j["version"], 2);
         assert_eq!(j["command"], "compare");
         assert_eq!(j["exit_status"], ran.status);
         assert_eq!(j["regressed"], ran.status == 1);
@@ -1052,7 +1081,7 @@ fn compare_json_has_the_documented_fields_and_agrees_with_the_text() {
         for key in ["metric", "threshold_pct", "min_calls", "min_shift_ns"] {
             assert!(!j["options"][key].is_null(), "options.{key}");
         }
-        assert!(j["overall_ratio"].is_f64());
+        assert!(j["run_wide"]["ratio"].is_f64());
         for key in [
             "counts",
             "budgets",

@@ -14,8 +14,11 @@ use spanprof::profile::Snapshot;
 use crate::render;
 use crate::TextFormat;
 
-/// The version of both JSON shapes.
-const VERSION: u32 = 1;
+/// The version of the `compare` JSON shape (2: `run_wide` replaced `overall_ratio`, and each
+/// timing gained its change beside the run-wide shift).
+const COMPARE_VERSION: u32 = 2;
+/// The version of the `top` JSON shape.
+const TOP_VERSION: u32 = 1;
 
 fn to_json(value: &impl Serialize) -> String {
     // UNWRAP-FREE: plain structs of strings and numbers serialize (non-finite numbers as null).
@@ -39,9 +42,8 @@ struct CompareJson<'a> {
     base_runs: usize,
     new_runs: usize,
     low_confidence: bool,
-    /// Median new / base ratio of every span name judged on timing.
-    overall_ratio: Option<f64>,
-    overall_change_pct: Option<f64>,
+    /// How every span name moved together, with its own verdict.
+    run_wide: RunWideJson,
     options: OptionsJson,
     regressed: bool,
     /// The exit status the command returns: 0 no regression, 1 regression.
@@ -56,6 +58,27 @@ struct CompareJson<'a> {
     only_in_new: Vec<NameJson<'a>>,
     paths_only_in_base: &'a [String],
     paths_only_in_new: &'a [String],
+}
+
+#[derive(Serialize)]
+struct RunWideJson {
+    metric: String,
+    /// New / base of the runs' median factors.
+    ratio: Option<f64>,
+    change_pct: Option<f64>,
+    /// Each run's factor: the median, over the names, of value / the baseline's median.
+    base_factors: Vec<f64>,
+    new_factors: Vec<f64>,
+    /// The span names the factors are medians of.
+    names: usize,
+    threshold_pct: f64,
+    verdict: &'static str,
+    evidence: RunWideEvidenceJson,
+}
+
+#[derive(Serialize)]
+struct RunWideEvidenceJson {
+    decided_by: &'static str,
 }
 
 #[derive(Serialize)]
@@ -85,6 +108,8 @@ struct TimingJson<'a> {
     new_ns: f64,
     /// `(new / base − 1) × 100`; null when the base is 0 and the new is not.
     change_pct: Option<f64>,
+    /// The change with the run-wide shift taken out (what the verdict judges), %.
+    relative_change_pct: Option<f64>,
     threshold_pct: f64,
     verdict: &'static str,
     evidence: EvidenceJson,
@@ -103,11 +128,15 @@ struct EvidenceJson {
     min_calls: u64,
     base_min_calls: u64,
     new_min_calls: u64,
-    /// max − min of each side's runs, ns; null for one run.
+    /// max − min of each side's runs, each divided by its run-wide factor, ns; null for one
+    /// run.
     base_spread_ns: Option<f64>,
     new_spread_ns: Option<f64>,
     base_values_ns: Vec<f64>,
     new_values_ns: Vec<f64>,
+    /// Each run's value divided by its run-wide factor, ns.
+    base_relative_ns: Vec<f64>,
+    new_relative_ns: Vec<f64>,
     /// The largest N where a side's figures come from 1 span in N (the back-off).
     sampled_every: Option<u32>,
 }
@@ -162,22 +191,7 @@ fn spread(side: &Side) -> Option<f64> {
     (side.values.len() >= 2).then_some(side.spread)
 }
 
-fn timing<'a>(t: &'a TimingChange, options: &CompareOptions, several: bool) -> TimingJson<'a> {
-    let shift = (t.new.median - t.base.median).abs();
-    let beyond_threshold = (t.ratio - 1.0).abs() * 100.0 > t.threshold_pct;
-    let decided_by = if t.verdict == Verdict::TooFewCalls {
-        "too_few_calls"
-    } else if !beyond_threshold && t.verdict == Verdict::Unchanged {
-        "within_threshold"
-    } else if shift < options.min_shift_ns && t.verdict == Verdict::Unchanged {
-        "below_min_shift"
-    } else if t.verdict == Verdict::WithinNoise {
-        "within_noise"
-    } else if several {
-        "beyond_threshold_and_noise"
-    } else {
-        "beyond_threshold"
-    };
+fn timing<'a>(t: &'a TimingChange, options: &CompareOptions) -> TimingJson<'a> {
     TimingJson {
         name: &t.name,
         target: &t.target,
@@ -185,19 +199,22 @@ fn timing<'a>(t: &'a TimingChange, options: &CompareOptions, several: bool) -> T
         base_ns: t.base.median,
         new_ns: t.new.median,
         change_pct: finite(t.change_pct()),
+        relative_change_pct: finite(t.relative_change_pct()),
         threshold_pct: t.threshold_pct,
         verdict: verdict(t.verdict),
         evidence: EvidenceJson {
-            decided_by,
-            shift_ns: shift,
+            decided_by: t.decided_by.name(),
+            shift_ns: (t.new_relative.median - t.base_relative.median).abs(),
             min_shift_ns: options.min_shift_ns,
             min_calls: options.min_calls,
             base_min_calls: t.base.min_calls,
             new_min_calls: t.new.min_calls,
-            base_spread_ns: spread(&t.base),
-            new_spread_ns: spread(&t.new),
+            base_spread_ns: spread(&t.base_relative),
+            new_spread_ns: spread(&t.new_relative),
             base_values_ns: t.base.values.clone(),
             new_values_ns: t.new.values.clone(),
+            base_relative_ns: t.base_relative.values.clone(),
+            new_relative_ns: t.new_relative.values.clone(),
             sampled_every: t.base.sampled_every.max(t.new.sampled_every),
         },
     }
@@ -211,7 +228,6 @@ pub(crate) fn comparison(
     new: &[PathBuf],
     exit_status: u8,
 ) -> String {
-    let several = !c.low_confidence;
     let regressions = render::regressions(c, TextFormat::Text);
     let result = if regressions.is_empty() {
         "no regression".to_string()
@@ -219,15 +235,26 @@ pub(crate) fn comparison(
         format!("REGRESSION in {}", regressions.join(", "))
     };
     let out = CompareJson {
-        version: VERSION,
+        version: COMPARE_VERSION,
         command: "compare",
         base_profiles: base.iter().map(|p| p.display().to_string()).collect(),
         new_profiles: new.iter().map(|p| p.display().to_string()).collect(),
         base_runs: c.base_runs,
         new_runs: c.new_runs,
         low_confidence: c.low_confidence,
-        overall_ratio: finite(c.overall_ratio),
-        overall_change_pct: finite((c.overall_ratio - 1.0) * 100.0),
+        run_wide: RunWideJson {
+            metric: c.run_wide.metric.to_string(),
+            ratio: finite(c.run_wide.ratio),
+            change_pct: finite(c.run_wide.change_pct()),
+            base_factors: c.run_wide.base_factors.clone(),
+            new_factors: c.run_wide.new_factors.clone(),
+            names: c.run_wide.names,
+            threshold_pct: c.run_wide.threshold_pct,
+            verdict: verdict(c.run_wide.verdict),
+            evidence: RunWideEvidenceJson {
+                decided_by: c.run_wide.decided_by.name(),
+            },
+        },
         options: OptionsJson {
             metric: options.metric.to_string(),
             threshold_pct: options.threshold_for(options.metric),
@@ -238,16 +265,8 @@ pub(crate) fn comparison(
         regressed: c.regressed(),
         exit_status,
         result,
-        timings: c
-            .timings
-            .iter()
-            .map(|t| timing(t, options, several))
-            .collect(),
-        paths: c
-            .paths
-            .iter()
-            .map(|t| timing(t, options, several))
-            .collect(),
+        timings: c.timings.iter().map(|t| timing(t, options)).collect(),
+        paths: c.paths.iter().map(|t| timing(t, options)).collect(),
         counts: c
             .counts
             .iter()
@@ -462,7 +481,7 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding]) -> String {
         });
     }
     to_json(&TopJson {
-        version: VERSION,
+        version: TOP_VERSION,
         command: "top",
         span_names: snapshot.spans.len(),
         run_duration_ns: snapshot.run.duration_ns,

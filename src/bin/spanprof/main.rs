@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! spanprof report PROFILE.json [--format FORMAT] [--top N] [--filter SELECTION]
-//! spanprof compare [--metric p50] [--threshold 15%] [--policy FILE] [--format text|markdown|json] BASE.json NEW.json
+//! spanprof compare [--metric typical] [--threshold 15%] [--policy FILE] [--format text|markdown|json] BASE.json NEW.json
 //! spanprof compare [OPTIONS] BASE.json... -- NEW.json...
 //! spanprof merge A.json B.json... -o ALL.json
 //! spanprof top PROFILE.json [--format text|markdown|json]
@@ -118,6 +118,7 @@ enum Command {
 /// `--metric`'s values.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum MetricArg {
+    Typical,
     P50,
     P90,
     P99,
@@ -130,6 +131,7 @@ enum MetricArg {
 impl From<MetricArg> for Measure {
     fn from(m: MetricArg) -> Measure {
         match m {
+            MetricArg::Typical => Measure::Typical,
             MetricArg::P50 => Measure::P50,
             MetricArg::P90 => Measure::P90,
             MetricArg::P99 => Measure::P99,

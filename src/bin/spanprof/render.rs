@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use spanprof::analysis::{CompareOptions, Comparison, Finding, Side, TimingChange, Verdict};
+use spanprof::analysis::{
+    CompareOptions, Comparison, Evidence, Finding, RunWide, Side, TimingChange, Verdict,
+};
 use spanprof::output::{format_bytes, format_count, format_duration};
 use spanprof::profile::Snapshot;
 
@@ -156,14 +158,7 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
              per side to compare the change with the spread between runs)"
         );
     }
-    if (c.overall_ratio - 1.0).abs() * 100.0 > options.threshold_for(options.metric) / 2.0 {
-        let _ = writeln!(
-            f,
-            "note: every span name moved by a median {}: the machine may have been busier or \
-             idler during one side's runs",
-            change(c.overall_ratio)
-        );
-    }
+    let _ = writeln!(f, "{}", run_wide_line(&c.run_wide));
     let regressions = regressions(c, format);
     let verdict = if regressions.is_empty() {
         "result: no regression".to_string()
@@ -178,7 +173,8 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
     heading(
         &mut f,
         format,
-        "timing per span name (median of runs; spread = max - min)",
+        "timing per span name (median of runs; beside run = the change with the run-wide shift \
+         taken out, which is judged; spread = max - min of the runs so divided)",
     );
     timing_table(&mut f, format, "name", &c.timings);
     if !c.paths.is_empty() {
@@ -257,6 +253,49 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
     f
 }
 
+/// The run-wide shift in words: how far every span name moved together, and its verdict.
+pub(crate) fn run_wide_line(r: &RunWide) -> String {
+    let factors = |fs: &[f64]| {
+        let (lo, hi) = fs
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                (lo.min(x), hi.max(x))
+            });
+        if fs.len() == 1 || lo == hi {
+            format!("×{lo:.2}")
+        } else {
+            format!("×{lo:.2}–{hi:.2}")
+        }
+    };
+    let judged = match r.decided_by {
+        Evidence::TooFewNames => {
+            return format!(
+                "run-wide shift: not estimated ({} of the {} span names needed have enough calls); \
+                 each name is judged on its own change",
+                r.names,
+                RunWide::MIN_NAMES
+            )
+        }
+        Evidence::WithinThreshold => format!("within the threshold ({} %)", r.threshold_pct),
+        Evidence::OneRunPerSide => "NOT JUDGED: one run per side cannot tell a busier machine \
+             from a change that slows everything (give 2 or more runs per side)"
+            .to_string(),
+        Evidence::WithinSpread => "within noise: the runs of the two sides overlap".to_string(),
+        _ => format!(
+            "{}: every run of one side beyond every run of the other",
+            r.verdict.name().to_uppercase()
+        ),
+    };
+    format!(
+        "run-wide shift: {} (the median of {} span names; runs: base {}, new {}): {judged}; \
+         each name is judged beside it",
+        change(r.ratio),
+        r.names,
+        factors(&r.base_factors),
+        factors(&r.new_factors),
+    )
+}
+
 /// One regression in the result line: what regressed (a span name or a call path, and its
 /// target) and how.
 struct Regressed<'a> {
@@ -274,8 +313,16 @@ struct Regressed<'a> {
 /// path's regression (the same words) is left out; the path's row stays in its table. A name
 /// (or path) that regressed in two targets is told apart by its target (`step in a::b`).
 pub(crate) fn regressions(c: &Comparison, format: TextFormat) -> Vec<String> {
-    let timing = |t: &TimingChange| format!("{} {}", t.metric, change(t.ratio));
+    let timing = |t: &TimingChange| format!("{} {}", t.metric, change(t.relative_ratio));
     let mut all: Vec<Regressed> = Vec::new();
+    if c.run_wide.verdict == Verdict::Regression {
+        all.push(Regressed {
+            path: false,
+            text: "(run-wide)",
+            target: "",
+            how: format!("every span name {}", change(c.run_wide.ratio)),
+        });
+    }
     for (path, rows) in [(false, &c.timings), (true, &c.paths)] {
         for t in rows.iter().filter(|t| t.verdict == Verdict::Regression) {
             all.push(Regressed {
@@ -349,6 +396,7 @@ fn timing_table(f: &mut String, format: TextFormat, first: &'static str, rows: &
         ("base", true),
         ("new", true),
         ("change", true),
+        ("beside run", true),
         ("base spread", true),
         ("new spread", true),
         ("verdict", false),
@@ -360,8 +408,9 @@ fn timing_table(f: &mut String, format: TextFormat, first: &'static str, rows: &
             dur(x.base.median),
             dur(x.new.median),
             change(x.ratio),
-            spread(&x.base),
-            spread(&x.new),
+            change(x.relative_ratio),
+            spread(&x.base_relative),
+            spread(&x.new_relative),
             match x.base.sampled_every.max(x.new.sampled_every) {
                 Some(n) => format!("{} (sampled 1/{n})", x.verdict.name()),
                 None => x.verdict.name().to_string(),
