@@ -735,7 +735,7 @@ fn side_values<T>(
             return 0.0;
         }
         let shifts: Vec<f64> = run.iter().zip(&reference).map(|(v, r)| v - r).collect();
-        (reference[TYPICAL_P50] + median(&shifts)).exp()
+        (reference[TYPICAL_P50] + median(&shifts)).exp().round()
     };
     [base.iter().map(of).collect(), new.iter().map(of).collect()]
 }

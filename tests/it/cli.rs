@@ -1049,6 +1049,76 @@ fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
 }
 
+/// The published schema `docs/schema/<name>`, compiled.
+fn schema(name: &str) -> jsonschema::Validator {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/schema")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    jsonschema::validator_for(&json(&text))
+        .unwrap_or_else(|e| panic!("{}: not a valid schema: {e}", path.display()))
+}
+
+/// Panics with every place where `value` breaks schema `name`.
+fn assert_valid(name: &str, value: &serde_json::Value) {
+    let errors: Vec<String> = schema(name)
+        .iter_errors(value)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{name}:\n{}", errors.join("\n"));
+}
+
+/// The schemas reject what they should: a verdict, a decision or a field they do not know.
+#[test]
+fn the_json_schemas_reject_a_verdict_they_do_not_know() {
+    let ran = spanprof(&[
+        "compare",
+        "--format",
+        "json",
+        "cli-base.json",
+        "cli-slow.json",
+    ]);
+    let good = json(&ran.stdout);
+    assert_valid("compare.schema.json", &good);
+    let compare = schema("compare.schema.json");
+    for (pointer, bad) in [
+        ("/timings/0/verdict", serde_json::json!("bogus")),
+        (
+            "/timings/0/evidence/decided_by",
+            serde_json::json!("a hunch"),
+        ),
+        ("/run_wide/verdict", serde_json::json!("too_few_calls")),
+        ("/exit_status", serde_json::json!(3)),
+        ("/version", serde_json::json!(1)),
+    ] {
+        let mut doc = good.clone();
+        *doc.pointer_mut(pointer).unwrap() = bad;
+        assert!(!compare.is_valid(&doc), "{pointer} accepted");
+    }
+    let mut doc = good.clone();
+    doc["timings"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("relative_change_pct");
+    assert!(
+        !compare.is_valid(&doc),
+        "a timing without its change beside the run"
+    );
+    let ran = spanprof(&["top", "--format", "json", "cli-detailed.json"]);
+    let mut doc = json(&ran.stdout);
+    assert_valid("top.schema.json", &doc);
+    let first = doc["findings"][0]["kind"].as_str().unwrap().to_string();
+    assert_eq!(first, "self_time");
+    doc["findings"][0]["figures"]
+        .as_object_mut()
+        .unwrap()
+        .remove("share_pct");
+    assert!(
+        !schema("top.schema.json").is_valid(&doc),
+        "a self_time without its share"
+    );
+}
+
 /// `compare --format json`: every name and path judged with its evidence, and the verdicts
 /// and exit status of the text output on the same inputs.
 #[test]
@@ -1070,6 +1140,7 @@ fn compare_json_has_the_documented_fields_and_agrees_with_the_text() {
         let ran = spanprof(&[&["compare", "--format", "json"][..], profiles].concat());
         assert_eq!(ran.status, text.status, "{profiles:?}: {}", ran.stderr);
         let j = json(&ran.stdout);
+        assert_valid("compare.schema.json", &j);
         assert_eq!(j["version"], 2);
         assert_eq!(j["command"], "compare");
         assert_eq!(j["exit_status"], ran.status);
@@ -1186,6 +1257,7 @@ fn top_and_report_json_have_the_documented_fields() {
     let j = json(&ran.stdout);
     assert_eq!(j["version"], 1);
     assert_eq!(j["command"], "top");
+    assert_valid("top.schema.json", &j);
     assert_eq!(j["span_names"], detailed.spans.len());
     assert_eq!(j["run_duration_ns"], detailed.run.duration_ns);
     let findings = j["findings"].as_array().unwrap();
