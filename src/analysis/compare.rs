@@ -4,10 +4,24 @@
 //! # The rules
 //!
 //! **Timing** (the chosen [`Measure`], per span name, matched by name and target):
-//! - each run gives one value; a side's value is the median of its runs' values and its
-//!   *spread* the largest minus the smallest of them;
-//! - the change is `new / base − 1`. Beyond `+threshold` it is a regression, below
-//!   `−threshold` an improvement, otherwise unchanged;
+//! - each run gives one value: by default ([`Measure::Typical`]) the baseline's p50 moved by
+//!   the run's *typical change*, the median over the quantiles p10, p15, …, p90 of the per-call
+//!   busy time of the run's value ÷ the baseline's at that quantile. It reads the whole
+//!   distribution held in the histograms, so it stays put where the p50 jumps between clusters
+//!   of calls;
+//! - **the run-wide shift** ([`RunWide`]): each run's *factor* is the median, over the span
+//!   names judged, of its value ÷ the baseline's median value. A busier or slower machine moves
+//!   every name by about one factor, and so does a change that slows everything. Each name is
+//!   judged *beside* it: each run's values are divided by the run's factor, and the change is
+//!   `new / base − 1` of those medians ([`TimingChange::relative_ratio`]). The shift itself is
+//!   reported on its own line with its own rule: a regression only with two or more runs per
+//!   side, beyond the threshold, and every run of one side beyond every run of the other; with
+//!   one run on a side it is not judged ([`Evidence::OneRunPerSide`]). With fewer than
+//!   [`RunWide::MIN_NAMES`] names judged it is not estimated;
+//! - a side's value is the median of its runs' values and its *spread* the largest minus the
+//!   smallest of them (each divided by its run's factor);
+//! - a change beyond `+threshold` is a regression, below `−threshold` an improvement,
+//!   otherwise unchanged;
 //! - with **two or more runs on each side**, a change beyond the threshold counts only if the
 //!   shift of the medians is also larger than the spread of either side (the runs of one side
 //!   do not overlap the other's): otherwise it is [`Verdict::WithinNoise`]. This is the rule of
@@ -21,9 +35,7 @@
 //! - a span name with fewer than `min_calls` calls in a run of either side is
 //!   [`Verdict::TooFewCalls`] (its percentiles are a few samples).
 //!
-//! [`Comparison::overall_ratio`] is the median change of every span name judged: far from 1,
-//! the machine itself was faster or slower between the runs, and a one-run comparison says
-//! little.
+//! Each verdict says which step decided it ([`TimingChange::decided_by`], an [`Evidence`]).
 //!
 //! **Counts** (calls and instances per span name, and allocations and bytes allocated where the
 //! counting allocator ran on both sides) do not depend on the machine's speed: they are
