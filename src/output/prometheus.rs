@@ -141,10 +141,12 @@ impl Prometheus {
 
     /// The exposition of `snapshot` as text.
     pub fn to_string(&self, snapshot: &Snapshot) -> String {
-        let mut text = String::new();
-        // The families are built non-empty and named: the encoder's only errors do not arise.
-        let _ = prometheus::TextEncoder::new().encode_utf8(&families(snapshot), &mut text);
-        text
+        let mut text = Vec::new();
+        // Writing into memory does not fail, and the families are built non-empty and named:
+        // the encoder's other errors do not arise.
+        let _ = write_families(snapshot, &mut text);
+        // The encoder writes UTF-8 (names and label values are Rust strings).
+        String::from_utf8(text).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into())
     }
 }
 
@@ -162,7 +164,7 @@ impl Format for Prometheus {
     }
 
     fn render(&self, snapshot: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
-        out.write_all(self.to_string(snapshot).as_bytes())
+        write_families(snapshot, out)
     }
 
     /// `metrics.prom` is re-written at each window of the export cadence, node_exporter
@@ -172,13 +174,19 @@ impl Format for Prometheus {
     }
 }
 
-/// Metric families in the order they are written; families without a sample are left out.
-#[derive(Default)]
-struct Families(Vec<MetricFamily>);
+/// Metric families, each encoded into `out` as it is added and then dropped, so that one
+/// family is held at a time; families without a sample are left out.
+struct Families<'a> {
+    out: &'a mut dyn Write,
+    /// The name and type of each family written, in order.
+    written: Vec<(String, MetricType)>,
+    /// The first error of the writer; nothing more is written after it.
+    error: Option<io::Error>,
+}
 
-impl Families {
+impl Families<'_> {
     fn add(&mut self, name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>) {
-        if metrics.is_empty() {
+        if metrics.is_empty() || self.error.is_some() {
             return;
         }
         let mut family = MetricFamily::default();
@@ -186,7 +194,13 @@ impl Families {
         family.set_help(help.to_string());
         family.set_field_type(kind);
         family.set_metric(metrics);
-        self.0.push(family);
+        let encoded =
+            prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &[family], &mut self.out);
+        match encoded {
+            Ok(()) => self.written.push((format!("spanprof_{name}"), kind)),
+            Err(prometheus::Error::Io(e)) => self.error = Some(e),
+            Err(e) => self.error = Some(io::Error::other(e.to_string())),
+        }
     }
 
     /// A family with one sample per span name that `value` gives a value for.
@@ -331,12 +345,17 @@ const OVERHEAD_FIGURES: &[&Figure] = &[
     &fig::SAMPLED_OUT,
 ];
 
-fn families(snap: &Snapshot) -> Vec<MetricFamily> {
+/// Writes the exposition of `snap` into `out`, one family at a time.
+fn write_families(snap: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
     use MetricType::{COUNTER, GAUGE};
     let mut spans: Vec<&SpanStats> = snap.spans.iter().collect();
     spans.sort_by(|a, b| (&a.name, &a.target).cmp(&(&b.name, &b.target)));
     let spans = &spans[..];
-    let mut f = Families::default();
+    let mut f = Families {
+        out,
+        written: Vec::new(),
+        error: None,
+    };
 
     let run = &snap.run;
     let pid = run.pid.to_string();
@@ -430,11 +449,11 @@ fn families(snap: &Snapshot) -> Vec<MetricFamily> {
     }
     overhead(&mut f, snap, spans, &totals);
     event_metrics(&mut f, &snap.metrics);
-    f.0
+    f.error.map_or(Ok(()), Err)
 }
 
 /// spanprof's own cost: the estimate, per span name, the sampled CPU readings and the back-off.
-fn overhead(f: &mut Families, snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) {
+fn overhead(f: &mut Families<'_>, snap: &Snapshot, spans: &[&SpanStats], totals: &Totals) {
     use MetricType::{COUNTER, GAUGE};
     let one = |v: f64| vec![sample(GAUGE, Vec::new(), v)];
     let total = |v: f64| vec![sample(COUNTER, Vec::new(), v)];
@@ -563,15 +582,16 @@ fn series_names(name: &str, kind: MetricType) -> Vec<String> {
 /// Families of the metrics from events, one per metric name and kind, its samples labelled
 /// `span` and `target` (none for events outside every profiled span). See
 /// [`Prometheus`]'s documentation for the names.
-fn event_metrics(f: &mut Families, metrics: &[EventMetric]) {
+fn event_metrics(f: &mut Families<'_>, metrics: &[EventMetric]) {
     let mut by_key: BTreeMap<(&str, MetricKind), Vec<&EventMetric>> = BTreeMap::new();
     for m in metrics {
         by_key.entry((&m.name, m.kind)).or_default().push(m);
     }
-    let mut taken: HashSet<String> =
-        f.0.iter()
-            .flat_map(|family| series_names(family.name(), family.get_field_type()))
-            .collect();
+    let mut taken: HashSet<String> = f
+        .written
+        .iter()
+        .flat_map(|(name, kind)| series_names(name, *kind))
+        .collect();
     for ((name, kind), mut metrics) in by_key {
         metrics.sort_by(|a, b| (&a.span, &a.span_target).cmp(&(&b.span, &b.span_target)));
         let unit = prometheus_unit(metrics.iter().find_map(|m| m.unit.as_deref()));
@@ -791,7 +811,12 @@ fn value_histogram(h: &HistogramValue, factor: f64) -> Histogram {
 
 /// The latest process-wide readings: resident and heap memory (at the snapshot where the
 /// profile has them, else from the last sample), CPU and CPU energy from the last sample.
-fn process_gauges(f: &mut Families, rss: Option<u64>, heap: Option<i64>, last: Option<&Sample>) {
+fn process_gauges(
+    f: &mut Families<'_>,
+    rss: Option<u64>,
+    heap: Option<i64>,
+    last: Option<&Sample>,
+) {
     use MetricType::{COUNTER, GAUGE};
     let one = |kind, v: Option<f64>| {
         v.filter(|v| v.is_finite())
@@ -835,7 +860,7 @@ fn process_gauges(f: &mut Families, rss: Option<u64>, heap: Option<i64>, last: O
 }
 
 /// Per GPU device, its latest reading.
-fn gpu_gauges(f: &mut Families, last: &Sample) {
+fn gpu_gauges(f: &mut Families<'_>, last: &Sample) {
     use MetricType::{COUNTER, GAUGE};
     type Reading = fn(&crate::profile::GpuSample) -> Option<f64>;
     let readings: [(&str, &str, MetricType, Reading); 7] = [
