@@ -181,6 +181,39 @@ fn gpu_times_per_name_stream_and_path_are_the_scripted_ones() {
             "{text}"
         );
     }
+    // The console report and the call tree.
+    let report = spanprof::output::Table::new().to_string(&snap);
+    assert!(report.contains("GPU time (CUDA events"), "{report}");
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("forward ") && l.contains("500.0"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        line.contains("60.0 ms") && line.contains("20.0 ms"),
+        "{line}"
+    );
+    assert!(
+        report.contains("streams: default 8.00 ms (2 calls)"),
+        "{report}"
+    );
+    let tree = spanprof::output::TreeView::new().to_string(&snap);
+    let line = tree
+        .lines()
+        .find(|l| l.trim_start().starts_with("forward"))
+        .unwrap();
+    assert!(line.ends_with("60.0 ms"), "{tree}");
+    // compare: the GPU time as a measure.
+    let slower = {
+        let mut s = snap.clone();
+        let g = s.spans.iter_mut().find(|s| s.name == "forward").unwrap();
+        g.gpu_time.as_mut().unwrap().time.mean_ns *= 2.0;
+        s
+    };
+    let mut options = spanprof::analysis::CompareOptions::default();
+    options.metric = spanprof::analysis::Measure::Gpu;
+    let c = spanprof::analysis::compare(std::slice::from_ref(&snap), &[slower], &options);
+    let forward = c.timings.iter().find(|t| t.name == "forward").unwrap();
+    assert_eq!(forward.ratio, 2.0);
     guard.finish().unwrap();
 }
 

@@ -125,6 +125,8 @@ enum MetricArg {
     #[value(name = "self")]
     SelfTime,
     Total,
+    /// Mean GPU time per call timed with CUDA events.
+    Gpu,
 }
 
 impl From<MetricArg> for Measure {
@@ -136,6 +138,7 @@ impl From<MetricArg> for Measure {
             MetricArg::Mean => Measure::Mean,
             MetricArg::SelfTime => Measure::SelfTime,
             MetricArg::Total => Measure::Total,
+            MetricArg::Gpu => Measure::Gpu,
         }
     }
 }
