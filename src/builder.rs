@@ -1735,6 +1735,34 @@ mod tests {
         }
     }
 
+    /// `SPANPROF_GPU_SPANS`: the GPU span filter, by the span filter's rule; a bad value is
+    /// one warning naming the variable, the builder's value kept (strict: the error).
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn gpu_spans_from_env() {
+        let b = Builder::default()
+            .with_gpu_spans("[step]")
+            .unwrap()
+            .apply_env(env(&[("SPANPROF_GPU_SPANS", "[forward],[backward]")]))
+            .unwrap();
+        assert_eq!(b.cuda.spans.as_deref(), Some("[forward],[backward]"));
+        for v in ["", "my_app=notalevel"] {
+            let lossy = Builder::default()
+                .with_gpu_spans("[step]")
+                .unwrap()
+                .apply_env(env(&[("SPANPROF_GPU_SPANS", v)]))
+                .unwrap();
+            assert_eq!(lossy.cuda.spans.as_deref(), Some("[step]"), "{v:?}");
+            assert_eq!(lossy.warnings.len(), 1);
+            let line = lossy.warnings[0].to_string();
+            assert!(line.contains("SPANPROF_GPU_SPANS"), "{line}");
+            assert!(line.contains("the GPU span filter \"[step]\""), "{line}");
+            let e = err(&[("SPANPROF_GPU_SPANS", v)]);
+            assert!(e.to_string().contains("SPANPROF_GPU_SPANS"), "{e}");
+        }
+        assert!(Builder::default().with_gpu_spans("  ").is_err());
+    }
+
     #[cfg(feature = "http")]
     #[test]
     fn metrics_addr_from_env() {
