@@ -1062,17 +1062,6 @@ fn gpu_timed(s: &SpanStats) -> Option<&Stat> {
     gpu(s).map(|g| &g.time).filter(|t| t.count > 0)
 }
 
-/// A figure of the GPU time per timed entry: not scaled, a level.
-const fn gpu_level(
-    key: &'static str,
-    metric: &'static str,
-    label: &'static str,
-    help: &'static str,
-    read: Read,
-) -> Figure {
-    level(key, metric, label, help, read)
-}
-
 /// Entries timed on the GPU.
 pub const GPU_CALLS: Figure = Figure {
     key: "gpu_calls",
@@ -1102,7 +1091,7 @@ pub const GPU_TOTAL: Figure = Figure {
 };
 
 /// Mean GPU time per timed entry.
-pub const GPU_MEAN: Figure = gpu_level(
+pub const GPU_MEAN: Figure = level(
     "gpu_mean_ns",
     "gpu_mean",
     "gpu mean",
@@ -1110,7 +1099,7 @@ pub const GPU_MEAN: Figure = gpu_level(
     |s, _| gpu_timed(s).map(|t| Value::Real(t.mean_ns)),
 );
 /// Median GPU time per timed entry.
-pub const GPU_P50: Figure = gpu_level(
+pub const GPU_P50: Figure = level(
     "gpu_p50_ns",
     "gpu_p50",
     "gpu p50",
@@ -1118,7 +1107,7 @@ pub const GPU_P50: Figure = gpu_level(
     |s, _| gpu_timed(s).map(|t| Value::Int(t.p50_ns)),
 );
 /// 90th percentile of GPU time per timed entry.
-pub const GPU_P90: Figure = gpu_level(
+pub const GPU_P90: Figure = level(
     "gpu_p90_ns",
     "gpu_p90",
     "gpu p90",
@@ -1126,7 +1115,7 @@ pub const GPU_P90: Figure = gpu_level(
     |s, _| gpu_timed(s).map(|t| Value::Int(t.p90_ns)),
 );
 /// 99th percentile of GPU time per timed entry.
-pub const GPU_P99: Figure = gpu_level(
+pub const GPU_P99: Figure = level(
     "gpu_p99_ns",
     "gpu_p99",
     "gpu p99",
@@ -1134,7 +1123,7 @@ pub const GPU_P99: Figure = gpu_level(
     |s, _| gpu_timed(s).map(|t| Value::Int(t.p99_ns)),
 );
 /// Longest GPU time of a timed entry.
-pub const GPU_MAX: Figure = gpu_level(
+pub const GPU_MAX: Figure = level(
     "gpu_max_ns",
     "gpu_max",
     "gpu max",
