@@ -11,6 +11,8 @@
 #       # a span-directive filter (`[outer]=info`), spanprof's own against tracing-subscriber's
 #       # per-layer `Filtered`, for spans inside `outer` (recorded) and outside (excluded)
 #   BIN=/tmp/instructions-main scripts/instructions.sh   # another build of the bench
+#   FEATURES=cuda scripts/instructions.sh basic gpu_none gpu_other gpu_timed
+#       # GPU time per span against the fake CUDA driver (built here from tests/fake_cuda)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -26,6 +28,11 @@ cases=("$@")
 bin=$(instructions_bin)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+if [ -n "${FEATURES:-}" ] && [[ " ${cases[*]} " == *" gpu_"* ]]; then
+  need cc
+  cc -shared -fPIC -O2 -o "$tmp/libcuda.so.1" tests/fake_cuda/fake_cuda.c -lpthread -ldl
+  export CUDA_LIB="$tmp/libcuda.so.1"
+fi
 count() { # case spans -> total instructions
   CASE=$1 SPANS=$2 valgrind --tool=callgrind --toggle-collect='*measured_spans*' \
     --callgrind-out-file="$tmp/out" "$bin" --bench >/dev/null 2>"$tmp/log" \

@@ -19,8 +19,10 @@ need() {
 instructions_bin() {
   local bin=${BIN:-}
   if [ -z "$bin" ]; then
-    cargo bench -q -p spanprof-peers --bench instructions --no-run >/dev/null 2>&1
-    bin=$(cargo bench -p spanprof-peers --bench instructions --no-run 2>&1 \
+    local features=()
+    [ -z "${FEATURES:-}" ] || features=(--features "$FEATURES")
+    cargo bench -q -p spanprof-peers --bench instructions "${features[@]}" --no-run >/dev/null 2>&1
+    bin=$(cargo bench -p spanprof-peers --bench instructions "${features[@]}" --no-run 2>&1 \
       | grep -o 'target/[^ )]*instructions-[0-9a-f]*' | head -1)
   fi
   [ -x "$bin" ] || { echo "could not find the instructions bench binary" >&2; exit 1; }

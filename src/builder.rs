@@ -22,6 +22,8 @@ use crate::samplers::{self, Readings, Timeline};
 use crate::session::{EndNotes, ProfileSession, SessionOutputs};
 use crate::switches::{Preset, Resources};
 
+#[cfg(feature = "cuda")]
+pub use crate::env::ENV_GPU_SPANS;
 #[cfg(feature = "http")]
 pub use crate::env::ENV_METRICS_ADDR;
 pub use crate::env::{
@@ -146,6 +148,7 @@ impl std::str::FromStr for CpuClock {
 /// | `SPANPROF_METRICS_ADDR` | `host:port` or a port (feature `http`) | `Builder::with_metrics_addr` |
 /// | `SPANPROF_EVERY` | a duration (`30s`, `500ms`) or steps (`100 steps`), see [`Every`] | [`Builder::with_every`] |
 /// | `SPANPROF_STEP` | a span name, e.g. `train_step` | [`Builder::with_step_span`] |
+/// | `SPANPROF_GPU_SPANS` | `EnvFilter` directives, e.g. `[forward],[backward]` (feature `cuda`) | `Builder::with_gpu_spans` |
 /// | `SPANPROF_STRICT` | `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` | [`Builder::with_strict_env`] |
 ///
 /// With the `otlp` feature, the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
@@ -206,11 +209,37 @@ pub struct Builder {
     cpu_clock: CpuClock,
     #[cfg(feature = "otlp")]
     otlp: Option<crate::otlp::OtlpOptions>,
+    /// GPU time per span (feature `cuda`).
+    #[cfg(feature = "cuda")]
+    cuda: CudaSettings,
     /// What the environment changed, for the values checked only by `build` (the output
     /// directory, the `/metrics` address) and for the report of the filter in force.
     from_env: FromEnv,
     /// The variables outside their rule, each replaced by the builder's value.
     warnings: Vec<EnvWarning>,
+}
+
+/// The settings of GPU time per span (feature `cuda`).
+#[cfg(feature = "cuda")]
+#[derive(Debug)]
+struct CudaSettings {
+    /// The GPU span filter's directives: none, no span is timed.
+    spans: Option<String>,
+    library: std::ffi::OsString,
+    pool: usize,
+    wait: Duration,
+}
+
+#[cfg(feature = "cuda")]
+impl Default for CudaSettings {
+    fn default() -> Self {
+        Self {
+            spans: None,
+            library: crate::samplers::cuda::DEFAULT_LIBRARY.into(),
+            pool: Builder::DEFAULT_GPU_POOL,
+            wait: Builder::DEFAULT_GPU_WAIT,
+        }
+    }
 }
 
 /// The values the environment set that `build` checks later, each with the variable's text and
@@ -271,6 +300,8 @@ impl Default for Builder {
             cpu_clock: CpuClock::default(),
             #[cfg(feature = "otlp")]
             otlp: None,
+            #[cfg(feature = "cuda")]
+            cuda: CudaSettings::default(),
             from_env: FromEnv::default(),
             warnings: Vec::new(),
         }
@@ -300,6 +331,13 @@ impl Builder {
     /// The back-off's default threshold: spanprof's estimated cost as 5% of the process's CPU
     /// time.
     pub const DEFAULT_MAX_OVERHEAD_PCT: f64 = crate::backoff::DEFAULT_MAX_OVERHEAD_PCT;
+    /// Event pairs per thread for GPU timing by default (feature `cuda`).
+    #[cfg(feature = "cuda")]
+    pub const DEFAULT_GPU_POOL: usize = crate::record::gpu::DEFAULT_POOL;
+    /// How long the end of the run waits by default for GPU work still queued: 1 s (feature
+    /// `cuda`).
+    #[cfg(feature = "cuda")]
+    pub const DEFAULT_GPU_WAIT: Duration = crate::record::gpu::DEFAULT_WAIT;
 
     /// Sets the preset (default [`Preset::Basic`]). `SPANPROF` overrides it.
     ///
@@ -454,6 +492,59 @@ impl Builder {
             grid_g_per_kwh: Some(grams_per_kwh),
             ..self
         }
+    }
+
+    /// Times these spans on the GPU with CUDA events (feature `cuda`): `EnvFilter` directives,
+    /// e.g. `"[forward],[backward]"` or `"my_model=debug"`, decided once per callsite from its
+    /// target, level and name (a span directive `[name]` chooses every span of that name; field
+    /// values are not looked at). `SPANPROF_GPU_SPANS` overrides it. No span is timed without
+    /// it.
+    ///
+    /// Each entry of a chosen span records a CUDA event on the thread's stream
+    /// ([`crate::cuda::set_stream`], else the legacy default stream) at its enter and its exit;
+    /// spanprof's own thread reads the time between them once the GPU reached the second
+    /// ([`GpuTime`](crate::profile::GpuTime) says what the time is). Without a CUDA driver
+    /// (or with no GPU), one warning is logged and nothing else changes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidFilter`] if the directives do not parse, [`Error::InvalidSetting`] if
+    /// they are empty.
+    #[cfg(feature = "cuda")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+    pub fn with_gpu_spans(mut self, directives: impl Into<String>) -> Result<Self> {
+        let directives = rules::gpu_spans(directives.into(), Origin::Builder("with_gpu_spans"))?;
+        self.cuda.spans = Some(directives);
+        Ok(self)
+    }
+
+    /// The CUDA driver library to load (default `libcuda.so.1`, `nvcuda.dll` on Windows): a
+    /// path, or a name for the library search path (feature `cuda`).
+    #[cfg(feature = "cuda")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+    pub fn with_cuda_library(mut self, library: impl Into<std::ffi::OsString>) -> Self {
+        self.cuda.library = library.into();
+        self
+    }
+
+    /// Event pairs per thread for GPU timing (default [`Builder::DEFAULT_GPU_POOL`], at least
+    /// 1; feature `cuda`): entries of chosen spans begun while this many of the thread's are
+    /// still queued on the GPU are not timed, and counted
+    /// ([`GpuTime::untimed`](crate::profile::GpuTime::untimed)).
+    #[cfg(feature = "cuda")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+    pub fn with_gpu_pool(mut self, pairs: usize) -> Self {
+        self.cuda.pool = pairs.max(1);
+        self
+    }
+
+    /// How long the end of the run waits for entries still queued on the GPU (default
+    /// [`Builder::DEFAULT_GPU_WAIT`]; feature `cuda`); those left are counted
+    /// ([`GpuTime::abandoned`](crate::profile::GpuTime::abandoned)).
+    #[cfg(feature = "cuda")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+    pub fn with_gpu_wait(mut self, wait: Duration) -> Self {
+        self.cuda.wait = wait;
+        self
     }
 
     /// Records the call tree (default: on, at every preset that records): statistics per
@@ -730,12 +821,24 @@ impl Builder {
             }
             _ => None,
         };
-        let recorder = Arc::new(
-            Recorder::new(
-                clock, start_raw, records, resources, readings, timeline, settings,
-            )
-            .with_steps(steps.clone()),
-        );
+        #[cfg(feature = "cuda")]
+        let (gpu_timer, gpu_filter) = match (&b.cuda.spans, records) {
+            (Some(directives), true) => match start_cuda(&b.cuda) {
+                Some(timer) => (
+                    Some(timer),
+                    Some(parse_filter(directives, "the configuration")?),
+                ),
+                None => (None, None),
+            },
+            _ => (None, None),
+        };
+        let recorder = Recorder::new(
+            clock, start_raw, records, resources, readings, timeline, settings,
+        )
+        .with_steps(steps.clone());
+        #[cfg(feature = "cuda")]
+        let recorder = recorder.with_gpu(gpu_timer);
+        let recorder = Arc::new(recorder);
         let table = Table::new().with_top(b.top);
         let mut outputs = Vec::new();
         // The off preset writes nothing: no empty report, and the files of an earlier run
@@ -803,18 +906,23 @@ impl Builder {
                 &uses.downgrade(),
             );
         }
+        #[cfg(feature = "cuda")]
+        if let Some(timer) = recorder.gpu() {
+            session.set_gpu_resolver(crate::record::gpu::GpuTimer::start_thread(
+                timer,
+                &uses.downgrade(),
+            ));
+        }
         let handle = ProfileHandle::new(session);
         #[cfg(feature = "http")]
         if let Some(listener) = metrics_listener {
             handle.serve_metrics(listener);
         }
         let guard = ProfileGuard::new(handle).with_use(&uses);
-        Ok((
-            ProfileLayer::new(recorder, filter, records)
-                .with_use(uses)
-                .with_seen_callsites(seen),
-            guard,
-        ))
+        let layer = ProfileLayer::new(recorder, filter, records);
+        #[cfg(feature = "cuda")]
+        let layer = layer.with_gpu_filter(gpu_filter);
+        Ok((layer.with_use(uses).with_seen_callsites(seen), guard))
     }
 
     /// Checks every value with the rule of its option (the values the environment set were
@@ -837,6 +945,10 @@ impl Builder {
         self.report = rules::report(self.report, Origin::Builder("with_report"))?;
         if let Some(filter) = self.filter {
             self.filter = Some(rules::filter(filter, Origin::Builder("with_filter"))?);
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(spans) = self.cuda.spans.take() {
+            self.cuda.spans = Some(rules::gpu_spans(spans, Origin::Builder("with_gpu_spans"))?);
         }
         if let Some(name) = self.step_span {
             self.step_span = Some(rules::step_span(name, Origin::Builder("with_step_span"))?);
@@ -874,6 +986,11 @@ impl Builder {
         self.env_var(get, ENV_FILTER, rules::FILTER, |b, v| {
             b.filter = Some(rules::filter(v.clone(), Origin::Env(ENV_FILTER, &v))?);
             b.from_env.filter = true;
+            Ok(())
+        })?;
+        #[cfg(feature = "cuda")]
+        self.env_var(get, ENV_GPU_SPANS, rules::FILTER, |b, v| {
+            b.cuda.spans = Some(rules::gpu_spans(v.clone(), Origin::Env(ENV_GPU_SPANS, &v))?);
             Ok(())
         })?;
         self.env_var(get, ENV_REPORT, rules::REPORT, |b, v| {
@@ -1010,6 +1127,11 @@ impl Builder {
             ENV_FILTER => match &self.filter {
                 Some(f) => (format!("the filter {}", quoted(f)), false),
                 None => ("no filter".to_string(), true),
+            },
+            #[cfg(feature = "cuda")]
+            ENV_GPU_SPANS => match &self.cuda.spans {
+                Some(f) => (format!("the GPU span filter {}", quoted(f)), false),
+                None => ("no span timed on the GPU".to_string(), true),
             },
             ENV_REPORT => (self.report.to_string(), self.report == d.report),
             ENV_TOP => (self.top.to_string(), self.top == d.top),
@@ -1340,12 +1462,23 @@ mod rules {
     }
 
     pub(super) fn filter(directives: String, from: Origin<'_>) -> Result<String> {
+        directives_of(directives, from, "Builder::with_filter")
+    }
+
+    /// The GPU span filter's rule: the span filter's.
+    #[cfg(feature = "cuda")]
+    pub(super) fn gpu_spans(directives: String, from: Origin<'_>) -> Result<String> {
+        directives_of(directives, from, "Builder::with_gpu_spans")
+    }
+
+    /// `EnvFilter` directives, not empty; `method` names the builder's in errors.
+    fn directives_of(directives: String, from: Origin<'_>, method: &'static str) -> Result<String> {
         if directives.trim().is_empty() {
             return Err(from.invalid(&directives, FILTER));
         }
         let origin = match from {
             Origin::Env(var, _) => var,
-            Origin::Builder(_) => "Builder::with_filter",
+            Origin::Builder(_) => method,
         };
         parse_filter(&directives, origin)?;
         Ok(directives)
@@ -1373,6 +1506,26 @@ fn prepare_report(report: ReportTarget) -> ReportTarget {
             tracing::warn!(target: crate::PERF_TARGET, path = %path.display(), error = %e, "{why}");
             eprintln!("spanprof: {why}");
             ReportTarget::Stderr
+        }
+    }
+}
+
+/// Loads the CUDA driver for GPU time per span; without one, one warning, and `None`.
+#[cfg(feature = "cuda")]
+fn start_cuda(settings: &CudaSettings) -> Option<Arc<crate::record::gpu::GpuTimer>> {
+    match crate::samplers::cuda::Driver::load(&settings.library) {
+        Ok(driver) => Some(Arc::new(crate::record::gpu::GpuTimer::new(
+            driver,
+            settings.pool,
+            settings.wait,
+        ))),
+        Err(reason) => {
+            tracing::warn!(
+                target: crate::PERF_TARGET,
+                %reason,
+                "spanprof: GPU time per span off (no CUDA driver)"
+            );
+            None
         }
     }
 }
@@ -1580,6 +1733,34 @@ mod tests {
             );
             assert!(e.to_string().contains(v), "{e}");
         }
+    }
+
+    /// `SPANPROF_GPU_SPANS`: the GPU span filter, by the span filter's rule; a bad value is
+    /// one warning naming the variable, the builder's value kept (strict: the error).
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn gpu_spans_from_env() {
+        let b = Builder::default()
+            .with_gpu_spans("[step]")
+            .unwrap()
+            .apply_env(env(&[("SPANPROF_GPU_SPANS", "[forward],[backward]")]))
+            .unwrap();
+        assert_eq!(b.cuda.spans.as_deref(), Some("[forward],[backward]"));
+        for v in ["", "my_app=notalevel"] {
+            let lossy = Builder::default()
+                .with_gpu_spans("[step]")
+                .unwrap()
+                .apply_env(env(&[("SPANPROF_GPU_SPANS", v)]))
+                .unwrap();
+            assert_eq!(lossy.cuda.spans.as_deref(), Some("[step]"), "{v:?}");
+            assert_eq!(lossy.warnings.len(), 1);
+            let line = lossy.warnings[0].to_string();
+            assert!(line.contains("SPANPROF_GPU_SPANS"), "{line}");
+            assert!(line.contains("the GPU span filter \"[step]\""), "{line}");
+            let e = err(&[("SPANPROF_GPU_SPANS", v)]);
+            assert!(e.to_string().contains("SPANPROF_GPU_SPANS"), "{e}");
+        }
+        assert!(Builder::default().with_gpu_spans("  ").is_err());
     }
 
     #[cfg(feature = "http")]

@@ -61,6 +61,12 @@ pub const ENV_STEP: &str = "SPANPROF_STEP";
 /// `target=GLOB`, `top=N`; see [`Selection`](crate::output::Selection)).
 pub const ENV_OUTPUT_FILTER: &str = "SPANPROF_OUTPUT_FILTER";
 
+/// Environment variable: which spans are timed on the GPU with CUDA events (feature `cuda`), in
+/// `EnvFilter` directive syntax, decided per callsite; see
+/// [`Builder::with_gpu_spans`](crate::Builder::with_gpu_spans).
+#[cfg(feature = "cuda")]
+pub const ENV_GPU_SPANS: &str = "SPANPROF_GPU_SPANS";
+
 /// An environment of `(variable, value)` pairs, for tests of the rules that read it.
 #[cfg(test)]
 pub(crate) fn test_env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> {

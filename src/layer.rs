@@ -54,6 +54,10 @@ pub struct ProfileLayer {
     _uses: Option<crate::worker::Use>,
     /// The callsites registered, for the span filter's end-of-run hint (with a filter only).
     seen: Option<Arc<SeenCallsites>>,
+    /// The GPU span filter (`SPANPROF_GPU_SPANS`, feature `cuda`), with a CUDA driver: asked
+    /// once per callsite the layer records.
+    #[cfg(feature = "cuda")]
+    gpu_filter: Option<Arc<EnvFilter>>,
 }
 
 /// What the callbacks do, decided when the layer is built (one comparison per callback).
@@ -141,6 +145,37 @@ impl ProfileLayer {
             mode,
             _uses: None,
             seen: None,
+            #[cfg(feature = "cuda")]
+            gpu_filter: None,
+        }
+    }
+
+    /// Times the spans of the callsites `filter` enables on the GPU (feature `cuda`).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn with_gpu_filter(self, filter: Option<EnvFilter>) -> Self {
+        Self {
+            gpu_filter: filter.map(Arc::new),
+            ..self
+        }
+    }
+
+    /// Whether the GPU span filter chooses `meta`'s spans: its target and level, or a span
+    /// directive naming it (decided for the callsite: field values are not looked at).
+    #[cfg(feature = "cuda")]
+    #[cold]
+    fn decide_gpu<S>(&self, meta: &'static Metadata<'static>, ctx: &Context<'_, S>, d: Decision)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let Some(filter) = &self.gpu_filter else {
+            return;
+        };
+        if d.is_skip() {
+            return;
+        }
+        let interest = <EnvFilter as Layer<S>>::register_callsite(filter, meta);
+        if !interest.is_never() && <EnvFilter as Layer<S>>::enabled(filter, meta, ctx.clone()) {
+            self.recorder.choose_gpu(d.name());
         }
     }
 
@@ -188,7 +223,10 @@ impl ProfileLayer {
                 interest.is_sometimes()
             }
         };
-        self.recorder.decide(meta, dynamic)
+        let decision = self.recorder.decide(meta, dynamic);
+        #[cfg(feature = "cuda")]
+        self.decide_gpu(meta, ctx, decision);
+        decision
     }
 
     /// A new span of a callsite not decided yet, or one the filter decides per span (the

@@ -173,6 +173,9 @@ pub mod builder;
 #[cfg(feature = "chrome")]
 pub mod chrome;
 pub mod clock;
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+pub mod cuda;
 mod env;
 mod error;
 mod export;

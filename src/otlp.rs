@@ -743,6 +743,10 @@ const SPAN_FIGURES: &[&Figure] = &[
     &fig::BUSY,
     &fig::SELF,
     &fig::SELF_SHARE,
+    &fig::GPU_CALLS,
+    &fig::GPU_TOTAL,
+    &fig::GPU_BUSY,
+    &fig::GPU_UNTIMED,
 ];
 
 /// The metric of a figure of the catalogue: its name, unit and description from the entry, a

@@ -48,6 +48,9 @@ pub(crate) struct ProfileSession {
     interval_start: Mutex<Option<Snapshot>>,
     /// Whether a periodic re-write failed already (warned about once).
     periodic_warned: AtomicBool,
+    /// The thread resolving GPU times (feature `cuda`), if spans are timed on the GPU.
+    #[cfg(feature = "cuda")]
+    gpu_resolver: Mutex<Option<crate::worker::Worker<crate::record::gpu::Resolver>>>,
 }
 
 impl fmt::Debug for ProfileSession {
@@ -117,6 +120,8 @@ impl ProfileSession {
             exporter: Mutex::new(None),
             interval_start: Mutex::new(None),
             periodic_warned: AtomicBool::new(false),
+            #[cfg(feature = "cuda")]
+            gpu_resolver: Mutex::new(None),
         }
     }
 
@@ -194,6 +199,15 @@ impl ProfileSession {
             .map(crate::http::MetricsServer::addr)
     }
 
+    /// Keeps the thread that resolves GPU times (feature `cuda`), stopped at the end.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn set_gpu_resolver(
+        &self,
+        worker: Option<crate::worker::Worker<crate::record::gpu::Resolver>>,
+    ) {
+        *self.gpu_resolver.lock().unwrap_or_else(|e| e.into_inner()) = worker;
+    }
+
     pub(crate) fn snapshot(&self) -> Snapshot {
         let mut snapshot = self.recorder.snapshot();
         if let Some(backoff) = &*self.backoff.lock().unwrap_or_else(|e| e.into_inner()) {
@@ -259,6 +273,19 @@ impl ProfileSession {
             }
         }
         self.stop_sampler();
+        #[cfg(feature = "cuda")]
+        {
+            let resolver = self
+                .gpu_resolver
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(mut resolver) = resolver {
+                resolver.stop(STOP_WAIT);
+            }
+            // The GPU work still queued: waited for (bounded), then counted as abandoned.
+            self.recorder.settle_gpu();
+        }
         let mut outputs = Outputs::default();
         let mut errors = Vec::new();
         #[cfg(feature = "chrome")]

@@ -244,6 +244,10 @@ pub(crate) struct Switches(AtomicU32);
 pub(crate) struct Switched(u32);
 
 const RECORDING: u32 = 1 << 8;
+/// Some span name is timed on the GPU (feature `cuda`): entries take the marked path, which
+/// asks whether theirs is. Never set without a CUDA driver and a chosen name, so that the
+/// common path is the same as without the feature.
+const GPU_TIMED: u32 = 1 << 9;
 
 impl Switches {
     pub(crate) fn new(recording: bool, resources: Resources) -> Self {
@@ -262,6 +266,12 @@ impl Switches {
     /// Stops recording new spans (spans already open are still completed).
     pub(crate) fn stop_recording(&self) {
         self.0.fetch_and(!RECORDING, Relaxed);
+    }
+
+    /// Makes every entry ask whether its span is timed on the GPU (feature `cuda`; for good).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn set_gpu_timed(&self) {
+        self.0.fetch_or(GPU_TIMED, Relaxed);
     }
 
     /// Sets the resources; returns the previous set.
@@ -285,6 +295,13 @@ impl Switched {
     #[inline(always)]
     pub(crate) fn resources(self) -> Resources {
         Resources((self.0 & Resources::ALL.bits()) as u8)
+    }
+
+    /// Whether an enter has work besides the clock: readings per entry
+    /// ([`Resources::entries`]), or spans timed on the GPU. One test, as `entries` alone.
+    #[inline(always)]
+    pub(crate) fn entry_work(self) -> bool {
+        self.0 & (Resources::CPU.bits() | Resources::HEAP.bits() | GPU_TIMED) != 0
     }
 }
 

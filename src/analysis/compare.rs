@@ -92,11 +92,14 @@ pub enum Measure {
     SelfTime,
     /// Total busy time of the span name over the run.
     Total,
+    /// Mean GPU time per entry timed with CUDA events (`SpanStats::gpu_time`; 0 for a span
+    /// name or path not timed on the GPU).
+    Gpu,
 }
 
 impl Measure {
     /// Every metric, in the order `--help` lists them.
-    pub const ALL: [Measure; 7] = [
+    pub const ALL: [Measure; 8] = [
         Measure::Typical,
         Measure::P50,
         Measure::P90,
@@ -104,10 +107,11 @@ impl Measure {
         Measure::Mean,
         Measure::SelfTime,
         Measure::Total,
+        Measure::Gpu,
     ];
 
     /// The name on the command line and in policy files: `typical`, `p50`, `p90`, `p99`,
-    /// `mean`, `self`, `total`.
+    /// `mean`, `self`, `total`, `gpu`.
     pub fn name(self) -> &'static str {
         match self {
             Measure::Typical => "typical",
@@ -117,6 +121,7 @@ impl Measure {
             Measure::Mean => "mean",
             Measure::SelfTime => "self",
             Measure::Total => "total",
+            Measure::Gpu => "gpu",
         }
     }
 
@@ -126,6 +131,7 @@ impl Measure {
     pub fn of(self, span: &SpanStats) -> f64 {
         match self {
             Measure::Total => span.scaled_total_ns(&span.entry_busy) as f64,
+            Measure::Gpu => span.gpu_time.as_ref().map_or(0.0, |g| g.time.mean_ns),
             _ => self.pick(&span.entry_busy, &span.entry_self),
         }
     }
@@ -134,7 +140,11 @@ impl Measure {
     /// to [`Measure::Mean`], [`Measure::Total`]) or self time per entry ([`Measure::SelfTime`]),
     /// ns.
     pub fn of_node(self, node: &TreeNode) -> f64 {
-        self.pick(&node.busy, &node.self_time)
+        match self {
+            Measure::Gpu if node.gpu_calls > 0 => node.gpu_ns as f64 / node.gpu_calls as f64,
+            Measure::Gpu => 0.0,
+            _ => self.pick(&node.busy, &node.self_time),
+        }
     }
 
     /// This metric from a busy-time and a self-time statistic.
@@ -146,6 +156,7 @@ impl Measure {
             Measure::Mean => busy.mean_ns,
             Measure::SelfTime => self_time.mean_ns,
             Measure::Total => busy.total_ns as f64,
+            Measure::Gpu => 0.0,
         }
     }
 }
@@ -165,7 +176,8 @@ impl FromStr for Measure {
             .find(|m| m.name() == s.trim())
             .ok_or_else(|| {
                 format!(
-                    "unknown metric {s:?}: expected typical, p50, p90, p99, mean, self or total"
+                    "unknown metric {s:?}: expected typical, p50, p90, p99, mean, self, total \
+                     or gpu"
                 )
             })
     }

@@ -44,6 +44,13 @@ pub const GPU_IDLE_PCT: f64 = 20.0;
 /// An idle GPU is named when its span name's instances take at least this share of the run's
 /// wall time.
 pub const GPU_IDLE_MIN_WALL_SHARE_PCT: f64 = 10.0;
+/// A span name timed on the GPU (CUDA events) is GPU-bound when its mean GPU time per entry is
+/// at least this many times its mean busy (CPU-side) time: its stream is still working
+/// through what the span queued long after the CPU moved on, and faster launches would not
+/// shorten it.
+pub const GPU_BOUND_RATIO: f64 = 1.5;
+/// Fewest timed entries before a span name is judged GPU-bound.
+pub const GPU_BOUND_MIN_CALLS: u64 = 10;
 /// At most this many findings of each kind.
 pub const FINDINGS_PER_KIND: usize = 5;
 
@@ -172,9 +179,27 @@ pub enum Finding {
         /// The span's share of the run's wall time (its instances' wall time over the run), %.
         wall_share_pct: f64,
     },
+    /// A span name whose GPU time (CUDA events on its stream) per entry is at least
+    /// [`GPU_BOUND_RATIO`] times its busy time per entry, over at least
+    /// [`GPU_BOUND_MIN_CALLS`] timed entries: "forward: 12 ms CPU, 41 ms GPU — GPU-bound".
+    GpuBound {
+        /// Span name.
+        name: String,
+        /// Span target.
+        target: String,
+        /// Entries timed on the GPU.
+        calls: u64,
+        /// Mean busy (CPU-side) time per entry, ns.
+        cpu_mean_ns: f64,
+        /// Mean GPU time per timed entry, ns.
+        gpu_mean_ns: f64,
+        /// `gpu_mean_ns / cpu_mean_ns`.
+        ratio: f64,
+    },
     /// A kind had more findings than [`FINDINGS_PER_KIND`]: how many more, after its last.
     More {
-        /// The kind: `self time`, `heavy tail`, `instrumentation`, `allocations`, `GPU idle`.
+        /// The kind: `self time`, `heavy tail`, `instrumentation`, `allocations`, `GPU idle`,
+        /// `GPU-bound`.
         kind: &'static str,
         /// Findings of that kind left out.
         left_out: usize,
@@ -351,7 +376,37 @@ pub fn top(snapshot: &Snapshot) -> Vec<Finding> {
         _ => std::cmp::Ordering::Equal,
     });
     most(&mut findings, "GPU idle", idle.into_iter());
+    most(&mut findings, "GPU-bound", gpu_bound(spans).into_iter());
     findings
+}
+
+/// The [`Finding::GpuBound`] span names, the largest ratio first.
+fn gpu_bound(spans: &[SpanStats]) -> Vec<Finding> {
+    let mut bound: Vec<(f64, Finding)> = spans
+        .iter()
+        .filter_map(|s| {
+            let t = &s.gpu_time.as_ref()?.time;
+            if t.count < GPU_BOUND_MIN_CALLS || s.entry_busy.mean_ns <= 0.0 {
+                return None;
+            }
+            let ratio = t.mean_ns / s.entry_busy.mean_ns;
+            (ratio >= GPU_BOUND_RATIO).then(|| {
+                (
+                    ratio,
+                    Finding::GpuBound {
+                        name: s.name.clone(),
+                        target: s.target.clone(),
+                        calls: t.count,
+                        cpu_mean_ns: s.entry_busy.mean_ns,
+                        gpu_mean_ns: t.mean_ns,
+                        ratio,
+                    },
+                )
+            })
+        })
+        .collect();
+    bound.sort_by(|a, b| b.0.total_cmp(&a.0));
+    bound.into_iter().map(|(_, f)| f).collect()
 }
 
 /// spanprof's cost of one span (or one entry of a span entered several times), ns, where the
@@ -723,6 +778,52 @@ mod tests {
             energy_j: None,
         }];
         span
+    }
+
+    /// `span` with `calls` entries timed on the GPU, `gpu_ns` each.
+    fn gpu_timed(mut span: SpanStats, calls: u64, gpu_ns: u64) -> SpanStats {
+        let mut time = span.entry_busy.clone();
+        (time.count, time.total_ns) = (calls, calls * gpu_ns);
+        time.mean_ns = gpu_ns as f64;
+        span.gpu_time = serde_json::from_value(serde_json::json!({
+            "time": serde_json::to_value(&time).unwrap()
+        }))
+        .unwrap();
+        span
+    }
+
+    /// GPU-bound: a mean GPU time per entry at least 1.5× the busy time per entry, over enough
+    /// timed entries; the largest ratio first.
+    #[test]
+    fn a_span_whose_gpu_time_exceeds_its_busy_time_is_gpu_bound() {
+        let ms = 1_000_000;
+        let snap = profile_of(
+            vec![
+                gpu_timed(timed("forward", 100, 100, 12 * ms, 12 * ms), 100, 41 * ms),
+                gpu_timed(timed("backward", 100, 100, 10 * ms, 10 * ms), 100, 20 * ms),
+                // Launch-bound, and too few timed entries.
+                gpu_timed(timed("loss", 100, 100, 10 * ms, 10 * ms), 100, 14 * ms),
+                gpu_timed(timed("eval", 100, 100, ms, ms), 9, 90 * ms),
+            ],
+            None,
+        );
+        let bound: Vec<Finding> = top(&snap)
+            .into_iter()
+            .filter(|f| matches!(f, Finding::GpuBound { .. }))
+            .collect();
+        let names: Vec<&str> = bound
+            .iter()
+            .map(|f| match f {
+                Finding::GpuBound { name, .. } => name.as_str(),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(names, ["forward", "backward"]);
+        assert!(matches!(
+            &bound[0],
+            Finding::GpuBound { calls: 100, cpu_mean_ns, gpu_mean_ns, ratio, .. }
+                if *cpu_mean_ns == 12e6 && *gpu_mean_ns == 41e6 && *ratio == 41.0 / 12.0
+        ));
     }
 
     /// `span` with `allocations` and `bytes` allocated over its entries.

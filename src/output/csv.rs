@@ -38,7 +38,9 @@ pub const METRICS_CSV_FILE: &str = "metrics.csv";
 ///   `peak_heap_bytes`, `alloc_per_entry_bytes`, `allocs_per_entry`, `kept_per_entry_bytes`,
 ///   `self_kept_per_entry_bytes`, then per GPU device `i` of the profile `gpu<i>_util_pct`,
 ///   `gpu<i>_mem_delta_per_instance_bytes`, `gpu<i>_peak_mem_bytes`, `gpu<i>_energy_j`, then
-///   `energy_j`, `co2e_g`;
+///   where some span name was timed on the GPU with CUDA events (feature `cuda`)
+///   `gpu_calls`, `gpu_total_ns`, `gpu_mean_ns`, `gpu_p50_ns`, `gpu_p90_ns`, `gpu_p99_ns`,
+///   `gpu_max_ns`, `gpu_busy_pct`, `gpu_untimed`, `gpu_abandoned`, then `energy_j`, `co2e_g`;
 /// - `cpu_skipped_entries` (after `cpu_pct`): entries whose CPU time was not read; above 0,
 ///   `cpu_ns` and `cpu_pct` are estimates from the entries read (short spans are sampled);
 /// - spanprof's own cost: `overhead_ns` (its estimated cost in spans of this name) and
@@ -167,6 +169,20 @@ const BEFORE_GPUS: &[&Figure] = &[
 ];
 
 /// The figures of `report.csv` after the columns of each GPU device, in order.
+/// The GPU time per span's columns, where the profile has GPU time (CUDA events).
+const GPU_TIME: &[&Figure] = &[
+    &fig::GPU_CALLS,
+    &fig::GPU_TOTAL,
+    &fig::GPU_MEAN,
+    &fig::GPU_P50,
+    &fig::GPU_P90,
+    &fig::GPU_P99,
+    &fig::GPU_MAX,
+    &fig::GPU_BUSY,
+    &fig::GPU_UNTIMED,
+    &fig::GPU_ABANDONED,
+];
+
 const AFTER_GPUS: &[&Figure] = &[
     &fig::ENERGY,
     &fig::CO2E,
@@ -272,6 +288,10 @@ fn columns(snap: &Snapshot) -> Vec<Column<'static>> {
         c.push(column(format!("gpu{i}_energy_j"), move |s, _| {
             opt(gpu(s).and_then(|g| g.energy_j), real)
         }));
+    }
+    // GPU time per span (CUDA events), where some name was timed.
+    if snap.spans.iter().any(|s| s.gpu_time.is_some()) {
+        c.extend(GPU_TIME.iter().map(|f| figure(f)));
     }
     c.extend(AFTER_GPUS.iter().map(|f| figure(f)));
     c

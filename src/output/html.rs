@@ -908,8 +908,8 @@ const TABLE_FIGURES: [&Figure; 13] = [
 ];
 
 /// The figures of the table shown where any span name has them: throughput rates, CPU, memory,
-/// heap and energy.
-const OPTIONAL_FIGURES: [&Figure; 9] = [
+/// heap, energy and GPU time (CUDA events).
+const OPTIONAL_FIGURES: [&Figure; 12] = [
     &fig::ITEMS_RATE,
     &fig::BYTES_RATE,
     &fig::FLOPS_RATE,
@@ -919,6 +919,9 @@ const OPTIONAL_FIGURES: [&Figure; 9] = [
     &fig::ALLOC_PER_ENTRY,
     &fig::KEPT_PER_ENTRY,
     &fig::ENERGY,
+    &fig::GPU_TOTAL,
+    &fig::GPU_MEAN,
+    &fig::GPU_BUSY,
 ];
 
 /// A figure's cell: its value as the text reports show it, sorting by the value; `-` (sorting

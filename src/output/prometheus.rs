@@ -335,6 +335,14 @@ const SPAN_FIGURES: &[&Figure] = &[
     &fig::HEAP_ALLOCATED,
     &fig::HEAP_ALLOCATIONS,
     &fig::ENERGY,
+    &fig::GPU_CALLS,
+    &fig::GPU_TOTAL,
+    &fig::GPU_P50,
+    &fig::GPU_P99,
+    &fig::GPU_MAX,
+    &fig::GPU_BUSY,
+    &fig::GPU_UNTIMED,
+    &fig::GPU_ABANDONED,
 ];
 
 /// The figures of each span name on spanprof's own cost and the back-off, in order.
@@ -427,9 +435,37 @@ fn write_families(snap: &Snapshot, out: &mut dyn Write) -> io::Result<()> {
         |s| &s.wall,
         multi_entry,
     );
+    f.histograms(
+        spans,
+        "span_gpu_seconds",
+        "GPU time of each entry timed with CUDA events (on its stream, enter to exit), for span \
+         names timed on the GPU, seconds.",
+        |s| s.gpu_time.as_ref().map_or(&s.entry_busy, |g| &g.time),
+        |s| s.gpu_time.is_some(),
+    );
     let totals = snap.totals();
     for figure in SPAN_FIGURES {
         f.figure(spans, &totals, figure);
+    }
+    if !snap.gpu_streams.is_empty() {
+        let per_stream = |value: fn(&crate::profile::GpuStream) -> f64| {
+            snap.gpu_streams
+                .iter()
+                .map(|g| sample(COUNTER, labels(&[("stream", &g.stream)]), value(g)))
+                .collect()
+        };
+        f.add(
+            "gpu_stream_seconds_total",
+            "GPU time of the entries timed with CUDA events on each stream, seconds.",
+            COUNTER,
+            per_stream(|g| seconds(g.total_ns)),
+        );
+        f.add(
+            "gpu_stream_calls_total",
+            "Entries timed with CUDA events on each stream.",
+            COUNTER,
+            per_stream(|g| g.calls as f64),
+        );
     }
     if let Some(info) = &snap.resources {
         let last = info.timeline.last();

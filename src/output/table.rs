@@ -222,6 +222,7 @@ impl<'a> View<'a> {
         self.spans(f)?;
         self.instances(f)?;
         self.throughput(f)?;
+        self.gpu_time(f)?;
         self.errors(f)?;
         self.metrics(f)?;
         if let Some(info) = &self.snap.resources {
@@ -395,6 +396,75 @@ impl<'a> View<'a> {
             )?;
         }
         hidden_rows(f, hidden, "with throughput")
+    }
+
+    /// GPU time per span from CUDA events (only where some name was timed): per name, then the
+    /// streams' totals.
+    fn gpu_time(&self, f: &mut String) -> fmt::Result {
+        let (rows, hidden) = self.select(|s| s.gpu_time.is_some());
+        if rows.is_empty() && hidden == 0 {
+            return Ok(());
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "GPU time (CUDA events on the span's stream, enter to exit)"
+        )?;
+        let columns = [
+            &fig::GPU_CALLS,
+            &fig::GPU_TOTAL,
+            &fig::GPU_MEAN,
+            &fig::GPU_P50,
+            &fig::GPU_P99,
+            &fig::GPU_MAX,
+            &fig::GPU_BUSY,
+            &fig::GPU_UNTIMED,
+        ];
+        if !rows.is_empty() {
+            write!(f, "{:<nw$}", "name", nw = NAME_WIDTH)?;
+            for c in columns {
+                write!(f, " {:>8}", c.label.trim_start_matches("gpu "))?;
+            }
+            writeln!(f)?;
+        }
+        for s in rows {
+            write!(f, "{:<nw$}", s.label, nw = NAME_WIDTH)?;
+            for c in columns {
+                write!(f, " {:>8}", self.cell(c, s))?;
+            }
+            writeln!(f)?;
+        }
+        hidden_rows(f, hidden, "with GPU time")?;
+        let abandoned: u64 = self
+            .rows
+            .iter()
+            .filter_map(|s| s.gpu_time.as_ref())
+            .map(|g| g.abandoned)
+            .sum();
+        if abandoned > 0 {
+            writeln!(
+                f,
+                "{abandoned} timed entries abandoned (still queued on the GPU at the end, or \
+                 unreadable)"
+            )?;
+        }
+        let streams: Vec<String> = self
+            .snap
+            .gpu_streams
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {} ({} calls)",
+                    s.stream,
+                    crate::output::format_duration(s.total_ns),
+                    s.calls
+                )
+            })
+            .collect();
+        if !streams.is_empty() {
+            wrap(f, "streams: ", &streams)?;
+        }
+        Ok(())
     }
 
     /// Error-level events of every span name (not only the rows shown), wrapped to the

@@ -92,10 +92,22 @@ impl TreeView {
             },
             format_duration(all)
         )?;
+        // GPU time per path (CUDA events), where some path has it.
+        let gpu = tree.nodes.iter().any(|n| n.gpu_calls > 0);
         writeln!(
             f,
-            "{:<PATH_WIDTH$} {:>6} {:>9} {:>9} {:>9} {:>9}",
-            "path", "%", "calls", "self", "busy", "p99 busy"
+            "{:<PATH_WIDTH$} {:>6} {:>9} {:>9} {:>9} {:>9}{}",
+            "path",
+            "%",
+            "calls",
+            "self",
+            "busy",
+            "p99 busy",
+            if gpu {
+                format!(" {:>9}", "gpu")
+            } else {
+                String::new()
+            }
         )?;
         // Lines to write, last first: a node, or how many siblings were left out.
         enum Line {
@@ -137,9 +149,14 @@ impl TreeView {
             };
             let node = &tree.nodes[i];
             let label = truncate(&format!("{indent}{}", node.name), PATH_WIDTH);
+            let gpu_cell = match (gpu, node.gpu_calls) {
+                (false, _) => String::new(),
+                (true, 0) => format!(" {:>9}", "-"),
+                (true, _) => format!(" {:>9}", format_duration(node.gpu_ns)),
+            };
             writeln!(
                 f,
-                "{label:<PATH_WIDTH$} {:>5.1}% {:>9} {:>9} {:>9} {:>9}",
+                "{label:<PATH_WIDTH$} {:>5.1}% {:>9} {:>9} {:>9} {:>9}{gpu_cell}",
                 pct(total[i]),
                 format_count(node.calls),
                 node_cell(node, node.self_ns()),

@@ -605,8 +605,8 @@ mod tests {
 
     use crate::profile::metrics::{GaugeValue, HistogramValue, Metric, SumValue};
     use crate::profile::{
-        CallTree, CpuUse, Dropped, GpuUse, HeapUse, MemoryUse, Overhead, ResourceInfo, RunInfo,
-        Sampled, SpanResources, SpanStats, TreeNode,
+        CallTree, CpuUse, Dropped, GpuStream, GpuTime, GpuUse, HeapUse, MemoryUse, Overhead,
+        ResourceInfo, RunInfo, Sampled, SpanResources, SpanStats, TreeNode,
     };
 
     /// The fields serde reads for `T`: the list its derived `Deserialize` passes to
@@ -801,14 +801,19 @@ mod tests {
         assert_eq!(s["gpus"][0]["instances"], 0);
 
         let stat = stat_json();
+        let (gpu_time, m, _) = check::<GpuTime>("GpuTime", json!({"time": stat}));
+        assert_eq!(m["time"]["total_ns"], 2 * gpu_time.time.total_ns);
+        check::<GpuStream>("GpuStream", json!({"stream": "0x1000"}));
         let (_, m, s) = check::<SpanStats>(
             "SpanStats",
             json!({
                 "name": "step", "target": "app",
                 "entry_busy": stat, "entry_self": stat, "busy": stat, "self": stat,
                 "wall": stat, "resources": to_json(&resources), "sampled": to_json(&sampled),
+                "gpu_time": to_json(&gpu_time),
             }),
         );
+        assert_eq!(m["gpu_time"]["untimed"], 2 * gpu_time.untimed);
         assert_eq!(m["sampled"]["skipped"], 2 * sampled.skipped);
         assert_eq!(s["sampled"]["skipped"], 0);
         assert_eq!(m["resources"]["memory"]["instances"], 2 * memory.instances);

@@ -1053,6 +1053,136 @@ pub const SAMPLED_OUT: Figure = Figure {
     read: |s, _| s.sampled.as_ref().map(|x| Value::Int(x.skipped)),
 };
 
+fn gpu(s: &SpanStats) -> Option<&super::GpuTime> {
+    s.gpu_time.as_ref()
+}
+
+/// The GPU time of the timed entries, where any was timed.
+fn gpu_timed(s: &SpanStats) -> Option<&Stat> {
+    gpu(s).map(|g| &g.time).filter(|t| t.count > 0)
+}
+
+/// Entries timed on the GPU.
+pub const GPU_CALLS: Figure = Figure {
+    key: "gpu_calls",
+    metric: "gpu_calls",
+    label: "gpu calls",
+    help: "Entries of spans of this name timed on the GPU with CUDA events.",
+    unit: "{call}",
+    kind: Kind::Count,
+    cumulative: true,
+    scaled: false,
+    read: |s, _| gpu(s).map(|g| Value::Int(g.time.count)),
+};
+
+/// GPU time of the timed entries.
+pub const GPU_TOTAL: Figure = Figure {
+    key: "gpu_total_ns",
+    metric: "gpu_time",
+    label: "gpu",
+    help: "GPU time of the timed entries: on each entry's CUDA stream, from an event recorded at \
+           enter to one recorded at exit (the work queued in the span, plus idle gaps while the \
+           CPU was slow to queue more).",
+    unit: "ns",
+    kind: Kind::Duration,
+    cumulative: true,
+    scaled: false,
+    read: |s, _| gpu(s).map(|g| Value::Int(g.time.total_ns)),
+};
+
+/// Mean GPU time per timed entry.
+pub const GPU_MEAN: Figure = level(
+    "gpu_mean_ns",
+    "gpu_mean",
+    "gpu mean",
+    "Mean GPU time per timed entry (exact).",
+    |s, _| gpu_timed(s).map(|t| Value::Real(t.mean_ns)),
+);
+/// Median GPU time per timed entry.
+pub const GPU_P50: Figure = level(
+    "gpu_p50_ns",
+    "gpu_p50",
+    "gpu p50",
+    "Median GPU time per timed entry.",
+    |s, _| gpu_timed(s).map(|t| Value::Int(t.p50_ns)),
+);
+/// 90th percentile of GPU time per timed entry.
+pub const GPU_P90: Figure = level(
+    "gpu_p90_ns",
+    "gpu_p90",
+    "gpu p90",
+    "90th percentile of GPU time per timed entry.",
+    |s, _| gpu_timed(s).map(|t| Value::Int(t.p90_ns)),
+);
+/// 99th percentile of GPU time per timed entry.
+pub const GPU_P99: Figure = level(
+    "gpu_p99_ns",
+    "gpu_p99",
+    "gpu p99",
+    "99th percentile of GPU time per timed entry.",
+    |s, _| gpu_timed(s).map(|t| Value::Int(t.p99_ns)),
+);
+/// Longest GPU time of a timed entry.
+pub const GPU_MAX: Figure = level(
+    "gpu_max_ns",
+    "gpu_max",
+    "gpu max",
+    "Longest GPU time of a timed entry (exact).",
+    |s, _| gpu_timed(s).map(|t| Value::Int(t.max_ns)),
+);
+
+/// GPU time per busy time.
+pub const GPU_BUSY: Figure = Figure {
+    key: "gpu_busy_pct",
+    metric: "gpu_busy",
+    label: "gpu/busy",
+    help: "Mean GPU time per timed entry divided by the mean busy (CPU-side) time per entry: \
+           over 100 the span waits on the GPU's queue being worked off elsewhere (GPU-bound), \
+           well under 100 its time goes to launching work (launch- or CPU-bound).",
+    unit: "%",
+    kind: Kind::Percent,
+    cumulative: false,
+    scaled: false,
+    read: |s, _| gpu_busy_pct(s).map(Value::Real),
+};
+
+/// Entries of a chosen name not timed.
+pub const GPU_UNTIMED: Figure = Figure {
+    key: "gpu_untimed",
+    metric: "gpu_untimed",
+    label: "gpu untimed",
+    help: "Entries of spans of this name chosen for GPU timing but not timed: no free event pair \
+           on their thread (the GPU further behind than the pool), no CUDA context, or a failed \
+           driver call.",
+    unit: "{call}",
+    kind: Kind::Count,
+    cumulative: true,
+    scaled: false,
+    read: |s, _| gpu(s).map(|g| Value::Int(g.untimed)),
+};
+
+/// Timed entries whose events were never read.
+pub const GPU_ABANDONED: Figure = Figure {
+    key: "gpu_abandoned",
+    metric: "gpu_abandoned",
+    label: "gpu abandoned",
+    help: "Entries of spans of this name whose GPU events were recorded but never read: still \
+           queued when the run ended and its bounded wait was over, or not readable.",
+    unit: "{call}",
+    kind: Kind::Count,
+    cumulative: true,
+    scaled: false,
+    read: |s, _| gpu(s).map(|g| Value::Int(g.abandoned)),
+};
+
+/// [`GPU_BUSY`] of `s`: the mean GPU time per timed entry over the mean busy time per entry,
+/// % (`None` where no entry was timed, or no busy time).
+pub fn gpu_busy_pct(s: &SpanStats) -> Option<f64> {
+    let t = gpu_timed(s)?;
+    let busy = &s.entry_busy;
+    (busy.count > 0 && busy.mean_ns > 0.0).then(|| 100.0 * t.mean_ns / busy.mean_ns)
+}
+
 /// Spans with a time over the histograms' highest value.
 pub const CLAMPED: Figure = Figure {
     key: "clamped",
@@ -1139,6 +1269,16 @@ pub const SPAN_FIGURES: &[&Figure] = &[
     &HEAP_ALLOCATIONS,
     &ENERGY,
     &CO2E,
+    &GPU_CALLS,
+    &GPU_TOTAL,
+    &GPU_MEAN,
+    &GPU_P50,
+    &GPU_P90,
+    &GPU_P99,
+    &GPU_MAX,
+    &GPU_BUSY,
+    &GPU_UNTIMED,
+    &GPU_ABANDONED,
     &OVERHEAD,
     &OVERHEAD_PCT,
     &SAMPLE_EVERY,

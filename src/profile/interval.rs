@@ -84,6 +84,9 @@ impl Snapshot {
             sources: self.sources.clone(),
             // The whole profile's figures are not an interval's: snapshots are whole profiles.
             selection: None,
+            gpu_streams: rule::keyed_since(&self.gpu_streams, &earlier.gpu_streams, |s| {
+                s.stream.as_str()
+            }),
         }
     }
 }

@@ -77,6 +77,9 @@ impl Snapshot {
             sources: merge_sources(profiles, origins),
             // A sum of whole profiles: a selection of it is made after.
             selection: None,
+            gpu_streams: rule::keyed(profiles.iter().map(|p| &p.gpu_streams), |s| {
+                s.stream.as_str()
+            }),
         })
     }
 }
@@ -310,7 +313,7 @@ mod tests {
 
     #[test]
     fn profiles_of_one_run_have_no_sources_and_version_3_reads() {
-        let v4 = include_str!("../../tests/data/golden-profile.json");
+        let v4 = include_str!("../../tests/data/profile-v4-golden.json");
         assert!(v4.contains("\"version\": 4") && !v4.contains("\"sources\""));
         let v3 =
             Snapshot::from_json(&v4.replace("\"version\": 4", "\"version\": 3"), "v3").unwrap();

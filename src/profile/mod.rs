@@ -11,7 +11,7 @@
 //!
 //! # Versions
 //!
-//! This crate writes schema version [`SCHEMA_VERSION`] (4) and reads versions 1 to 4:
+//! This crate writes schema version [`SCHEMA_VERSION`] (5) and reads versions 1 to 5:
 //! - **1**: timing only.
 //! - **2**: adds `resources` to the profile and to each span.
 //! - **3**: drops the per-span `resources.leak` (leak suspicion is now an analysis of the
@@ -27,6 +27,10 @@
 //!   second stage: `sampled` per span name ([`SpanStats::sampled`]), `sampled` per back-off
 //!   step ([`BackoffStep::sampled`]) and `dropped.backoff_steps`, absent where empty, so a
 //!   version 4 profile written before them reads as one where nothing was sampled.
+//! - **5**: adds optional fields only, the GPU time per span from CUDA events: `gpu_time` per
+//!   span name ([`SpanStats::gpu_time`]), `gpu_calls` and `gpu_ns` per call-tree node, and
+//!   `gpu_streams` ([`Snapshot::gpu_streams`]); absent where nothing was timed on the GPU, so a
+//!   profile of an earlier version reads as one without GPU time.
 //!
 //! An older profile is read into the current model and its `version` becomes the current one.
 
@@ -58,7 +62,7 @@ pub use tree::{CallTree, TreeNode};
 /// The `schema` field of every profile.
 pub const SCHEMA: &str = "spanprof.profile";
 /// The version of the profile schema this crate writes; it reads this one and every earlier one.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Significant decimal digits kept by every histogram: values are exact to within 1 part in 128
 /// (better than 0.8 %).
@@ -114,7 +118,72 @@ pub struct Snapshot {
     /// the whole profile that shares stay shares of. Absent for a whole profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<Selected>,
+    /// GPU time per CUDA stream, over the entries of the spans timed on the GPU (schema 5;
+    /// empty, and absent from the JSON, when none was: see [`SpanStats::gpu_time`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_streams: Vec<GpuStream>,
 }
+
+/// The GPU time of one CUDA stream ([`Snapshot::gpu_streams`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct GpuStream {
+    /// The stream: `default` for the legacy default stream, else its handle in hex
+    /// (`0x7f3a2c000b70`), as the program passed it to `spanprof::cuda::set_stream`. Handles
+    /// are per process: a merge of several processes adds up streams of equal handles.
+    pub stream: String,
+    /// Entries timed on it.
+    pub calls: u64,
+    /// Their GPU time, ns.
+    pub total_ns: u64,
+}
+
+combine::rules! { GpuStream {
+    stream: first,
+    calls: sum,
+    total_ns: sum,
+} }
+
+impl GpuStream {
+    /// The name of the legacy default stream.
+    pub const DEFAULT: &'static str = "default";
+
+    /// The stream's name for a raw handle (0: [`GpuStream::DEFAULT`]).
+    pub fn name_of(handle: usize) -> String {
+        if handle == 0 {
+            Self::DEFAULT.to_string()
+        } else {
+            format!("{handle:#x}")
+        }
+    }
+}
+
+/// GPU time of the entries of a span name timed with CUDA events ([`SpanStats::gpu_time`]).
+///
+/// Each timed entry is the time on its CUDA stream between an event recorded when the span was
+/// entered and one recorded when it was exited: the kernels and copies queued on that stream
+/// in the span, plus any idle gap while the stream waited for the CPU to queue more. It is not
+/// the time of each kernel (that needs CUPTI), nor of work queued on other streams.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct GpuTime {
+    /// GPU time of each timed entry (the driver's resolution: about 0.5 µs).
+    pub time: Stat,
+    /// Entries not timed: no free event pair on their thread (the GPU further behind than the
+    /// pool), no CUDA context on the thread, or a driver call that failed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub untimed: u64,
+    /// Entries whose events were recorded but never read: still queued on the GPU when the
+    /// run ended and the bounded wait for them was over, or the driver failed to read them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub abandoned: u64,
+}
+
+combine::rules! { GpuTime {
+    time: hist,
+    untimed: sum,
+    abandoned: sum,
+} }
 
 /// The output filter a profile of selected span names was made with, and what the whole
 /// profile held: a report of the selection keeps its self % a share of all the self time
@@ -492,6 +561,10 @@ pub struct SpanStats {
     /// (schema 4, absent otherwise). [`SpanStats::scaled_total_ns`] gives a total for all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled: Option<Sampled>,
+    /// GPU time of the entries, where the name was timed on the GPU with CUDA events (schema 5;
+    /// absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_time: Option<GpuTime>,
 }
 
 // Span names are matched by (name, target) in a merge and an interval; `open` and
@@ -517,6 +590,7 @@ combine::rules! { SpanStats {
     resources: opt,
     overhead_ns: sum,
     sampled: opt,
+    gpu_time: opt,
 } }
 
 /// How a span name was sampled by the automatic back-off ([`SpanStats::sampled`]).

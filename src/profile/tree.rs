@@ -80,6 +80,12 @@ pub struct TreeNode {
     /// for them (absent when none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub skipped_ns: u64,
+    /// Entries at this path timed on the GPU with CUDA events (schema 5; absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_calls: u64,
+    /// Their GPU time, ns ([`GpuTime`](super::GpuTime) says what it is; absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_ns: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -107,6 +113,8 @@ combine::rules! { TreeNode {
     detached_ns: sum,
     skipped: sum,
     skipped_ns: sum,
+    gpu_calls: sum,
+    gpu_ns: sum,
 } }
 
 impl TreeNode {

@@ -18,9 +18,9 @@ use super::spans::ENTRIES_ONE;
 use super::Recorder;
 use crate::profile::metrics::{GaugeValue, HistogramValue, SumValue};
 use crate::profile::{
-    CpuUse, Dropped, HistogramSpec, Metric, MetricKind, MetricValue, Overhead, ResourceInfo,
-    RunInfo, Sampled, Snapshot, SpanResources, SpanStats, Stat, HIGHEST_NS, LOWEST_NS, SCHEMA,
-    SCHEMA_VERSION, SIGNIFICANT_DIGITS,
+    CpuUse, Dropped, GpuStream, GpuTime, HistogramSpec, Metric, MetricKind, MetricValue, Overhead,
+    ResourceInfo, RunInfo, Sampled, Snapshot, SpanResources, SpanStats, Stat, HIGHEST_NS,
+    LOWEST_NS, SCHEMA, SCHEMA_VERSION, SIGNIFICANT_DIGITS,
 };
 use crate::samplers::{Readings, SourceStatus};
 
@@ -41,6 +41,7 @@ impl Recorder {
         // Everything that was on at some point: a resource stepped down keeps its figures.
         let recorded = self.available;
         let n_gpus = self.readings.gpus().len();
+        let mut gpu = self.gpu_figures();
 
         let mut spans = Vec::with_capacity(names.len());
         // The name index of each span pushed, and spanprof's measured time in its readings.
@@ -160,6 +161,14 @@ impl Recorder {
                         skipped: left_out,
                         skipped_ns: left_out_ns,
                     }),
+                gpu_time: gpu
+                    .names
+                    .remove(&(index as u32))
+                    .map(|(time, untimed, abandoned)| GpuTime {
+                        time,
+                        untimed,
+                        abandoned,
+                    }),
             });
         }
 
@@ -204,13 +213,31 @@ impl Recorder {
                 .tree
                 .as_ref()
                 .zip(merged_nodes.as_deref())
-                .map(|(t, merged)| t.snapshot(merged, &names)),
+                .map(|(t, merged)| t.snapshot(merged, &names, &gpu.nodes)),
             overhead,
             backoff: Vec::new(),
             metrics: self.metrics(&all_shards, &names),
             sources: Vec::new(),
             selection: None,
+            gpu_streams: gpu
+                .streams
+                .iter()
+                .map(|&(stream, calls, total_ns)| GpuStream {
+                    stream: GpuStream::name_of(stream),
+                    calls,
+                    total_ns,
+                })
+                .collect(),
         }
+    }
+
+    /// The GPU times recorded (none without the `cuda` feature or a CUDA driver).
+    fn gpu_figures(&self) -> GpuFigures {
+        #[cfg(feature = "cuda")]
+        if let Some(timer) = &self.gpu {
+            return timer.figures();
+        }
+        GpuFigures::default()
     }
 
     /// spanprof's own cost: each span's, and the run's (none without calibrated costs).
@@ -537,14 +564,35 @@ impl Merged {
     }
 }
 
+/// What a snapshot reads of the GPU times (feature `cuda`: `gpu::GpuTimer::figures`).
+#[derive(Default)]
+pub(super) struct GpuFigures {
+    /// Per span name index: (GPU time per timed entry, untimed entries, abandoned pairs).
+    pub(super) names: std::collections::HashMap<u32, (Stat, u64, u64)>,
+    /// Per call-tree node id: (timed entries, GPU time ns).
+    pub(super) nodes: std::collections::HashMap<u32, (u64, u64)>,
+    /// Per stream handle: (timed entries, GPU time ns), by handle.
+    pub(super) streams: Vec<(usize, u64, u64)>,
+}
+
 /// A histogram and its exact figures, on the way to a [`Stat`].
+#[derive(Clone)]
 pub(super) struct Partial {
     histogram: Histogram<u64>,
     exact: Exact,
 }
 
 impl Partial {
-    fn record(&mut self, value: u64) {
+    /// An empty one.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(super) fn new() -> Self {
+        Partial {
+            histogram: new_histogram(),
+            exact: Exact::default(),
+        }
+    }
+
+    pub(super) fn record(&mut self, value: u64) {
         let clamped = value.min(HIGHEST_NS);
         record_n(&mut self.histogram, clamped, 1);
         self.exact.merge(&Exact {

@@ -15,6 +15,8 @@
 //! formatting, and no locked instruction for a span that stays on its thread.
 
 mod collect;
+#[cfg(feature = "cuda")]
+pub(crate) mod gpu;
 pub(crate) mod hist;
 pub(crate) mod metrics;
 pub(crate) mod names;
@@ -49,7 +51,7 @@ use overhead::Costs;
 use resources::{
     entry_figures, instance_figures_into, EntryFigures, EntryMark, InstanceFigures, MarkCell,
 };
-use shards::{bump, with_local, Frame, Local, NameStats, Shards};
+use shards::{bump, with_local, Frame, Local, NameStats, Shards, MARK_READINGS};
 use spans::{Slot, SlotIn};
 use spans::{
     SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, FLAG_ERRORED, FLAG_MARKED, FLAG_SHARED,
@@ -114,6 +116,9 @@ pub(crate) struct Recorder {
     reading_hook: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// The step span whose closes drive the export cadence, if it counts steps.
     steps: Option<Arc<StepSignal>>,
+    /// GPU time per span from CUDA events, with a CUDA driver (feature `cuda`).
+    #[cfg(feature = "cuda")]
+    gpu: Option<Arc<gpu::GpuTimer>>,
 }
 
 impl fmt::Debug for Recorder {
@@ -194,6 +199,8 @@ impl Recorder {
             #[cfg(test)]
             reading_hook: std::sync::OnceLock::new(),
             steps: None,
+            #[cfg(feature = "cuda")]
+            gpu: None,
         }
     }
 
@@ -541,11 +548,12 @@ impl Recorder {
                 frame.reentries += 1;
                 return;
             }
-            let resources = self.switches.get().resources();
+            let switched = self.switches.get();
             let name = u32::from(slot.name.load(Relaxed));
             let node = self.entry_node(local, slot, name);
-            if resources.entries() {
-                return self.enter_marked(local, id, name, node, resources);
+            // Readings per entry, or spans timed on the GPU: one test for both.
+            if switched.entry_work() {
+                return self.enter_marked(local, id, name, node, switched.resources());
             }
             local.push(Frame {
                 id,
@@ -557,15 +565,30 @@ impl Recorder {
                 v_start: 0,
                 reentries: 0,
                 node,
-                marked: false,
+                marked: 0,
             });
         });
     }
 
-    /// [`Recorder::enter_slot`] with per-entry readings on: timed in the thread's virtual time.
+    /// [`Recorder::enter_slot`] with per-entry readings on (timed in the thread's virtual
+    /// time), or spans timed on the GPU (feature `cuda`).
     #[inline(never)]
     fn enter_marked(&self, local: &mut Local, id: u64, name: u32, node: u16, res: Resources) {
-        let (start, marked) = self.enter_marks(local, name, res);
+        #[allow(unused_mut)]
+        let mut marked = 0;
+        #[cfg(feature = "cuda")]
+        if self.gpu_enter(local, name, node) {
+            marked |= shards::MARK_GPU;
+        }
+        let (start, v_start) = if res.entries() {
+            let (start, readings) = self.enter_marks(local, name, res);
+            if readings {
+                marked |= MARK_READINGS;
+            }
+            (start, overhead::virtual_ns(&self.clock, start))
+        } else {
+            (self.clock.raw(), 0)
+        };
         local.push(Frame {
             id,
             name,
@@ -573,7 +596,7 @@ impl Recorder {
             child_ns: 0,
             own_ns: 0,
             own_cpu_ns: 0,
-            v_start: overhead::virtual_ns(&self.clock, start),
+            v_start,
             reentries: 0,
             node,
             marked,
@@ -699,7 +722,7 @@ impl Recorder {
                 },
             };
             let now = self.clock.raw();
-            if frame.v_start != 0 || frame.marked {
+            if frame.v_start != 0 || frame.marked != 0 {
                 return self.exit_marked(local, slot, top, now);
             }
             // The time of spanprof's readings inside the frame (its children's) is not the
@@ -757,11 +780,16 @@ impl Recorder {
         };
         // Entered with readings on: timed in the thread's virtual time (`overhead`).
         let v_now = (frame.v_start != 0).then(|| overhead::virtual_ns(&self.clock, now));
-        let (figures, spent, own) = if frame.marked {
+        #[allow(unused_mut)]
+        let (figures, mut spent, own) = if frame.marked & MARK_READINGS != 0 {
             self.exit_marks(local, top, &frame, now)
         } else {
             (None, 0, 0)
         };
+        #[cfg(feature = "cuda")]
+        if frame.marked & shards::MARK_GPU != 0 {
+            spent += self.gpu_exit(local, top);
+        }
         if let Some(parent) = top.checked_sub(1).and_then(|p| local.stack.get_mut(p)) {
             parent.own_cpu_ns += frame.own_cpu_ns + own;
         }
@@ -808,7 +836,10 @@ impl Recorder {
         now: u64,
     ) -> (Option<EntryFigures>, u64, u64) {
         // This frame's mark: one per marked frame below it, in stack order.
-        let index = local.stack[..top].iter().filter(|f| f.marked).count();
+        let index = local.stack[..top]
+            .iter()
+            .filter(|f| f.marked & MARK_READINGS != 0)
+            .count();
         let mut figures = None;
         let mut enter_bracket = None;
         if index < local.marks.len() {

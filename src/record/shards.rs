@@ -262,10 +262,18 @@ pub(crate) struct Frame {
     pub(crate) reentries: u32,
     /// The span's call-tree node.
     pub(crate) node: u16,
-    /// Resource readings were taken at its enter: its [`EntryMark`] is on the thread's mark
-    /// stack.
-    pub(crate) marked: bool,
+    /// What its enter started besides time, in bits ([`MARK_READINGS`], [`MARK_GPU`]); 0
+    /// for a plain entry (its exit tests this byte and nothing else).
+    pub(crate) marked: u8,
 }
+
+/// [`Frame::marked`]: resource readings were taken at its enter: its [`EntryMark`] is on the
+/// thread's mark stack.
+pub(crate) const MARK_READINGS: u8 = 1;
+/// [`Frame::marked`]: a GPU timing pair was started at its enter (feature `cuda`): its pair is
+/// on the thread's GPU stack (`gpu::GpuLocal`).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) const MARK_GPU: u8 = 2;
 
 /// The shard list of one profiler instance.
 #[derive(Debug, Default)]
@@ -443,6 +451,9 @@ pub(crate) struct Local {
     /// where a parent's estimated child time overshoots its busy time, the excess is taken
     /// back from that name's estimate (`Recorder::overshot`).
     pub(crate) last_sampled_out: u32,
+    /// This thread's GPU timing pairs, made at its first entry of a span timed on the GPU.
+    #[cfg(feature = "cuda")]
+    pub(crate) gpu: Option<Box<super::gpu::GpuLocal>>,
     _owner: Weak<Shards>,
 }
 
@@ -796,6 +807,8 @@ fn slow_local<'a>(
             region_tried: false,
             scratch: None,
             last_sampled_out: u32::MAX,
+            #[cfg(feature = "cuda")]
+            gpu: None,
             _owner: Arc::downgrade(shards),
         };
         locals.insert(0, Box::new(local));

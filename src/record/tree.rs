@@ -316,7 +316,13 @@ impl Tree {
 
     /// The tree as the profile model, from [`Tree::merged`]: every node of a span name or an
     /// other node, parents before children.
-    pub(super) fn snapshot(&self, merged: &[MergedNode], names: &[Arc<NameInfo>]) -> CallTree {
+    /// `gpu`: the GPU time per node id (entries, ns), where spans are timed on the GPU.
+    pub(super) fn snapshot(
+        &self,
+        merged: &[MergedNode],
+        names: &[Arc<NameInfo>],
+        gpu: &std::collections::HashMap<u32, (u64, u64)>,
+    ) -> CallTree {
         // A node nothing was recorded in, nor below it (the path a span opened in and left
         // for its entries' paths before any entry there), is not reported. Parents come before
         // children: one pass from the leaves marks the nodes kept.
@@ -343,6 +349,7 @@ impl Tree {
             // both), as for a name's entries.
             let busy = node.kinds.sum(&INSTANCE_BUSY);
             let self_time = node.kinds.sum(&INSTANCE_SELF);
+            let (gpu_calls, gpu_ns) = gpu.get(&(i as u32)).copied().unwrap_or((0, 0));
             let (name, target) = match node.name.and_then(|n| names.get(n as usize)) {
                 Some(n) => (n.name.to_string(), n.target.to_string()),
                 None => (TreeNode::OTHER.to_string(), String::new()),
@@ -360,6 +367,8 @@ impl Tree {
                 detached_ns: node.detached_ns,
                 skipped: node.skipped,
                 skipped_ns: node.skipped_ns,
+                gpu_calls,
+                gpu_ns,
             });
         }
         CallTree::new(nodes, MAX_TREE_NODES as u32, MAX_TREE_DEPTH as u32)

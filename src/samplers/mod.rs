@@ -6,6 +6,8 @@
 //! hot path), except the thread CPU clock when [`Resources::CPU`] is on.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 pub mod energy;
 pub(crate) mod gpu;
 pub mod memory;

@@ -716,7 +716,7 @@ fn bad_input_exits_2_with_one_line_naming_the_file_and_the_problem() {
     let cases: [(&Path, &str); 5] = [
         (
             &newer,
-            "schema version 99 is not one this spanprof reads (1 to 4)",
+            "schema version 99 is not one this spanprof reads (1 to 5)",
         ),
         (&corrupt, "spans[0].busy.histogram"),
         (&empty, "not a JSON object"),

@@ -389,8 +389,15 @@ fn profiles_of_earlier_versions_are_read() {
     assert_eq!(v3.spans, golden().snapshot.spans);
     let report = Table::new().to_string(&v3);
     assert!(!report.contains("Call tree"), "{report}");
+    // Version 4 (the golden run before GPU time per span): the same profile as the golden
+    // run's now, without GPU time (none was recorded).
+    let v4 = Snapshot::from_json(&read_data("profile-v4-golden.json"), "v4").unwrap();
+    assert_eq!(v4.version, SCHEMA_VERSION);
+    assert_eq!(v4.spans, golden().snapshot.spans);
+    assert_eq!(v4.tree, golden().snapshot.tree);
+    assert!(v4.gpu_streams.is_empty());
     // Read into the current model: written again, they read back the same.
-    for snap in [v1, v2, v3] {
+    for snap in [v1, v2, v3, v4] {
         assert_eq!(
             Snapshot::from_json(&snap.to_json(), "rewritten").unwrap(),
             snap

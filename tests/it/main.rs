@@ -32,6 +32,8 @@ mod config_rules;
 mod corners;
 #[cfg(feature = "csv")]
 mod csv_output;
+#[cfg(all(target_os = "linux", feature = "cuda"))]
+mod cuda_fake;
 mod filter_directives;
 mod golden;
 mod html_report;

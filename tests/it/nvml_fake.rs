@@ -8,89 +8,45 @@
 use crate::support;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::error::NvmlError;
 use spanprof::gpu::{GpuDevice, GpuError, GpuSample, GpuSource, NvmlSource};
 
-const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_nvml/fake_nvml.c");
-
-/// A C compiler: `$CC`, else the first of cc, gcc, clang that runs.
-fn compiler() -> Option<&'static str> {
-    static CC: OnceLock<Option<String>> = OnceLock::new();
-    CC.get_or_init(|| {
-        let from_env = std::env::var("CC").ok().filter(|cc| !cc.trim().is_empty());
-        from_env
-            .into_iter()
-            .chain(["cc", "gcc", "clang"].map(String::from))
-            .find(|cc| {
-                Command::new(cc)
-                    .arg("--version")
-                    .output()
-                    .is_ok_and(|o| o.status.success())
-            })
-    })
-    .as_deref()
-}
-
 /// One test's copy of the fake library, removed with its directory on drop.
-struct Fake {
-    dir: PathBuf,
-    lib: PathBuf,
+struct Fake(support::CLibrary);
+
+impl std::ops::Deref for Fake {
+    type Target = support::CLibrary;
+    fn deref(&self) -> &support::CLibrary {
+        &self.0
+    }
 }
 
 impl Fake {
     /// Compiles the fake with these `-D` defines into a directory of its own, or returns `None`
     /// (after saying so) when there is no C compiler.
     fn build(test: &str, defines: &[&str]) -> Option<Fake> {
-        let Some(cc) = compiler() else {
-            // Straight to stderr: the test harness captures `eprintln!` of passing tests.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: no C compiler (tried $CC, cc, gcc, clang): \
-                 cannot build the fake libnvidia-ml.so.1 for `{test}`"
-            );
-            return None;
-        };
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join("nvml_fake")
-            .join(format!("{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let lib = dir.join("libnvidia-ml.so.1");
-        let out = Command::new(cc)
-            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-o"])
-            .arg(&lib)
-            .arg(SOURCE)
-            .args(defines.iter().map(|d| format!("-D{d}")))
-            .args(["-lpthread", "-ldl"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{cc} failed to build the fake NVML:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(Fake { dir, lib })
+        support::CLibrary::build(
+            "nvml_fake",
+            test,
+            "fake_nvml/fake_nvml.c",
+            "libnvidia-ml.so.1",
+            defines,
+        )
+        .map(Fake)
     }
 
     /// Replaces the fake's configuration (`KEY=VALUE` lines), read at its next call.
     fn configure(&self, lines: &str) {
-        std::fs::write(self.dir.join("fake_nvml.conf"), lines).unwrap();
+        self.write("fake_nvml.conf", lines);
     }
 
     fn source(&self) -> NvmlSource {
         NvmlSource::with_library(&self.lib)
             .unwrap_or_else(|e| panic!("the fake NVML did not initialise: {e}"))
-    }
-}
-
-impl Drop for Fake {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -130,6 +130,91 @@ pub fn gpu_kernel_profile(reading: spanprof::gpu::GpuSample) -> Snapshot {
     finish_snapshot(guard)
 }
 
+/// A C compiler: `$CC`, else the first of cc, gcc, clang that runs.
+fn c_compiler() -> Option<&'static str> {
+    static CC: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    CC.get_or_init(|| {
+        let from_env = std::env::var("CC").ok().filter(|cc| !cc.trim().is_empty());
+        from_env
+            .into_iter()
+            .chain(["cc", "gcc", "clang"].map(String::from))
+            .find(|cc| {
+                std::process::Command::new(cc)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            })
+    })
+    .as_deref()
+}
+
+/// A fake shared library built from C by a test (the fake NVML, the fake CUDA driver), in a
+/// directory of its own, removed on drop.
+pub struct CLibrary {
+    /// Its directory (where the fake reads its configuration file).
+    pub dir: PathBuf,
+    /// The library file.
+    pub lib: PathBuf,
+}
+
+impl CLibrary {
+    /// Compiles `source` (under `tests/`) with these `-D` defines into
+    /// `<target tmp>/<kind>/<pid>-<test>/<file>`, or returns `None` (after saying so loudly)
+    /// when there is no C compiler.
+    pub fn build(
+        kind: &str,
+        test: &str,
+        source: &str,
+        file: &str,
+        defines: &[&str],
+    ) -> Option<CLibrary> {
+        use std::io::Write as _;
+        let Some(cc) = c_compiler() else {
+            // Straight to stderr: the test harness captures `eprintln!` of passing tests.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: no C compiler (tried $CC, cc, gcc, clang): \
+                 cannot build the fake {file} for `{test}`"
+            );
+            return None;
+        };
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(kind)
+            .join(format!("{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join(file);
+        let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests")
+            .join(source);
+        let out = std::process::Command::new(cc)
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-o"])
+            .arg(&lib)
+            .arg(&source)
+            .args(defines.iter().map(|d| format!("-D{d}")))
+            .args(["-lpthread", "-ldl"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cc} failed to build the fake {file}:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(CLibrary { dir, lib })
+    }
+
+    /// Replaces the file `name` in the library's directory (the fake's configuration).
+    pub fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.dir.join(name), text).unwrap();
+    }
+}
+
+impl Drop for CLibrary {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A path in the system temp directory that no other test (of any binary, or any run still
 /// going) uses: `spanprof-<name>-<pid>-<n>`. Whatever a crashed run left there is removed; the
 /// path itself is not created.

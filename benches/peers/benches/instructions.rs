@@ -25,6 +25,13 @@
 //! inside `measured_spans`, at two span counts, and divides the difference, so first-use costs
 //! cancel out too.
 //!
+//! With the `cuda` feature, the `gpu_*` cases are `basic` with GPU time per span on, against
+//! the CUDA driver at `CUDA_LIB` (the fake one, `tests/fake_cuda/fake_cuda.c`, which
+//! `scripts/instructions.sh` builds): `gpu_none` (a GPU span filter that chooses no span),
+//! `gpu_other` (one span name chosen, entered before the loop: the loop's spans are not),
+//! `gpu_timed` (the loop's span chosen: each entry records two events on the fake driver,
+//! whose `cuEventRecord` takes a mutex; the driver's own cost is not spanprof's).
+//!
 //! Without `--bench` (as `cargo test --benches` runs it) it runs one small case and returns.
 
 mod common;
@@ -111,6 +118,26 @@ fn main() {
             );
             (d, Some(g))
         }
+        #[cfg(feature = "cuda")]
+        "gpu_none" | "gpu_other" | "gpu_timed" => {
+            let lib = std::env::var_os("CUDA_LIB").expect("CUDA_LIB: the fake libcuda.so.1");
+            let chosen = match case.as_str() {
+                "gpu_none" => "[nothing]",
+                "gpu_other" => "[other]",
+                _ => "[bench_span]",
+            };
+            let (d, g) = spanprof(
+                builder()
+                    .with_cuda_library(lib)
+                    .with_gpu_spans(chosen)
+                    .expect("valid"),
+            );
+            // The chosen name's callsite decided before the loop (the switch set).
+            tracing::dispatcher::with_default(&d, || {
+                tracing::info_span!("other").in_scope(|| ());
+            });
+            (d, Some(g))
+        }
         other => panic!("unknown CASE {other:?}"),
     };
     let nested = case.starts_with("nested");
@@ -169,6 +196,8 @@ fn main() {
             "scoped_in" | "filtered_in" => spans + 1,
             _ if nested => 3 * spans,
             "event_plain" | "event_metric" => 1,
+            // The span entered before the loop.
+            "gpu_none" | "gpu_other" | "gpu_timed" => spans + 1,
             // Sampled: every span still counted.
             "sampled" => spans + warm_up,
             _ => spans,

@@ -456,6 +456,24 @@ pub(crate) fn findings(snapshot: &Snapshot, findings: &[Finding]) -> String {
                     "wall_share_pct": wall_share_pct,
                 }),
             ),
+            Finding::GpuBound {
+                name,
+                target,
+                calls,
+                cpu_mean_ns,
+                gpu_mean_ns,
+                ratio,
+            } => (
+                "gpu_bound",
+                Some(name.as_str()),
+                Some(target.as_str()),
+                json!({
+                    "calls": calls,
+                    "cpu_mean_ns": cpu_mean_ns,
+                    "gpu_mean_ns": gpu_mean_ns,
+                    "ratio": ratio,
+                }),
+            ),
             Finding::More { kind, left_out } => (
                 "more",
                 None,

@@ -126,6 +126,8 @@ enum MetricArg {
     #[value(name = "self")]
     SelfTime,
     Total,
+    /// Mean GPU time per call timed with CUDA events.
+    Gpu,
 }
 
 impl From<MetricArg> for Measure {
@@ -138,6 +140,7 @@ impl From<MetricArg> for Measure {
             MetricArg::Mean => Measure::Mean,
             MetricArg::SelfTime => Measure::SelfTime,
             MetricArg::Total => Measure::Total,
+            MetricArg::Gpu => Measure::Gpu,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The compare policy file (TOML): default metric and thresholds, per-name rules, budgets.
 //!
 //! ```toml
-//! metric = "typical"        # typical (the default), p50, p90, p99, mean, self, total
+//! metric = "typical"        # typical (the default), p50, p90, p99, mean, self, total, gpu
 //! threshold = "15%"         # timing change that counts
 //! min_calls = 30            # fewest calls per run before a name's timing is judged
 //! min_shift = "1us"         # smallest timing change that counts

@@ -550,6 +550,19 @@ pub(crate) fn finding_line(finding: &Finding, format: TextFormat) -> Option<Stri
             "GPU idle: GPU {device} at {utilization_pct:.0} % while {} ran ({wall_share_pct:.0} % of the run)",
             code(format, name)
         ),
+        Finding::GpuBound {
+            name,
+            calls,
+            cpu_mean_ns,
+            gpu_mean_ns,
+            ..
+        } => format!(
+            "GPU-bound: {}: {} CPU, {} GPU per call — GPU-bound ({} calls timed)",
+            code(format, name),
+            dur(*cpu_mean_ns),
+            dur(*gpu_mean_ns),
+            format_count(*calls)
+        ),
         Finding::More { kind, left_out } => format!(
             "… and {} more",
             plural(*left_out, &format!("{kind} finding"))
