@@ -1,5 +1,17 @@
-//! Chrome / Perfetto traces of chosen steps, through [`tracing-chrome`](tracing_chrome), with
-//! resource counters.
+//! Chrome / Perfetto traces of chosen steps or of the whole run, through
+//! [`tracing-chrome`](tracing_chrome) or (feature `perfetto`) natively for Perfetto through
+//! `tracing-perfetto-file`, with resource counters.
+//!
+//! # Backends
+//!
+//! [`ChromeOptions::with_backend`] chooses the library that writes the files:
+//! [`TraceBackend::Chrome`] (the default: Chrome's JSON trace format, `.json`) or
+//! `TraceBackend::Perfetto` (feature `perfetto`, Rust 1.88: Perfetto's protobuf format,
+//! `.pftrace`, about 3× cheaper per traced span and smaller). Everything below holds for both
+//! unless it names one: the schedule, the windows and their files, the bound on windows waiting
+//! to be written, the errors, the counter tracks. `SPANPROF_TRACE` chooses the backend and the
+//! windows without code (see [`Builder::with_chrome`](crate::Builder::with_chrome) and the
+//! guide's `docs/traces.md`).
 //!
 //! spanprof forwards the spans of the steps a [`Schedule`] selects to the real
 //! `tracing_chrome::ChromeLayer`, one file per window of active steps, composed in the same
@@ -126,12 +138,17 @@
 //!
 //! # Limits
 //!
-//! * One tracing session per process at a time: tracing-chrome caches its channel and thread
-//!   ids in thread-locals, so two sessions would write each other's events. Building a second
-//!   one while the first is alive (built and not finished) is an
+//! * One chrome tracing session per process at a time: tracing-chrome caches its channel and
+//!   thread ids in thread-locals, so two sessions would write each other's events. Building a
+//!   second one while the first is alive (built and not finished) is an
 //!   [`Error::InvalidChromeOptions`](crate::Error::InvalidChromeOptions); after the first
 //!   finished, a new one may be built, but a thread that traced into the earlier session
-//!   (other than the one that calls `chrome_layer`) keeps sending there.
+//!   (other than the one that calls `chrome_layer`) keeps sending there. Perfetto sessions
+//!   have no such limit: each window has a tracing-perfetto-file layer of its own.
+//! * With the Perfetto backend, spans are slices on the thread tracks (each entry one slice, as
+//!   in tracing-chrome's threaded style); a span still entered when its window closes gets a
+//!   slice end at the window's end annotated `unfinished: true`; thread tracks are always
+//!   named; spans created before a window have no fields, as with tracing-chrome.
 //! * The warning about skipped windows is emitted from a thread of its own into the chrome
 //!   layer's dispatcher: tracing tells the layer its dispatcher only when it is added as
 //!   `ChromeTraceLayer`, not as the `Option` [`chrome_layer`](crate::ProfileGuard::chrome_layer)
