@@ -153,7 +153,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     if let Some(guard) = guard {
         let outputs = guard.finish()?;
         for trace in &outputs.traces {
-            eprintln!("trace: {} (open in https://ui.perfetto.dev)", trace.display());
+            eprintln!(
+                "trace: {} (open in https://ui.perfetto.dev)",
+                trace.display()
+            );
         }
     }
     Ok(())

@@ -106,18 +106,24 @@ where
     /// that the window is not switched under it.
     #[inline(always)]
     fn forward(&self, w: u64, f: impl FnOnce(&dyn Layer<S>)) {
-        self.session.inflight.fetch_add(1, Ordering::SeqCst);
-        let _in_flight = InFlight(&self.session.inflight);
-        if self.session.current.load(Ordering::SeqCst) != w {
-            return;
-        }
         match &self.forward {
-            Forward::Chrome(chrome) => f(chrome),
+            Forward::Chrome(chrome) => {
+                self.session.inflight.fetch_add(1, Ordering::SeqCst);
+                let _in_flight = InFlight(&self.session.inflight);
+                if self.session.current.load(Ordering::SeqCst) == w {
+                    f(chrome);
+                }
+            }
+            // The slot's read lock is the in-flight count: closing the window takes the write
+            // lock, so it waits for the calls that saw the window open. `try_read` fails only
+            // while the window is being switched: as if it were closed.
             #[cfg(feature = "perfetto")]
             Forward::Perfetto(slot) => {
-                // Fails only while the window is being switched: as if it were closed.
                 if let Ok(layer) = slot.try_read() {
-                    if let Some(layer) = layer.as_ref() {
+                    if let (Some(layer), true) = (
+                        layer.as_ref(),
+                        self.session.current.load(Ordering::SeqCst) == w,
+                    ) {
                         f(layer);
                     }
                 }

@@ -77,6 +77,7 @@ struct Span {
 /// A trace file of either backend, parsed and checked: every begin has its end on the same
 /// thread track, properly nested (each end closes the innermost open span, children begin
 /// inside parents).
+#[derive(Default)]
 struct Trace {
     spans: Vec<Span>,
     /// Counter values: (`track.series`, ns, value).
@@ -170,12 +171,8 @@ impl Trace {
         };
         let mut stacks = BTreeMap::new();
         let mut trace = Trace {
-            spans: Vec::new(),
-            counters: Vec::new(),
-            label: None,
-            thread_names: Vec::new(),
-            instants: 0,
             locations: events.iter().any(|e| e.get(".file").is_some()),
+            ..Trace::default()
         };
         for e in &events {
             let ph = e["ph"].as_str().expect("every event has a ph");
@@ -228,14 +225,7 @@ impl Trace {
         let text = protoc_decode(path)?;
         let packets = parse_text(&text);
         let mut stacks = BTreeMap::new();
-        let mut trace = Trace {
-            spans: Vec::new(),
-            counters: Vec::new(),
-            label: None,
-            thread_names: Vec::new(),
-            instants: 0,
-            locations: false,
-        };
+        let mut trace = Trace::default();
         #[derive(Default)]
         struct Seq {
             time: f64,

@@ -70,14 +70,22 @@ fn two_threads(dispatch: &tracing::Dispatch, n: u64) -> f64 {
     per_thread.iter().sum::<f64>() / per_thread.len() as f64
 }
 
-/// One round of a traced case: `n` flat spans inside one `bench_round` span (one trace window);
-/// returns their ns per span once the window's file is complete (the `done`-th).
+/// The process's CPU time, user + system, all threads, ns.
+fn process_cpu_ns() -> u64 {
+    spanprof::__private::cpu::process_cpu_ns().map_or(0, |(user, sys)| user + sys)
+}
+
+/// One round of a traced case: `n` flat spans inside one `bench_round` span (one trace window).
+/// Returns their ns per span on the traced thread, and the process's CPU time per span from the
+/// round's start until the window's file (the `done`-th) is complete: the backend's writer
+/// thread and spanprof's completion of the file included.
 fn traced_round(
     dispatch: &tracing::Dispatch,
     guard: &spanprof::ProfileGuard,
     n: u64,
     done: usize,
-) -> f64 {
+) -> (f64, f64) {
+    let cpu = process_cpu_ns();
     let ns = tracing::dispatcher::with_default(dispatch, || {
         let _round = tracing::info_span!("bench_round").entered();
         flat(n)
@@ -85,14 +93,14 @@ fn traced_round(
     let start = Instant::now();
     while guard.handle().chrome_traces().len() < done && start.elapsed() < Duration::from_secs(120)
     {
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_micros(200));
     }
     assert_eq!(
         guard.handle().chrome_traces().len(),
         done,
         "trace window {done} written"
     );
-    ns
+    (ns, (process_cpu_ns() - cpu) as f64 / n as f64)
 }
 
 fn env(name: &str, default: u64) -> u64 {
@@ -162,11 +170,23 @@ fn main() {
         .iter()
         .map(|(name, backend)| {
             let dir = trace_dir.join(backend.as_str());
-            let (dispatch, guard) = common::spanprof_traced(builder(), *backend, &dir);
+            let (dispatch, guard) =
+                common::spanprof_traced(builder(), *backend, &dir, Some("bench_round"));
             (*name, dispatch, guard)
         })
         .collect();
+    // The writers alone, in a registry without spanprof, every span traced, into a sink.
+    use tracing_subscriber::prelude::*;
+    let (perfetto_alone, _perfetto_guard) =
+        tracing_perfetto_file::PerfettoLayer::builder(std::io::sink())
+            .span_mode(tracing_perfetto_file::SpanMode::ThreadTracks)
+            .with_source_locations()
+            .build();
+    let perfetto_alone =
+        tracing::Dispatch::new(tracing_subscriber::registry().with(perfetto_alone));
+    let mut alone_rounds = Vec::new();
     let mut traced_rounds = vec![Vec::new(); traced.len()];
+    let mut traced_cpu = vec![Vec::new(); traced.len()];
     let mut basic_rounds = Vec::new();
     let floor = common::floor();
     let mut floor_rounds = Vec::new();
@@ -175,8 +195,13 @@ fn main() {
         basic_rounds.push(tracing::dispatcher::with_default(&cases[1].1, || {
             flat(trace_n)
         }));
+        alone_rounds.push(tracing::dispatcher::with_default(&perfetto_alone, || {
+            flat(trace_n)
+        }));
         for (i, (_, dispatch, guard)) in traced.iter().enumerate() {
-            traced_rounds[i].push(traced_round(dispatch, guard, trace_n, round));
+            let (ns, cpu) = traced_round(dispatch, guard, trace_n, round);
+            traced_rounds[i].push(ns);
+            traced_cpu[i].push(cpu);
         }
     }
     let mut trace_bytes = Vec::new();
@@ -234,13 +259,25 @@ fn main() {
         for (i, (name, _)) in backends.iter().enumerate() {
             let ns = pick(&traced_rounds[i]);
             println!(
-                "{name:<24} flat {ns:7.1} ns ({:.2}x floor, {:.2}x spanprof_basic)   {:.1} bytes/span",
+                "{name:<24} flat {ns:7.1} ns ({:.2}x floor, {:.2}x spanprof_basic)   \
+                 CPU of all threads {:7.1} ns/span   {:.1} bytes/span",
                 ns / floor,
                 ns / basic,
+                pick(&traced_cpu[i]),
                 trace_bytes[i]
             );
         }
-        let ratio = pick(&traced_rounds[0]) / pick(&traced_rounds[1]);
-        println!("traced_by_chrome / traced_by_perfetto: {ratio:.2}x per traced span");
+        println!(
+            "{:<24} flat {:7.1} ns (registry + tracing-perfetto-file alone, thread tracks, into a sink)",
+            "perfetto_alone",
+            pick(&alone_rounds)
+        );
+        println!(
+            "traced_by_chrome / traced_by_perfetto: {:.2}x per traced span, {:.2}x CPU of all \
+             threads, {:.2}x bytes",
+            pick(&traced_rounds[0]) / pick(&traced_rounds[1]),
+            pick(&traced_cpu[0]) / pick(&traced_cpu[1]),
+            trace_bytes[0] / trace_bytes[1]
+        );
     }
 }
