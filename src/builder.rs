@@ -26,6 +26,8 @@ use crate::switches::{Preset, Resources};
 pub use crate::env::ENV_GPU_SPANS;
 #[cfg(feature = "http")]
 pub use crate::env::ENV_METRICS_ADDR;
+#[cfg(feature = "chrome")]
+pub use crate::env::ENV_TRACE;
 pub use crate::env::{
     ENV_CPU_CLOCK, ENV_EVERY, ENV_FILTER, ENV_GRID, ENV_INTERVAL_MS, ENV_MAX_OVERHEAD, ENV_OUT,
     ENV_OUTPUT_FILTER, ENV_PRESET, ENV_REPORT, ENV_SAMPLERS, ENV_STEP, ENV_STRICT, ENV_TOP,
@@ -146,6 +148,7 @@ impl std::str::FromStr for CpuClock {
 /// | `SPANPROF_MAX_OVERHEAD` | a percentage over 0, up to 100 (`5`, `2.5%`), or `off` | [`Builder::with_max_overhead`] |
 /// | `SPANPROF_CPU_CLOCK` | `perf` (default) or `thread`: the thread CPU clock read per span | [`Builder::with_cpu_clock`] |
 /// | `SPANPROF_METRICS_ADDR` | `host:port` or a port (feature `http`) | `Builder::with_metrics_addr` |
+/// | `SPANPROF_TRACE` | `off`, or a backend (`chrome`, `perfetto`) and the windows (`whole`, or `step=NAME,wait=N,warmup=N,active=N,repeat=N,skip_first=N`), comma-separated (feature `chrome`) | [`Builder::with_chrome`] |
 /// | `SPANPROF_EVERY` | a duration (`30s`, `500ms`) or steps (`100 steps`), see [`Every`] | [`Builder::with_every`] |
 /// | `SPANPROF_STEP` | a span name, e.g. `train_step` | [`Builder::with_step_span`] |
 /// | `SPANPROF_GPU_SPANS` | `EnvFilter` directives, e.g. `[forward],[backward]` (feature `cuda`) | `Builder::with_gpu_spans` |
@@ -249,6 +252,10 @@ struct FromEnv {
     out: Option<(String, Option<PathBuf>)>,
     #[cfg(feature = "http")]
     metrics_addr: Option<(String, Option<std::net::SocketAddr>)>,
+    /// `SPANPROF_TRACE`, applied over the builder's trace options once the output directory
+    /// is known.
+    #[cfg(feature = "chrome")]
+    trace: Option<crate::chrome::TraceSetting>,
     /// Whether the span filter came from `SPANPROF_FILTER`.
     filter: bool,
 }
@@ -438,8 +445,11 @@ impl Builder {
         }
     }
 
-    /// Also writes Chrome / Perfetto traces of the steps a schedule selects, through
-    /// tracing-chrome; add [`ProfileGuard::chrome_layer`] to the registry. See [`crate::chrome`].
+    /// Also writes Chrome / Perfetto traces of the steps a schedule selects, or of the whole
+    /// run, through tracing-chrome or (feature `perfetto`) tracing-perfetto-file; add
+    /// [`ProfileGuard::chrome_layer`] to the registry. See [`crate::chrome`]. `SPANPROF_TRACE`
+    /// overrides the backend and the windows, and turns traces on without this call (into
+    /// `spanprof-traces/` under the output directory, or in the working directory).
     #[cfg(feature = "chrome")]
     pub fn with_chrome(self, options: ChromeOptions) -> Self {
         Self {
@@ -759,7 +769,12 @@ impl Builder {
             seen: seen.clone(),
         };
         #[cfg(feature = "chrome")]
-        let chrome = match b.chrome {
+        let chrome_options = match b.from_env.trace.take() {
+            Some(setting) => setting.apply(b.chrome.take(), b.output_dir.as_deref()),
+            None => b.chrome.take(),
+        };
+        #[cfg(feature = "chrome")]
+        let chrome = match chrome_options {
             Some(options) if records => Some(Arc::new(ChromeSession::new(options)?)),
             _ => None,
         };
@@ -1065,6 +1080,11 @@ impl Builder {
             b.from_env.out = Some((v, builder_value));
             Ok(())
         })?;
+        #[cfg(feature = "chrome")]
+        self.env_var(get, ENV_TRACE, crate::chrome::TRACE_ACCEPTED, |b, v| {
+            b.from_env.trace = Some(v.parse()?);
+            Ok(())
+        })?;
         self.env_var(get, ENV_STEP, rules::STEP, |b, v| {
             b.step_span = Some(rules::step_span(v.clone(), Origin::Env(ENV_STEP, &v))?);
             Ok(())
@@ -1180,6 +1200,11 @@ impl Builder {
                 Some(every) => (every.to_string(), false),
                 None => ("no export cadence".to_string(), true),
             },
+            #[cfg(feature = "chrome")]
+            ENV_TRACE => (
+                crate::chrome::describe_options(self.chrome.as_ref()),
+                self.chrome.is_none(),
+            ),
             ENV_STEP => match &self.step_span {
                 Some(name) => (quoted(name), false),
                 None => ("no step span".to_string(), true),

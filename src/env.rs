@@ -57,6 +57,13 @@ pub const ENV_EVERY: &str = "SPANPROF_EVERY";
 /// counts, e.g. `train_step`.
 pub const ENV_STEP: &str = "SPANPROF_STEP";
 
+/// Environment variable: Chrome / Perfetto traces (feature `chrome`): `off`, or a
+/// comma-separated list of a backend (`chrome`, `perfetto`) and the windows (`whole`, or
+/// `step=NAME` with `wait=N`, `warmup=N`, `active=N`, `repeat=N`, `skip_first=N`); see
+/// [`Builder::with_chrome`](crate::Builder::with_chrome) and [`crate::chrome`].
+#[cfg(feature = "chrome")]
+pub const ENV_TRACE: &str = "SPANPROF_TRACE";
+
 /// Environment variable: which span names every output shows (comma-separated name globs,
 /// `target=GLOB`, `top=N`; see [`Selection`](crate::output::Selection)).
 pub const ENV_OUTPUT_FILTER: &str = "SPANPROF_OUTPUT_FILTER";

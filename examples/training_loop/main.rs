@@ -34,6 +34,8 @@
 //! cargo run --release --example training_loop -- --trace --out /tmp/prof
 //! SPANPROF=full cargo run --release --example training_loop -- --out /tmp/prof
 //! # then open /tmp/prof/traces/train_step_steps_16-18.json in https://ui.perfetto.dev
+//! # the same windows in Perfetto's own format (.pftrace), written by tracing-perfetto-file
+//! SPANPROF_TRACE=perfetto cargo run --release --features perfetto --example training_loop -- --trace --out /tmp/prof
 //!
 //! # a 20 % slower forward pass, for `spanprof compare` to flag
 //! cargo run --release --example training_loop -- --slowdown 20 --out /tmp/slow
@@ -116,7 +118,8 @@ fn main() -> Result<(), Box<dyn Error>> {
             );
         }
         let (layer, guard) = builder.build()?;
-        // `chrome_layer()` is `None` unless chrome tracing is on.
+        // `chrome_layer()` is `None` unless tracing is on (`--trace`, or `SPANPROF_TRACE`, which
+        // may also choose the Perfetto backend).
         // spanprof's own messages (its windows with SPANPROF_EVERY, its warnings) on stderr;
         // a per-layer filter on one target, so the spans of the workload cost this layer nothing.
         let messages = tracing_subscriber::fmt::layer()
@@ -151,7 +154,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         let outputs = guard.finish()?;
         for trace in &outputs.traces {
             eprintln!(
-                "chrome trace: {} (open in https://ui.perfetto.dev)",
+                "trace: {} (open in https://ui.perfetto.dev)",
                 trace.display()
             );
         }

@@ -1,14 +1,17 @@
-//! The state of one chrome-tracing session: the one tracing-chrome layer and its `FlushGuard`,
-//! the step count, and the window open now.
+//! The state of one tracing session: the backend's writer, the step count, and the window open
+//! now. The schedule, the bound on pending windows, the files and the errors are the same for
+//! both backends; only [`Writer`] differs.
 //!
-//! One `tracing_chrome::ChromeLayer` serves the whole session; each window is one file, switched
-//! with `FlushGuard::start_new`. One layer (not one per window) because tracing-chrome keeps its
-//! channel and thread ids in thread-locals the first time a thread traces: a second layer would
-//! not get the events of threads that traced into the first. Between windows, tracing-chrome
-//! writes into `io::sink()` and the layer forwards nothing.
+//! With tracing-chrome, one `tracing_chrome::ChromeLayer` serves the whole session; each window
+//! is one file, switched with `FlushGuard::start_new`. One layer (not one per window) because
+//! tracing-chrome keeps its channel and thread ids in thread-locals the first time a thread
+//! traces: a second layer would not get the events of threads that traced into the first.
+//! Between windows, tracing-chrome writes into `io::sink()` and the layer forwards nothing. For
+//! the same reason only one chrome session may be alive in a process: building a second one
+//! while the first is not finished is refused ([`Session::new`]).
 //!
-//! For the same reason only one session may be alive in a process: building a second one while
-//! the first is not finished is refused ([`Session::new`]).
+//! With tracing-perfetto-file, each window has a layer of its own (see `perfetto`), whose
+//! per-thread state is its own: sessions need no such claim.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -22,9 +25,9 @@ use tracing_core::Subscriber;
 use tracing_subscriber::registry::LookupSpan;
 
 use super::counters::CounterSource;
-use super::layer::ChromeTraceLayer;
+use super::layer::{ChromeTraceLayer, Forward};
 use super::trace_file::{Results, WindowInfo, WindowWriter};
-use super::{ChromeOptions, Output, StepWindow};
+use super::{ChromeOptions, Output, StepWindow, TraceBackend};
 use crate::error::{Error, Result};
 
 /// How long closing a window waits for forwarding calls of other threads to return.
@@ -82,15 +85,59 @@ pub(crate) struct Session {
     pub(super) dispatch: OnceLock<tracing_core::dispatcher::WeakDispatch>,
 }
 
+/// The library that writes the session's windows.
+enum Writer {
+    Chrome(FlushGuard),
+    #[cfg(feature = "perfetto")]
+    Perfetto(super::perfetto::Windows),
+}
+
+impl Writer {
+    /// Sends the open window's events to `writer` from now on.
+    fn start_window(&mut self, writer: WindowWriter, options: &ChromeOptions) {
+        match self {
+            Writer::Chrome(flush) => {
+                let _ = options;
+                flush.start_new(Some(Box::new(writer)));
+            }
+            #[cfg(feature = "perfetto")]
+            Writer::Perfetto(windows) => windows.start_window(writer, options),
+        }
+    }
+
+    /// Ends the open window: its writer is dropped once its events are written, which
+    /// completes the file (on the backend's thread).
+    fn end_window(&mut self) {
+        match self {
+            // tracing-chrome ends the window's file ("]"), drops its writer (which completes
+            // the file: see `trace_file`) and writes into a sink until the next window.
+            Writer::Chrome(flush) => flush.start_new(Some(Box::new(std::io::sink()))),
+            #[cfg(feature = "perfetto")]
+            Writer::Perfetto(windows) => windows.end_window(),
+        }
+    }
+
+    /// Ends tracing and waits until every window's file is complete.
+    fn finish(self) {
+        match self {
+            // Dropping the guard joins tracing-chrome's writer thread.
+            Writer::Chrome(flush) => drop(flush),
+            #[cfg(feature = "perfetto")]
+            Writer::Perfetto(windows) => windows.finish(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     layer_taken: bool,
     finished: bool,
     /// Dropped before `claim` (fields drop in order): the writer thread has ended when the
     /// claim is given back.
-    flush: Option<FlushGuard>,
+    writer: Option<Writer>,
     claim: Option<Claim>,
-    /// tracing-chrome's time base, taken right after its layer was built.
+    /// tracing-chrome's time base, taken right after its layer was built (the Perfetto
+    /// backend's files use a system clock: any instant serves).
     base: Option<Instant>,
     open: Option<OpenWindow>,
     windows_opened: u64,
@@ -114,13 +161,13 @@ impl fmt::Debug for Session {
 }
 
 impl Session {
-    /// Checks the options, creates the output directory, and claims the process's one chrome
-    /// session.
+    /// Checks the options, creates the output directory, and (with tracing-chrome) claims the
+    /// process's one chrome session.
     ///
     /// # Errors
     /// [`Error::InvalidChromeOptions`] for an empty file path or step span name, a step schedule
-    /// with a single file, or while another session is alive in the process (built and not
-    /// finished); [`Error::Io`] if the directory cannot be created.
+    /// with a single file, or while another chrome session is alive in the process (built and
+    /// not finished); [`Error::Io`] if the directory cannot be created.
     pub(crate) fn new(options: ChromeOptions) -> Result<Self> {
         let dir = match &options.output {
             Output::Dir(dir) => Some(dir.as_path()),
@@ -153,12 +200,14 @@ impl Session {
                 source,
             })?;
         }
-        let Some(claim) = Claim::take() else {
-            return Err(Error::InvalidChromeOptions {
+        let claim = match options.backend {
+            TraceBackend::Chrome => Some(Claim::take().ok_or(Error::InvalidChromeOptions {
                 reason: "another chrome trace session is alive in this process (tracing-chrome \
                          keeps per-thread state, so two sessions would write wrong files): \
                          finish or drop its guard before building a new one",
-            });
+            })?),
+            #[cfg(feature = "perfetto")]
+            TraceBackend::Perfetto => None,
         };
         Ok(Self {
             options,
@@ -167,7 +216,7 @@ impl Session {
             last_step: AtomicU64::new(0),
             steps: AtomicU64::new(0),
             state: Mutex::new(State {
-                claim: Some(claim),
+                claim,
                 ..State::default()
             }),
             results: Arc::new(Results::default()),
@@ -224,8 +273,8 @@ impl Session {
         self.options.steps.as_ref().map(|(name, _)| name.as_str())
     }
 
-    /// Builds the session's one tracing-chrome layer; `None` if it was built before or the
-    /// session is finished.
+    /// Builds the session's one trace layer (and starts the backend's writer thread); `None` if
+    /// it was built before or the session is finished.
     pub(crate) fn layer<S>(self: &Arc<Self>) -> Option<ChromeTraceLayer<S>>
     where
         S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
@@ -235,20 +284,32 @@ impl Session {
             return None;
         }
         state.layer_taken = true;
-        let (chrome, flush) = ChromeLayerBuilder::new()
-            .writer(std::io::sink())
-            .include_args(self.options.include_args)
-            .include_locations(self.options.include_locations)
-            .build();
+        let forward = match self.options.backend {
+            TraceBackend::Chrome => {
+                let (chrome, flush) = ChromeLayerBuilder::new()
+                    .writer(std::io::sink())
+                    .include_args(self.options.include_args)
+                    .include_locations(self.options.include_locations)
+                    .build();
+                state.writer = Some(Writer::Chrome(flush));
+                Forward::Chrome(chrome)
+            }
+            #[cfg(feature = "perfetto")]
+            TraceBackend::Perfetto => {
+                let windows = super::perfetto::Windows::start();
+                let slot = windows.slot();
+                state.writer = Some(Writer::Perfetto(windows));
+                Forward::Perfetto(slot)
+            }
+        };
         // tracing-chrome reads `Instant::now()` as the last step of `build` and computes every
         // `ts` as microseconds since then; this reading is within a few tens of nanoseconds
         // after it (unless the thread is preempted in between).
         state.base = Some(Instant::now());
-        state.flush = Some(flush);
         if self.options.steps.is_none() {
             self.open_window(&mut state, None);
         }
-        Some(ChromeTraceLayer::new(chrome, self.clone()))
+        Some(ChromeTraceLayer::new(forward, self.clone()))
     }
 
     /// A step span was created: counts it, and opens or prepares to close a window.
@@ -262,7 +323,7 @@ impl Session {
             return;
         };
         let mut state = self.state();
-        if state.finished || state.flush.is_none() {
+        if state.finished || state.writer.is_none() {
             return;
         }
         let open_cycle = state.open.as_ref().map(|o| o.cycle);
@@ -310,7 +371,7 @@ impl Session {
                 target: crate::PERF_TARGET,
                 first_skipped = window.first,
                 last_skipped = window.last,
-                "spanprof: chrome trace windows come faster than they are written \
+                "spanprof: trace windows come faster than they are written \
                  ({MAX_PENDING_WINDOWS} not completed yet); skipping windows until the writer \
                  catches up (counted; this warning is not repeated)"
             );
@@ -324,20 +385,22 @@ impl Session {
     }
 
     fn file_name(&self, window: Option<StepWindow>) -> PathBuf {
+        let backend = self.options.backend;
         match (&self.options.output, &self.options.steps, window) {
             (Output::File(file), _, _) => file.clone(),
             (Output::Dir(dir), Some((step, _)), Some(w)) => dir.join(format!(
-                "{}_steps_{}-{}.json",
+                "{}_steps_{}-{}.{}",
                 sanitize(step),
                 w.first,
-                w.last
+                w.last,
+                backend.extension()
             )),
-            (Output::Dir(dir), _, _) => dir.join(super::WHOLE_RUN_FILE),
+            (Output::Dir(dir), _, _) => dir.join(backend.whole_run_file()),
         }
     }
 
     fn open_window(&self, state: &mut State, window: Option<StepWindow>) {
-        let (Some(flush), Some(base)) = (&state.flush, state.base) else {
+        let (Some(_), Some(base)) = (&state.writer, state.base) else {
             return;
         };
         let label = match (&self.options.steps, window) {
@@ -346,6 +409,7 @@ impl Session {
         };
         let number = state.windows_opened + 1;
         let info = Arc::new(WindowInfo {
+            backend: self.options.backend,
             number,
             path: self.file_name(window),
             label,
@@ -367,7 +431,9 @@ impl Session {
             }
         };
         self.results.opened(number, info.path.clone());
-        flush.start_new(Some(Box::new(writer)));
+        if let Some(backend) = &mut state.writer {
+            backend.start_window(writer, &self.options);
+        }
         state.windows_opened = number;
         let cycle = window.map_or(0, |w| w.cycle);
         state.last_cycle = Some(cycle);
@@ -389,15 +455,13 @@ impl Session {
             std::thread::yield_now();
         }
         let _ = open.info.end.set(Instant::now());
-        if let Some(flush) = &state.flush {
-            // tracing-chrome ends the window's file ("]"), drops its writer (which completes
-            // the file: see `trace_file`) and writes into a sink until the next window.
-            flush.start_new(Some(Box::new(std::io::sink())));
+        if let Some(writer) = &mut state.writer {
+            writer.end_window();
         }
     }
 
     /// Ends the open window, stops tracing for good, and waits (up to [`FINISH_LIMIT`]) until
-    /// tracing-chrome's writer thread has finished every file. Returns the files written by the
+    /// the backend's writer thread has finished every file. Returns the files written by the
     /// whole session.
     ///
     /// # Errors
@@ -405,24 +469,24 @@ impl Session {
     /// if the files were not all complete in time an [`Error::Io`] (`TimedOut`) naming those
     /// that were not (they are completed in the background if the process lives on).
     pub(crate) fn finish(&self) -> Result<Vec<PathBuf>> {
-        let (flush, claim) = {
+        let (writer, claim) = {
             let mut state = self.state();
             state.finished = true;
             self.close_window(&mut state);
-            (state.flush.take(), state.claim.take())
+            (state.writer.take(), state.claim.take())
         };
         let mut timed_out = None;
-        if let Some(flush) = flush {
+        if let Some(writer) = writer {
             let limit = *self.finish_limit.lock().unwrap_or_else(|e| e.into_inner());
             let (done_tx, done_rx) = mpsc::channel::<()>();
-            // Dropping the guard joins tracing-chrome's writer thread, which completes every
+            // Ending the writer joins the backend's writer thread, which completes every
             // window's file; done on a thread of its own so that the wait is bounded. The claim
             // is given back once the writer thread has ended. (If the thread cannot be started,
-            // the closure is dropped here, which joins inline.)
+            // the closure is dropped here, which ends the writer inline.)
             let _ = std::thread::Builder::new()
                 .name("spanprof-chrome-finish".into())
                 .spawn(move || {
-                    drop(flush);
+                    writer.finish();
                     drop(claim);
                     let _ = done_tx.send(());
                 });

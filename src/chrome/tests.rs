@@ -417,3 +417,40 @@ fn finish_times_out_naming_the_windows_not_completed() {
     drop(guard);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `SPANPROF_TRACE` turns traces on without `with_chrome`, under the output directory; a value
+/// outside its rule leaves the builder's (none) and warns.
+#[test]
+fn spanprof_trace_turns_traces_on_and_an_invalid_value_falls_back() {
+    let _serial = serial();
+    let dir = temp_dir("env-trace");
+    let build = |value: &str| {
+        crate::ProfileLayer::builder()
+            .with_report(ReportTarget::Off)
+            .build_from(crate::env::test_env(&[
+                ("SPANPROF_TRACE", value),
+                ("SPANPROF_OUT", dir.to_str().unwrap()),
+            ]))
+            .unwrap()
+    };
+    let (layer, guard) = build("whole");
+    let dispatch = tracing::Dispatch::new(
+        tracing_subscriber::registry()
+            .with(layer)
+            .with(guard.chrome_layer()),
+    );
+    steps(&dispatch, 0..2);
+    let outputs = guard.finish().unwrap();
+    assert_eq!(
+        outputs.traces,
+        [dir.join(super::env::DEFAULT_TRACE_DIR).join("trace.json")]
+    );
+    assert_eq!(intervals(&read(&outputs.traces[0]), "work").len(), 2);
+    let (_layer, guard) = build("json");
+    assert!(
+        guard.handle().chrome_session().is_none(),
+        "no traces: the builder's"
+    );
+    drop(guard);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -21,6 +21,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use super::counters::{Counter, CounterSource};
+use super::TraceBackend;
 use crate::atomic_file::Temporary;
 use crate::error::{Error, Result};
 
@@ -86,12 +87,15 @@ impl Results {
 
 /// Everything the end of a window needs, shared by the session and the window's writer.
 pub(super) struct WindowInfo {
+    /// Which library writes the file, hence how it is completed.
+    pub(super) backend: TraceBackend,
     /// The window's number in the session (from 1).
     pub(super) number: u64,
     pub(super) path: PathBuf,
     /// Shown as the process label in Perfetto, e.g. `train_step steps 16-18`.
     pub(super) label: String,
-    /// tracing-chrome's time base: its `ts` are microseconds since this instant.
+    /// tracing-chrome's time base: its `ts` are microseconds since this instant (unused by the
+    /// Perfetto backend, whose timestamps are on a system clock).
     pub(super) base: Instant,
     pub(super) start: Instant,
     /// Set when the window closes, before tracing-chrome is told to close the file.
@@ -105,7 +109,7 @@ pub(super) struct WindowInfo {
 }
 
 impl WindowInfo {
-    fn io_error(&self, action: &'static str, source: io::Error) -> Error {
+    pub(super) fn io_error(&self, action: &'static str, source: io::Error) -> Error {
         Error::Io {
             action,
             path: self.path.clone(),
@@ -114,13 +118,14 @@ impl WindowInfo {
     }
 }
 
-/// The `Write` tracing-chrome writes one window's events into: a temporary file beside the
+/// The `Write` the backend writes one window's events into: a temporary file beside the
 /// window's path.
 ///
 /// It never returns an error (tracing-chrome's writer thread `unwrap`s every write, so an error
-/// would kill it): the first I/O error is kept, later writes are dropped, and the window is
-/// reported as failed when it ends. Dropping it (tracing-chrome does when it switches to the
-/// next window's writer, or when its `FlushGuard` drops) completes the file.
+/// would kill it; tracing-perfetto-file would stop tracing): the first I/O error is kept, later
+/// writes are dropped, and the window is reported as failed when it ends. Dropping it
+/// (tracing-chrome does when it switches to the next window's writer, or when its `FlushGuard`
+/// drops; tracing-perfetto-file when the window's layer is dropped) completes the file.
 pub(super) struct WindowWriter {
     out: Option<BufWriter<Disk<File>>>,
     /// Listed while it exists, so that an exit that cannot wait removes it.
@@ -159,7 +164,11 @@ impl WindowWriter {
         let info = &self.info;
         let result = match error {
             Some(source) => Err(info.io_error("writing chrome trace", source)),
-            None => complete_file(info, self.partial.path()),
+            None => match info.backend {
+                TraceBackend::Chrome => complete_file(info, self.partial.path()),
+                #[cfg(feature = "perfetto")]
+                TraceBackend::Perfetto => super::perfetto::complete_file(info, self.partial.path()),
+            },
         };
         let _ = self.partial.remove();
         match result {
@@ -198,9 +207,9 @@ impl Drop for WindowWriter {
 /// A writer on a disk that may be full: with `left`, each write takes its length from the
 /// shared budget and fails (`no space left on device`) once it is spent (tests simulate a full disk
 /// with it; `None` in real sessions).
-struct Disk<W> {
-    inner: W,
-    left: Option<Arc<AtomicI64>>,
+pub(super) struct Disk<W> {
+    pub(super) inner: W,
+    pub(super) left: Option<Arc<AtomicI64>>,
 }
 
 impl<W: Write> Write for Disk<W> {
@@ -441,6 +450,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let now = Instant::now();
         let info = Arc::new(WindowInfo {
+            backend: TraceBackend::Chrome,
             number: 1,
             path: dir.join("trace.json"),
             label: "l".to_string(),

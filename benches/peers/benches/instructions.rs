@@ -21,7 +21,10 @@
 //! `Builder::with_filter` gives it, `filtered*` as tracing-subscriber's per-layer filter
 //! (`layer.with_filter(EnvFilter)`, a `Filtered` layer) around a layer built without one;
 //! `*_in` runs the loop inside one `outer` span (every span recorded), `*_out` outside it (none
-//! recorded). Instruction counts do not move with the machine's load: the script counts only
+//! recorded). `traced_chrome` and `traced_perfetto` are `basic` with a whole-run trace by each
+//! backend (every span traced; only the traced thread's instructions are counted, not the
+//! writer thread's), `perfetto_alone` is tracing-perfetto-file alone in a registry (thread
+//! tracks, into a sink). Instruction counts do not move with the machine's load: the script counts only
 //! inside `measured_spans`, at two span counts, and divides the difference, so first-use costs
 //! cancel out too.
 //!
@@ -78,6 +81,7 @@ fn main() {
     // The back-off off: a loop of empty spans is over any limit, and its second stage would
     // sample them (the `sampled` case measures that).
     let builder = || spanprof::ProfileLayer::builder().with_max_overhead(None);
+    let trace_dir = std::env::temp_dir().join(format!("spanprof-instr-{}", std::process::id()));
     let (dispatch, guard) = match case.as_str() {
         "floor" | "nested_floor" | "event_floor" => (common::floor(), None),
         "basic" | "nested" | "event_plain" | "event_metric" => {
@@ -137,6 +141,28 @@ fn main() {
                 tracing::info_span!("other").in_scope(|| ());
             });
             (d, Some(g))
+        }
+        // Every span traced, the whole run one window, by each backend (files in a temporary
+        // directory, removed at the end); and tracing-perfetto-file alone into a sink.
+        "traced_chrome" | "traced_perfetto" => {
+            let backend = match case.as_str() {
+                "traced_chrome" => spanprof::chrome::TraceBackend::Chrome,
+                _ => spanprof::chrome::TraceBackend::Perfetto,
+            };
+            let (d, g) = common::spanprof_traced(builder(), backend, &trace_dir, None);
+            (d, Some(g))
+        }
+        "perfetto_alone" => {
+            use tracing_subscriber::prelude::*;
+            let (layer, flush) = tracing_perfetto_file::PerfettoLayer::builder(std::io::sink())
+                .span_mode(tracing_perfetto_file::SpanMode::ThreadTracks)
+                .with_source_locations()
+                .build();
+            std::mem::forget(flush);
+            (
+                tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
+                None,
+            )
         }
         other => panic!("unknown CASE {other:?}"),
     };
@@ -203,6 +229,12 @@ fn main() {
             _ => spans,
         };
         assert_eq!(calls, expected, "{case}: spans recorded");
+        if case.starts_with("traced") {
+            let traces = guard.finish().expect("trace written").traces;
+            assert_eq!(traces.len(), 1, "{case}: the whole run's trace");
+            let _ = std::fs::remove_dir_all(&trace_dir);
+            return;
+        }
         if case == "sampled" {
             let skipped = left_out(&guard) - left_out_before;
             assert!(

@@ -14,12 +14,20 @@
 //! `spanprof_sampled` forces the back-off's second stage (a limit of 0.01%): once a second of
 //! its spans has run, its short leaf spans are sampled 1 in N, and its best round is the cost
 //! of a span left out by sampling.
+//!
+//! Then the traced rows: spanprof `basic` with its trace layer, every span inside a trace window
+//! (one window per round, `TRACE_SPANS` flat spans in it, 20000 by default), written by
+//! tracing-chrome (`traced_by_chrome`) and by tracing-perfetto-file (`traced_by_perfetto`):
+//! ns per traced span, its ratio to the floor and to `spanprof_basic` in the same run, and the
+//! bytes of the files per traced span. Each round waits for its file to be complete before the
+//! next case runs, so a backend's writer thread does not run during another case.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 mod common;
 
 use common::spanprof;
+use spanprof::chrome::TraceBackend;
 
 fn flat(n: u64) -> f64 {
     let start = Instant::now();
@@ -60,6 +68,39 @@ fn two_threads(dispatch: &tracing::Dispatch, n: u64) -> f64 {
             .collect()
     });
     per_thread.iter().sum::<f64>() / per_thread.len() as f64
+}
+
+/// The process's CPU time, user + system, all threads, ns.
+fn process_cpu_ns() -> u64 {
+    spanprof::__private::cpu::process_cpu_ns().map_or(0, |(user, sys)| user + sys)
+}
+
+/// One round of a traced case: `n` flat spans inside one `bench_round` span (one trace window).
+/// Returns their ns per span on the traced thread, and the process's CPU time per span from the
+/// round's start until the window's file (the `done`-th) is complete: the backend's writer
+/// thread and spanprof's completion of the file included.
+fn traced_round(
+    dispatch: &tracing::Dispatch,
+    guard: &spanprof::ProfileGuard,
+    n: u64,
+    done: usize,
+) -> (f64, f64) {
+    let cpu = process_cpu_ns();
+    let ns = tracing::dispatcher::with_default(dispatch, || {
+        let _round = tracing::info_span!("bench_round").entered();
+        flat(n)
+    });
+    let start = Instant::now();
+    while guard.handle().chrome_traces().len() < done && start.elapsed() < Duration::from_secs(120)
+    {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(
+        guard.handle().chrome_traces().len(),
+        done,
+        "trace window {done} written"
+    );
+    (ns, (process_cpu_ns() - cpu) as f64 / n as f64)
 }
 
 fn env(name: &str, default: u64) -> u64 {
@@ -114,6 +155,68 @@ fn main() {
             rounds_of[i].2.push(two_threads(dispatch, n / 2));
         }
     }
+    // The traced rows, after the others (their files are written between rounds).
+    let trace_n = if quick {
+        1_000
+    } else {
+        env("TRACE_SPANS", 20_000)
+    };
+    let trace_dir = std::env::temp_dir().join(format!("spanprof-ratios-{}", std::process::id()));
+    let backends = [
+        ("traced_by_chrome", TraceBackend::Chrome),
+        ("traced_by_perfetto", TraceBackend::Perfetto),
+    ];
+    let traced: Vec<_> = backends
+        .iter()
+        .map(|(name, backend)| {
+            let dir = trace_dir.join(backend.as_str());
+            let (dispatch, guard) =
+                common::spanprof_traced(builder(), *backend, &dir, Some("bench_round"));
+            (*name, dispatch, guard)
+        })
+        .collect();
+    // The writers alone, in a registry without spanprof, every span traced, into a sink.
+    use tracing_subscriber::prelude::*;
+    let (perfetto_alone, _perfetto_guard) =
+        tracing_perfetto_file::PerfettoLayer::builder(std::io::sink())
+            .span_mode(tracing_perfetto_file::SpanMode::ThreadTracks)
+            .with_source_locations()
+            .build();
+    let perfetto_alone =
+        tracing::Dispatch::new(tracing_subscriber::registry().with(perfetto_alone));
+    let mut alone_rounds = Vec::new();
+    let mut traced_rounds = vec![Vec::new(); traced.len()];
+    let mut traced_cpu = vec![Vec::new(); traced.len()];
+    let mut basic_rounds = Vec::new();
+    let floor = common::floor();
+    let mut floor_rounds = Vec::new();
+    for round in 1..=rounds as usize {
+        floor_rounds.push(tracing::dispatcher::with_default(&floor, || flat(trace_n)));
+        basic_rounds.push(tracing::dispatcher::with_default(&cases[1].1, || {
+            flat(trace_n)
+        }));
+        alone_rounds.push(tracing::dispatcher::with_default(&perfetto_alone, || {
+            flat(trace_n)
+        }));
+        for (i, (_, dispatch, guard)) in traced.iter().enumerate() {
+            let (ns, cpu) = traced_round(dispatch, guard, trace_n, round);
+            traced_rounds[i].push(ns);
+            traced_cpu[i].push(cpu);
+        }
+    }
+    let mut trace_bytes = Vec::new();
+    for (name, _, guard) in traced {
+        let files = guard.finish().expect("trace files written").traces;
+        assert_eq!(files.len(), rounds as usize, "{name}: one file per round");
+        let bytes: u64 = files
+            .iter()
+            .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+            .sum();
+        // Each window holds the round's spans and its `bench_round` span.
+        trace_bytes.push(bytes as f64 / ((trace_n + 1) * rounds) as f64);
+    }
+    let _ = std::fs::remove_dir_all(&trace_dir);
+
     let calls = basic_guard
         .snapshot()
         .span("bench_span")
@@ -148,5 +251,33 @@ fn main() {
                 figures[i].2 / figures[0].2
             );
         }
+        let (floor, basic) = (pick(&floor_rounds), pick(&basic_rounds));
+        println!(
+            "traced: {which} of {rounds} rounds, {trace_n} flat spans in one trace window each; \
+             registry_identity {floor:.1} ns, spanprof_basic {basic:.1} ns in the same rounds"
+        );
+        for (i, (name, _)) in backends.iter().enumerate() {
+            let ns = pick(&traced_rounds[i]);
+            println!(
+                "{name:<24} flat {ns:7.1} ns ({:.2}x floor, {:.2}x spanprof_basic)   \
+                 CPU of all threads {:7.1} ns/span   {:.1} bytes/span",
+                ns / floor,
+                ns / basic,
+                pick(&traced_cpu[i]),
+                trace_bytes[i]
+            );
+        }
+        println!(
+            "{:<24} flat {:7.1} ns (registry + tracing-perfetto-file alone, thread tracks, into a sink)",
+            "perfetto_alone",
+            pick(&alone_rounds)
+        );
+        println!(
+            "traced_by_chrome / traced_by_perfetto: {:.2}x per traced span, {:.2}x CPU of all \
+             threads, {:.2}x bytes",
+            pick(&traced_rounds[0]) / pick(&traced_rounds[1]),
+            pick(&traced_cpu[0]) / pick(&traced_cpu[1]),
+            trace_bytes[0] / trace_bytes[1]
+        );
     }
 }
