@@ -159,6 +159,8 @@
 //! * Spans are drawn per thread (tracing-chrome's threaded style): an async task's span entered
 //!   on several threads shows once per entry on each.
 
+#[cfg(feature = "perfetto")]
+mod announced;
 mod counters;
 mod env;
 mod layer;

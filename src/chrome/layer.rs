@@ -1,9 +1,12 @@
 //! [`ChromeTraceLayer`]: the trace backend's layer behind the step schedule's gate.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use thread_local::ThreadLocal;
+#[cfg(feature = "perfetto")]
 use tracing_core::field::{Field, Value};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Event, Subscriber};
@@ -21,10 +24,10 @@ use super::session::Session;
 /// `registry().with(layer).with(guard.chrome_layer())`.
 ///
 /// Between windows every callback returns after one atomic load (creating a span also compares
-/// its name with the step span's name). In a window, callbacks go to the backend's layer; a
-/// span's exit is forwarded only if its entry was forwarded in the same window, so spans
-/// entered before the window (the epoch around the step, a model layer's long-lived span) never
-/// produce an unmatched end.
+/// its name with the step span's name). In a window, callbacks go to the backend's layer; an
+/// exit is forwarded only if the thread's entry of that span was forwarded in the same window,
+/// so spans entered before the window (the epoch around the step, a model layer's long-lived
+/// span) never produce an unmatched end.
 pub struct ChromeTraceLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
@@ -32,6 +35,8 @@ where
     forward: Forward<S>,
     session: Arc<Session>,
     include_args: bool,
+    /// Each thread's entries forwarded in the open window and not exited yet.
+    entries: ThreadLocal<RefCell<Entries>>,
 }
 
 /// Where the gate forwards to.
@@ -46,6 +51,16 @@ where
     Perfetto(Arc<super::perfetto::Slot>),
 }
 
+/// The backend's layer for one forwarded call, and (Perfetto) the spans it knows.
+struct Target<'a, S>
+where
+    S: Subscriber,
+{
+    layer: &'a dyn Layer<S>,
+    #[cfg(feature = "perfetto")]
+    announced: Option<&'a super::announced::Announced>,
+}
+
 impl<S> fmt::Debug for ChromeTraceLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
@@ -57,11 +72,56 @@ where
     }
 }
 
-/// In a span's extensions: entries forwarded in `window` and not exited yet. With the Perfetto
-/// backend, also says that the window's layer knows the span (it was announced in `window`).
-struct Entered {
+/// Entries a thread has deeper than this are not forwarded (a bound on its memory: a program
+/// that leaks entered guards, or recursion this deep).
+const MAX_ENTRIES: usize = 4096;
+
+/// One thread's entries forwarded in window `window` and not exited yet, innermost last. A
+/// span's exit happens on the thread of its entry, so a stack per thread pairs them without
+/// state per span (none to allocate): a span exits as it was entered, in this window or not.
+struct Entries {
     window: u64,
-    depth: u32,
+    ids: Vec<u64>,
+}
+
+impl Entries {
+    fn new() -> RefCell<Self> {
+        RefCell::new(Self {
+            window: 0,
+            ids: Vec::with_capacity(64),
+        })
+    }
+
+    /// An entry of `id` in window `w` is forwarded; false if the thread has too many.
+    #[inline]
+    fn push(&mut self, w: u64, id: u64) -> bool {
+        if self.window != w {
+            // Entries of an earlier window never exit into this one.
+            self.ids.clear();
+            self.window = w;
+        }
+        let room = self.ids.len() < MAX_ENTRIES;
+        if room {
+            self.ids.push(id);
+        }
+        room
+    }
+
+    /// Whether an entry of `id` was forwarded in window `w` (and is now exited).
+    #[inline]
+    fn pop(&mut self, w: u64, id: u64) -> bool {
+        if self.window != w {
+            return false;
+        }
+        // The innermost entry, unless guards were dropped out of order.
+        match self.ids.iter().rposition(|&e| e == id) {
+            Some(i) => {
+                self.ids.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// Counts a forwarding call as in flight until dropped (also on unwind).
@@ -73,6 +133,23 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// Tells the window's layer of a span created before the window, without its fields (they
+/// were recorded when no layer listened).
+#[cfg(feature = "perfetto")]
+#[cold]
+#[inline(never)]
+fn announce<S>(layer: &dyn Layer<S>, id: &Id, ctx: &Context<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let Some(metadata) = ctx.metadata(id) else {
+        return;
+    };
+    let none: [(&Field, Option<&dyn Value>); 0] = [];
+    let values = metadata.fields().value_set(&none);
+    layer.on_new_span(&Attributes::new(metadata, &values), id, ctx.clone());
+}
+
 impl<S> ChromeTraceLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
@@ -82,6 +159,7 @@ where
             include_args: session.include_args(),
             forward,
             session,
+            entries: ThreadLocal::new(),
         }
     }
 
@@ -102,30 +180,42 @@ where
         self.session.current.load(Ordering::Acquire)
     }
 
+    /// Runs `f` on this thread's entries (`None` if they are borrowed already: a callback
+    /// re-entered from inside the backend).
+    #[inline(always)]
+    fn entries<R>(&self, f: impl FnOnce(&mut Entries) -> R) -> Option<R> {
+        let entries = self.entries.get_or(Entries::new);
+        let mut entries = entries.try_borrow_mut().ok()?;
+        Some(f(&mut entries))
+    }
+
     /// Runs `f` with the backend's layer if window `w` is still open, counted as in flight so
     /// that the window is not switched under it.
     #[inline(always)]
-    fn forward(&self, w: u64, f: impl FnOnce(&dyn Layer<S>)) {
+    fn forward(&self, w: u64, f: impl FnOnce(Target<'_, S>)) {
         match &self.forward {
             Forward::Chrome(chrome) => {
                 self.session.inflight.fetch_add(1, Ordering::SeqCst);
                 let _in_flight = InFlight(&self.session.inflight);
                 if self.session.current.load(Ordering::SeqCst) == w {
-                    f(chrome);
+                    f(Target {
+                        layer: chrome,
+                        #[cfg(feature = "perfetto")]
+                        announced: None,
+                    });
                 }
             }
-            // The slot's read lock is the in-flight count: closing the window takes the write
-            // lock, so it waits for the calls that saw the window open. `try_read` fails only
-            // while the window is being switched: as if it were closed.
+            // The window read from the slot is held (not freed, not completed) until this call
+            // returns: closing it takes it out of the slot and the writer thread waits for such
+            // calls. A window read after the switch is the next one, or none.
             #[cfg(feature = "perfetto")]
             Forward::Perfetto(slot) => {
-                if let Ok(layer) = slot.try_read() {
-                    if let (Some(layer), true) = (
-                        layer.as_ref(),
-                        self.session.current.load(Ordering::SeqCst) == w,
-                    ) {
-                        f(layer);
-                    }
+                let window = slot.load();
+                if let Some(window) = window.as_deref().filter(|win| win.number == w) {
+                    f(Target {
+                        layer: &window.layer,
+                        announced: Some(&window.announced),
+                    });
                 }
             }
         }
@@ -133,78 +223,47 @@ where
 
     #[inline(never)]
     fn new_span(&self, w: u64, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        self.forward(w, |layer| {
-            if self.announces() {
-                // Announced now, with its fields: not again at its first entry.
-                if let Some(span) = ctx.span(id) {
-                    span.extensions_mut().replace(Entered {
-                        window: w,
-                        depth: 0,
-                    });
-                }
+        self.forward(w, |target| {
+            target.layer.on_new_span(attrs, id, ctx);
+            // Announced now (with its fields): not again at its first entry.
+            #[cfg(feature = "perfetto")]
+            if let Some(announced) = target.announced {
+                announced.created(id.into_u64());
             }
-            layer.on_new_span(attrs, id, ctx);
         });
     }
 
     #[inline(never)]
     fn enter(&self, w: u64, id: &Id, ctx: Context<'_, S>) {
-        self.forward(w, |layer| {
-            let Some(span) = ctx.span(id) else {
-                return;
-            };
-            let first = {
-                let mut ext = span.extensions_mut();
-                match ext.get_mut::<Entered>() {
-                    Some(e) if e.window == w => {
-                        e.depth += 1;
-                        false
-                    }
-                    Some(e) => {
-                        *e = Entered {
-                            window: w,
-                            depth: 1,
-                        };
-                        true
-                    }
-                    None => {
-                        ext.insert(Entered {
-                            window: w,
-                            depth: 1,
-                        });
-                        true
-                    }
+        self.forward(w, |target| {
+            #[cfg(feature = "perfetto")]
+            if let Some(announced) = target.announced {
+                if !announced.entered(id.into_u64(), || announce(target.layer, id, &ctx)) {
+                    return;
                 }
-            };
-            if first && self.announces() {
-                // Created before the window: announced without its fields.
-                let metadata = span.metadata();
-                let none: [(&Field, Option<&dyn Value>); 0] = [];
-                let values = metadata.fields().value_set(&none);
-                drop(span);
-                layer.on_new_span(&Attributes::new(metadata, &values), id, ctx.clone());
-            } else {
-                drop(span);
             }
-            layer.on_enter(id, ctx);
+            if self.entries(|e| e.push(w, id.into_u64())) == Some(true) {
+                target.layer.on_enter(id, ctx);
+            }
         });
     }
 
     #[inline(never)]
     fn exit(&self, w: u64, id: &Id, ctx: Context<'_, S>) {
-        self.forward(w, |layer| {
-            let entered_here = ctx.span(id).is_some_and(|span| {
-                let mut ext = span.extensions_mut();
-                match ext.get_mut::<Entered>() {
-                    Some(e) if e.window == w && e.depth > 0 => {
-                        e.depth -= 1;
-                        true
-                    }
-                    _ => false,
-                }
-            });
-            if entered_here {
-                layer.on_exit(id, ctx);
+        self.forward(w, |target| {
+            if self.entries(|e| e.pop(w, id.into_u64())) == Some(true) {
+                target.layer.on_exit(id, ctx);
+            }
+        });
+    }
+
+    #[inline(never)]
+    fn close(&self, w: u64, id: &Id, ctx: Context<'_, S>) {
+        self.forward(w, |target| {
+            target.layer.on_close(id.clone(), ctx);
+            #[cfg(feature = "perfetto")]
+            if let Some(announced) = target.announced {
+                announced.closed(id.into_u64());
             }
         });
     }
@@ -226,9 +285,9 @@ where
             }
         }
         let w = self.window();
-        if w != 0 && self.include_args {
-            // The backend keeps the span's fields for its `args` (tracing-chrome does nothing
-            // else here; without fields, tracing-perfetto-file is told at the first entry).
+        if w != 0 && (self.include_args || self.announces()) {
+            // tracing-chrome keeps the span's fields for its `args` (it does nothing else here);
+            // tracing-perfetto-file learns of the span (and its fields, with args).
             self.new_span(w, attrs, id, ctx);
         }
     }
@@ -237,7 +296,7 @@ where
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
         let w = self.window();
         if w != 0 && self.include_args {
-            self.forward(w, |layer| layer.on_record(id, values, ctx));
+            self.forward(w, |target| target.layer.on_record(id, values, ctx));
         }
     }
 
@@ -245,7 +304,7 @@ where
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         let w = self.window();
         if w != 0 {
-            self.forward(w, |layer| layer.on_event(event, ctx));
+            self.forward(w, |target| target.layer.on_event(event, ctx));
         }
     }
 
@@ -274,7 +333,7 @@ where
         // tracing-chrome does nothing on close in its threaded style; tracing-perfetto-file
         // forgets the span.
         if self.announces() {
-            self.forward(w, |layer| layer.on_close(id.clone(), ctx));
+            self.close(w, &id, ctx);
         }
         // The window may end here.
         if self.session.last_step.load(Ordering::Acquire) == id.into_u64() {

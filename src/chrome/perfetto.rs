@@ -4,10 +4,11 @@
 //!
 //! tracing-perfetto-file keeps its per-thread state (packet queue, interned names, incremental
 //! timestamps) per layer, so a fresh layer per window starts every thread's packet sequence
-//! anew: each window's file stands alone. Between windows there is no layer. A window's layer
-//! sits in a [`Slot`] that the gate reads with `try_read` (never blocking a traced thread; a
-//! failed read means the window is being switched, as a closed window does); closing the window
-//! takes it out and hands it, with its flush guard, to the `spanprof-perfetto` thread, which
+//! anew: each window's file stands alone. Between windows there is no layer. The open window
+//! (its layer, and the spans the layer knows: [`Announced`]) sits in a [`Slot`] that the gate
+//! reads without a lock (`arc_swap`: a traced thread's read is a store in a slot of its own, no
+//! shared counter). Closing the window takes it out of the slot and hands it, with its flush
+//! guard, to the `spanprof-perfetto` thread, which waits until the calls that read it returned,
 //! drains the threads' queues and drops the layer: dropping its writer completes the file
 //! ([`complete`]) on that thread, not on a traced one.
 
@@ -16,29 +17,52 @@ use std::hash::BuildHasher;
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::mpsc::{self, SyncSender};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime};
 
+use arc_swap::ArcSwapOption;
 use prost::Message;
 use tracing_perfetto_file::{FlushGuard, PerfettoLayer, SpanMode};
 
+use super::announced::Announced;
 use super::counters::Counter;
-use super::session::MAX_PENDING_WINDOWS;
+use super::session::{DRAIN_LIMIT, MAX_PENDING_WINDOWS};
 use super::trace_file::{Disk, WindowInfo, WindowWriter};
 use super::ChromeOptions;
 use crate::error::Result;
 
-/// The open window's layer, `None` between windows.
-pub(super) type Slot = RwLock<Option<PerfettoLayer>>;
+/// The open window, `None` between windows.
+pub(super) type Slot = ArcSwapOption<Window>;
+
+/// A window's layer and the spans it knows.
+pub(super) struct Window {
+    /// The window's number in the session (`Session::current` while it is open).
+    pub(super) number: u64,
+    pub(super) layer: PerfettoLayer,
+    pub(super) announced: Announced,
+}
 
 /// The session's side of the Perfetto backend: the slot the gate forwards to, the open
 /// window's flush guard, and the thread that completes the windows' files.
 pub(super) struct Windows {
     slot: Arc<Slot>,
     open: Option<FlushGuard>,
-    to_writer: Option<SyncSender<(PerfettoLayer, FlushGuard)>>,
+    to_writer: Option<SyncSender<(Arc<Window>, FlushGuard)>>,
     writer: Option<JoinHandle<()>>,
+}
+
+/// Waits (at most [`DRAIN_LIMIT`]) until the forwarding calls that read `window` from the slot
+/// returned, then drains every thread's queue into the window's writer and drops the layer:
+/// dropping the last handle drops the writer, which completes the file.
+fn complete_window(window: Arc<Window>, guard: FlushGuard) {
+    let deadline = Instant::now() + DRAIN_LIMIT;
+    while Arc::strong_count(&window) > 1 && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let _ = guard.flush();
+    drop(window);
+    drop(guard);
 }
 
 impl Windows {
@@ -47,21 +71,17 @@ impl Windows {
     pub(super) fn start() -> Self {
         // Never full: at most MAX_PENDING_WINDOWS windows are open or waiting (session.rs).
         let (to_writer, windows) =
-            mpsc::sync_channel::<(PerfettoLayer, FlushGuard)>(MAX_PENDING_WINDOWS);
+            mpsc::sync_channel::<(Arc<Window>, FlushGuard)>(MAX_PENDING_WINDOWS);
         let writer = std::thread::Builder::new()
             .name("spanprof-perfetto".into())
             .spawn(move || {
-                for (layer, guard) in windows {
-                    // Drains every thread's queue into the window's writer; dropping the last
-                    // handle drops the writer, which completes the file.
-                    let _ = guard.flush();
-                    drop(layer);
-                    drop(guard);
+                for (window, guard) in windows {
+                    complete_window(window, guard);
                 }
             })
             .ok();
         Self {
-            slot: Arc::new(RwLock::new(None)),
+            slot: Arc::new(ArcSwapOption::empty()),
             open: None,
             to_writer: writer.as_ref().map(|_| to_writer),
             writer,
@@ -73,9 +93,15 @@ impl Windows {
         self.slot.clone()
     }
 
-    /// Opens a window writing into `writer`. Thread tracks (each entry a slice on the thread
-    /// that entered it, as tracing-chrome's threaded style and spanprof's per-entry figures).
-    pub(super) fn start_window(&mut self, writer: WindowWriter, options: &ChromeOptions) {
+    /// Opens window `number`, writing into `writer`. Thread tracks (each entry a slice on the
+    /// thread that entered it, as tracing-chrome's threaded style and spanprof's per-entry
+    /// figures).
+    pub(super) fn start_window(
+        &mut self,
+        number: u64,
+        writer: WindowWriter,
+        options: &ChromeOptions,
+    ) {
         let mut builder = PerfettoLayer::builder(writer).span_mode(SpanMode::ThreadTracks);
         if options.include_args {
             builder = builder.with_debug_annotations();
@@ -84,26 +110,27 @@ impl Windows {
             builder = builder.with_source_locations();
         }
         let (layer, guard) = builder.build();
-        *self.slot.write().unwrap_or_else(|e| e.into_inner()) = Some(layer);
+        self.slot.store(Some(Arc::new(Window {
+            number,
+            layer,
+            announced: Announced::new(),
+        })));
         self.open = Some(guard);
     }
 
-    /// Closes the open window: its layer leaves the slot (once the calls reading it returned)
-    /// and goes to the writer thread with its guard.
+    /// Closes the open window: it leaves the slot and goes to the writer thread with its guard.
     pub(super) fn end_window(&mut self) {
-        let layer = self.slot.write().unwrap_or_else(|e| e.into_inner()).take();
-        let (Some(layer), Some(guard)) = (layer, self.open.take()) else {
+        let (Some(window), Some(guard)) = (self.slot.swap(None), self.open.take()) else {
             return;
         };
         let unsent = match &self.to_writer {
-            Some(to_writer) => to_writer.try_send((layer, guard)).err().map(|e| match e {
+            Some(to_writer) => to_writer.try_send((window, guard)).err().map(|e| match e {
                 mpsc::TrySendError::Full(w) | mpsc::TrySendError::Disconnected(w) => w,
             }),
-            None => Some((layer, guard)),
+            None => Some((window, guard)),
         };
-        if let Some((layer, guard)) = unsent {
-            let _ = guard.flush();
-            drop(layer);
+        if let Some((window, guard)) = unsent {
+            complete_window(window, guard);
         }
     }
 

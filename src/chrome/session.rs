@@ -31,7 +31,7 @@ use super::{ChromeOptions, Output, StepWindow, TraceBackend};
 use crate::error::{Error, Result};
 
 /// How long closing a window waits for forwarding calls of other threads to return.
-const DRAIN_LIMIT: Duration = Duration::from_millis(200);
+pub(super) const DRAIN_LIMIT: Duration = Duration::from_millis(200);
 
 /// Windows opened and not yet completed (the open one included) past which a window that should
 /// open is skipped: at most this many windows' events wait in memory for tracing-chrome's writer
@@ -67,7 +67,8 @@ pub(crate) struct Session {
     options: ChromeOptions,
     /// The open window's number (from 1), 0 between windows: the hot path's only check.
     pub(super) current: AtomicU64,
-    /// Calls forwarding to tracing-chrome right now (a window is closed once they returned).
+    /// Calls forwarding to tracing-chrome right now (a window is closed once they returned; the
+    /// Perfetto backend counts its calls in its slot instead, see `perfetto`).
     pub(super) inflight: AtomicUsize,
     /// The span id of the step span whose close ends the open window (0: none yet).
     pub(super) last_step: AtomicU64,
@@ -93,15 +94,15 @@ enum Writer {
 }
 
 impl Writer {
-    /// Sends the open window's events to `writer` from now on.
-    fn start_window(&mut self, writer: WindowWriter, options: &ChromeOptions) {
+    /// Sends the events of window `number` to `writer` from now on.
+    fn start_window(&mut self, number: u64, writer: WindowWriter, options: &ChromeOptions) {
         match self {
             Writer::Chrome(flush) => {
-                let _ = options;
+                let _ = (number, options);
                 flush.start_new(Some(Box::new(writer)));
             }
             #[cfg(feature = "perfetto")]
-            Writer::Perfetto(windows) => windows.start_window(writer, options),
+            Writer::Perfetto(windows) => windows.start_window(number, writer, options),
         }
     }
 
@@ -432,7 +433,7 @@ impl Session {
         };
         self.results.opened(number, info.path.clone());
         if let Some(backend) = &mut state.writer {
-            backend.start_window(writer, &self.options);
+            backend.start_window(number, writer, &self.options);
         }
         state.windows_opened = number;
         let cycle = window.map_or(0, |w| w.cycle);

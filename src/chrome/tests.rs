@@ -12,7 +12,7 @@ use tracing_subscriber::prelude::*;
 
 use super::counters::{Counter, CounterSource};
 use super::session::{Session, MAX_PENDING_WINDOWS};
-use super::{ChromeOptions, Schedule};
+use super::{ChromeOptions, Schedule, TraceBackend};
 use crate::{Error, ProfileGuard, ProfileLayer, ReportTarget};
 
 /// One chrome session per process: the tests that build one run one at a time.
@@ -181,6 +181,114 @@ fn intervals(events: &[Value], name: &str) -> Vec<(f64, f64)> {
     out
 }
 
+/// The backends this build has: the tests below run the same body for each.
+fn backends() -> Vec<TraceBackend> {
+    vec![
+        TraceBackend::Chrome,
+        #[cfg(feature = "perfetto")]
+        TraceBackend::Perfetto,
+    ]
+}
+
+/// `<stem>.<the backend's extension>`.
+fn file_of(stem: &str, backend: TraceBackend) -> String {
+    format!("{stem}.{}", backend.extension())
+}
+
+/// How many entries of the span `name` a trace file of either backend holds, each begun and
+/// ended on one thread (a begin without its end, or an end closing another span, fails).
+fn slices(path: &Path, name: &str) -> usize {
+    match path.extension().and_then(|e| e.to_str()) {
+        #[cfg(feature = "perfetto")]
+        Some("pftrace") => perfetto_slices(path, name),
+        _ => intervals(&read(path), name).len(),
+    }
+}
+
+/// Perfetto's `Trace`, `TracePacket`, `TrackEvent` and interned event names: what
+/// [`perfetto_slices`] reads (field numbers from `perfetto_trace.proto`).
+#[cfg(feature = "perfetto")]
+mod pb {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Trace {
+        #[prost(message, repeated, tag = "1")]
+        pub(super) packet: Vec<Packet>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Packet {
+        #[prost(uint32, optional, tag = "10")]
+        pub(super) sequence: Option<u32>,
+        #[prost(message, optional, tag = "11")]
+        pub(super) event: Option<Event>,
+        #[prost(message, optional, tag = "12")]
+        pub(super) interned: Option<Interned>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Event {
+        #[prost(int32, optional, tag = "9")]
+        pub(super) r#type: Option<i32>,
+        #[prost(uint64, optional, tag = "10")]
+        pub(super) name_iid: Option<u64>,
+        #[prost(uint64, optional, tag = "11")]
+        pub(super) track_uuid: Option<u64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Interned {
+        #[prost(message, repeated, tag = "2")]
+        pub(super) event_names: Vec<Name>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Name {
+        #[prost(uint64, optional, tag = "1")]
+        pub(super) iid: Option<u64>,
+        #[prost(string, optional, tag = "2")]
+        pub(super) name: Option<String>,
+    }
+}
+
+/// [`slices`] of a Perfetto file: slices on the thread tracks (events without a track of their
+/// own), names interned per packet sequence.
+#[cfg(feature = "perfetto")]
+fn perfetto_slices(path: &Path, name: &str) -> usize {
+    use prost::Message;
+    let bytes = std::fs::read(path).unwrap();
+    let trace =
+        pb::Trace::decode(bytes.as_slice()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut names: BTreeMap<(u32, u64), String> = BTreeMap::new();
+    let mut stacks: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut out = 0;
+    for packet in trace.packet {
+        let seq = packet.sequence.unwrap_or(0);
+        for n in packet.interned.iter().flat_map(|i| &i.event_names) {
+            names.insert((seq, n.iid.unwrap()), n.name.clone().unwrap());
+        }
+        let Some(event) = packet.event.filter(|e| e.track_uuid.is_none()) else {
+            continue;
+        };
+        let stack = stacks.entry(seq).or_default();
+        match event.r#type {
+            Some(1) => {
+                let iid = event.name_iid.expect("a slice begin without a name");
+                stack.push(names[&(seq, iid)].clone());
+            }
+            Some(2) => {
+                let begun = stack.pop().expect("a slice end without its begin");
+                out += usize::from(begun == name);
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        stacks.values().all(|s| s.is_empty()),
+        "a slice begin without its end"
+    );
+    out
+}
+
 #[test]
 fn counter_samples_become_counter_tracks_on_the_trace_time_base() {
     let _serial = serial();
@@ -305,10 +413,19 @@ fn steps(dispatch: &tracing::Dispatch, range: std::ops::Range<u64>) {
 
 #[test]
 fn a_full_disk_fails_each_window_it_cannot_write_and_leaves_old_files_and_no_partial_file() {
+    for backend in backends() {
+        full_disk_with(backend);
+    }
+}
+
+fn full_disk_with(backend: TraceBackend) {
     let _serial = serial();
-    let dir = temp_dir("full-disk");
+    let dir = temp_dir(&format!("full-disk-{backend}"));
+    let name = |s: &str| file_of(&format!("step_steps_{s}"), backend);
     let (dispatch, guard, session) = chrome_run(
-        ChromeOptions::dir(&dir).with_steps("step", Schedule::every_step()),
+        ChromeOptions::dir(&dir)
+            .with_backend(backend)
+            .with_steps("step", Schedule::every_step()),
         None,
         PerfWarnings::default(),
     );
@@ -319,44 +436,46 @@ fn a_full_disk_fails_each_window_it_cannot_write_and_leaves_old_files_and_no_par
     while session.written().is_empty() && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(2));
     }
-    assert_eq!(session.written(), vec![dir.join("step_steps_0-0.json")]);
+    assert_eq!(session.written(), vec![dir.join(name("0-0"))]);
     disk.store(100, Ordering::SeqCst);
     // A file of an earlier run at window 1's path.
-    std::fs::write(dir.join("step_steps_1-1.json"), b"old").unwrap();
+    std::fs::write(dir.join(name("1-1")), b"old").unwrap();
     steps(&dispatch, 1..3);
     let err = guard.finish().unwrap_err();
     let Error::Outputs(errors) = &err else {
-        panic!("one error per failed window expected: {err}");
+        panic!("{backend}: one error per failed window expected: {err}");
     };
-    assert_eq!(errors.len(), 2, "{err}");
-    for (e, file) in errors
-        .iter()
-        .zip(["step_steps_1-1.json", "step_steps_2-2.json"])
-    {
+    assert_eq!(errors.len(), 2, "{backend}: {err}");
+    for (e, file) in errors.iter().zip([name("1-1"), name("2-2")]) {
         let msg = e.to_string();
-        assert!(msg.contains(file) && msg.contains("no space left"), "{msg}");
+        assert!(
+            msg.contains(&file) && msg.contains("no space left"),
+            "{msg}"
+        );
     }
     // Window 0 complete, window 1's old file untouched, nothing of window 2, no temporary.
-    assert_eq!(
-        names_in(&dir),
-        ["step_steps_0-0.json", "step_steps_1-1.json"]
-    );
-    assert!(read(&dir.join("step_steps_0-0.json")).len() > 2);
-    assert_eq!(
-        std::fs::read(dir.join("step_steps_1-1.json")).unwrap(),
-        b"old"
-    );
+    assert_eq!(names_in(&dir), [name("0-0"), name("1-1")]);
+    assert_eq!(slices(&dir.join(name("0-0")), "work"), 1, "{backend}");
+    assert_eq!(std::fs::read(dir.join(name("1-1"))).unwrap(), b"old");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn windows_past_the_bound_are_skipped_counted_and_warned_once() {
+    for backend in backends() {
+        bound_with(backend);
+    }
+}
+
+fn bound_with(backend: TraceBackend) {
     let _serial = serial();
-    let dir = temp_dir("bound");
+    let dir = temp_dir(&format!("bound-{backend}"));
     let source = Arc::new(FakeSource::default());
     let warnings = PerfWarnings::default();
     let (dispatch, guard, session) = chrome_run(
-        ChromeOptions::dir(&dir).with_steps("step", Schedule::every_step()),
+        ChromeOptions::dir(&dir)
+            .with_backend(backend)
+            .with_steps("step", Schedule::every_step()),
         Some(source.clone()),
         warnings.clone(),
     );
@@ -365,19 +484,26 @@ fn windows_past_the_bound_are_skipped_counted_and_warned_once() {
     steps(&dispatch, 0..20);
     source.release();
     let skipped = 20 - MAX_PENDING_WINDOWS as u64;
-    assert_eq!(session.skipped_windows(), skipped);
+    assert_eq!(session.skipped_windows(), skipped, "{backend}");
     let start = Instant::now();
     while warnings.0.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(2));
     }
     std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(warnings.0.load(Ordering::SeqCst), 1, "one warning");
+    assert_eq!(
+        warnings.0.load(Ordering::SeqCst),
+        1,
+        "{backend}: one warning"
+    );
     let outputs = guard.finish().unwrap();
-    assert_eq!(outputs.traces.len(), MAX_PENDING_WINDOWS);
+    assert_eq!(outputs.traces.len(), MAX_PENDING_WINDOWS, "{backend}");
     assert_eq!(session.skipped_windows(), skipped);
     for (i, path) in outputs.traces.iter().enumerate() {
-        assert_eq!(*path, dir.join(format!("step_steps_{i}-{i}.json")));
-        assert_eq!(intervals(&read(path), "work").len(), 1);
+        assert_eq!(
+            *path,
+            dir.join(file_of(&format!("step_steps_{i}-{i}"), backend))
+        );
+        assert_eq!(slices(path, "work"), 1, "{}", path.display());
     }
     assert_eq!(names_in(&dir).len(), MAX_PENDING_WINDOWS);
     let _ = std::fs::remove_dir_all(&dir);
@@ -385,11 +511,20 @@ fn windows_past_the_bound_are_skipped_counted_and_warned_once() {
 
 #[test]
 fn finish_times_out_naming_the_windows_not_completed() {
+    for backend in backends() {
+        timeout_with(backend);
+    }
+}
+
+fn timeout_with(backend: TraceBackend) {
     let _serial = serial();
-    let dir = temp_dir("timeout");
+    let dir = temp_dir(&format!("timeout-{backend}"));
+    let name = |s: &str| file_of(&format!("step_steps_{s}"), backend);
     let source = Arc::new(FakeSource::default());
     let (dispatch, guard, session) = chrome_run(
-        ChromeOptions::dir(&dir).with_steps("step", Schedule::every_step()),
+        ChromeOptions::dir(&dir)
+            .with_backend(backend)
+            .with_steps("step", Schedule::every_step()),
         Some(source.clone()),
         PerfWarnings::default(),
     );
@@ -399,21 +534,30 @@ fn finish_times_out_naming_the_windows_not_completed() {
     let start = Instant::now();
     let err = session.finish().unwrap_err();
     let waited = start.elapsed();
-    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{backend}: {waited:?}");
     let msg = err.to_string();
     assert!(msg.contains("2 trace window(s) not completed"), "{msg}");
     assert!(
-        msg.contains("step_steps_0-0.json") && msg.contains("step_steps_1-1.json"),
+        msg.contains(&name("0-0")) && msg.contains(&name("1-1")),
         "{msg}"
     );
-    // The files are completed in the background once the writer can go on.
+    // The files are completed in the background once the writer can go on (and a chrome
+    // session gives its claim back).
     source.release();
     let start = Instant::now();
-    while Session::any_alive() && start.elapsed() < Duration::from_secs(10) {
+    while (Session::any_alive() || session.written().len() < 2)
+        && start.elapsed() < Duration::from_secs(10)
+    {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(!Session::any_alive());
-    assert_eq!(session.written().len(), 2);
+    assert_eq!(
+        session.written(),
+        [dir.join(name("0-0")), dir.join(name("1-1"))]
+    );
+    for file in session.written() {
+        assert_eq!(slices(&file, "work"), 1, "{}", file.display());
+    }
     drop(guard);
     let _ = std::fs::remove_dir_all(&dir);
 }
