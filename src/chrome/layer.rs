@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use thread_local::ThreadLocal;
@@ -35,8 +35,9 @@ where
     forward: Forward<S>,
     session: Arc<Session>,
     include_args: bool,
-    /// Each thread's entries forwarded in the open window and not exited yet.
-    entries: ThreadLocal<RefCell<Entries>>,
+    /// Each thread's own state: its in-flight flag, its entries forwarded in the open window,
+    /// the open window's Perfetto layer.
+    threads: ThreadLocal<Local>,
 }
 
 /// Where the gate forwards to.
@@ -76,47 +77,49 @@ where
 /// that leaks entered guards, or recursion this deep).
 const MAX_ENTRIES: usize = 4096;
 
-/// One thread's entries forwarded in window `window` and not exited yet, innermost last. A
-/// span's exit happens on the thread of its entry, so a stack per thread pairs them without
-/// state per span (none to allocate): a span exits as it was entered, in this window or not.
-struct Entries {
-    window: u64,
-    ids: Vec<u64>,
+/// One thread's state, reached without a lock: the thread is the only one to borrow `state`;
+/// other threads read only `busy` (the session, when it closes a window).
+struct Local {
+    /// The window this thread is forwarding a call into, 0 if none (see `Session::busy`).
+    busy: Arc<AtomicU64>,
+    state: RefCell<State>,
 }
 
-impl Entries {
-    fn new() -> RefCell<Self> {
-        RefCell::new(Self {
-            window: 0,
-            ids: Vec::with_capacity(64),
-        })
-    }
+/// What a thread keeps about the open window, `window`: its entries forwarded in that window
+/// and not exited yet, innermost last, and (Perfetto) the window's layer. A span's exit happens
+/// on the thread of its entry, so a stack per thread pairs them without state per span (none to
+/// allocate): a span exits as it was entered, in this window or not.
+struct State {
+    window: u64,
+    entries: Entries,
+    /// The window's layer, taken from the slot at this thread's first call in the window. A
+    /// reference held after the window closed only keeps memory: the file is completed by the
+    /// session, not when the last reference goes.
+    #[cfg(feature = "perfetto")]
+    perfetto: Option<Arc<super::perfetto::Window>>,
+}
 
-    /// An entry of `id` in window `w` is forwarded; false if the thread has too many.
+/// See [`State`].
+struct Entries(Vec<u64>);
+
+impl Entries {
+    /// An entry of `id` is forwarded; false if the thread has too many.
     #[inline]
-    fn push(&mut self, w: u64, id: u64) -> bool {
-        if self.window != w {
-            // Entries of an earlier window never exit into this one.
-            self.ids.clear();
-            self.window = w;
-        }
-        let room = self.ids.len() < MAX_ENTRIES;
+    fn push(&mut self, id: u64) -> bool {
+        let room = self.0.len() < MAX_ENTRIES;
         if room {
-            self.ids.push(id);
+            self.0.push(id);
         }
         room
     }
 
-    /// Whether an entry of `id` was forwarded in window `w` (and is now exited).
+    /// Whether an entry of `id` was forwarded (and is now exited).
     #[inline]
-    fn pop(&mut self, w: u64, id: u64) -> bool {
-        if self.window != w {
-            return false;
-        }
+    fn pop(&mut self, id: u64) -> bool {
         // The innermost entry, unless guards were dropped out of order.
-        match self.ids.iter().rposition(|&e| e == id) {
+        match self.0.iter().rposition(|&e| e == id) {
             Some(i) => {
-                self.ids.remove(i);
+                self.0.remove(i);
                 true
             }
             None => false,
@@ -124,12 +127,23 @@ impl Entries {
     }
 }
 
-/// Counts a forwarding call as in flight until dropped (also on unwind).
-struct InFlight<'a>(&'a AtomicUsize);
+/// Marks the thread's call into window `w` as in flight until dropped (also on unwind).
+struct Busy<'a>(&'a AtomicU64);
 
-impl Drop for InFlight<'_> {
+impl<'a> Busy<'a> {
+    #[inline(always)]
+    fn new(flag: &'a AtomicU64, w: u64) -> Self {
+        // SeqCst, as the session's store of the window and its reads of the flags: either the
+        // session sees this call in flight, or the call sees the window closed.
+        flag.store(w, Ordering::SeqCst);
+        Self(flag)
+    }
+}
+
+impl Drop for Busy<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Release);
+        self.0.store(0, Ordering::Release);
     }
 }
 
@@ -159,7 +173,7 @@ where
             include_args: session.include_args(),
             forward,
             session,
-            entries: ThreadLocal::new(),
+            threads: ThreadLocal::new(),
         }
     }
 
@@ -180,50 +194,83 @@ where
         self.session.current.load(Ordering::Acquire)
     }
 
-    /// Runs `f` on this thread's entries (`None` if they are borrowed already: a callback
-    /// re-entered from inside the backend).
+    /// This thread's state, made (and its in-flight flag given to the session) at its first
+    /// call in a window.
     #[inline(always)]
-    fn entries<R>(&self, f: impl FnOnce(&mut Entries) -> R) -> Option<R> {
-        let entries = self.entries.get_or(Entries::new);
-        let mut entries = entries.try_borrow_mut().ok()?;
-        Some(f(&mut entries))
+    fn local(&self) -> &Local {
+        self.threads.get_or(|| Local {
+            busy: self.session.thread_flag(),
+            state: RefCell::new(State {
+                window: 0,
+                entries: Entries(Vec::with_capacity(64)),
+                #[cfg(feature = "perfetto")]
+                perfetto: None,
+            }),
+        })
     }
 
-    /// Runs `f` with the backend's layer if window `w` is still open, counted as in flight so
-    /// that the window is not switched under it.
+    /// Runs `f` with the backend's layer and this thread's entries if window `w` is still open,
+    /// marked in flight on this thread so that the window is not closed under it. No lock and no
+    /// write another thread reads on its hot path: the flag is this thread's own.
     #[inline(always)]
-    fn forward(&self, w: u64, f: impl FnOnce(Target<'_, S>)) {
+    fn forward(&self, w: u64, f: impl FnOnce(Target<'_, S>, &mut Entries)) {
+        let local = self.local();
+        // Already borrowed: a callback re-entered from inside the backend; not forwarded.
+        let Ok(mut state) = local.state.try_borrow_mut() else {
+            return;
+        };
+        let _busy = Busy::new(&local.busy, w);
+        if self.session.current.load(Ordering::SeqCst) != w {
+            return;
+        }
+        let state = &mut *state;
+        if state.window != w {
+            self.switch(state, w);
+        }
         match &self.forward {
-            Forward::Chrome(chrome) => {
-                self.session.inflight.fetch_add(1, Ordering::SeqCst);
-                let _in_flight = InFlight(&self.session.inflight);
-                if self.session.current.load(Ordering::SeqCst) == w {
-                    f(Target {
-                        layer: chrome,
-                        #[cfg(feature = "perfetto")]
-                        announced: None,
-                    });
-                }
-            }
-            // The window read from the slot is held (not freed, not completed) until this call
-            // returns: closing it takes it out of the slot and the writer thread waits for such
-            // calls. A window read after the switch is the next one, or none.
+            Forward::Chrome(chrome) => f(
+                Target {
+                    layer: chrome,
+                    #[cfg(feature = "perfetto")]
+                    announced: None,
+                },
+                &mut state.entries,
+            ),
             #[cfg(feature = "perfetto")]
-            Forward::Perfetto(slot) => {
-                let window = slot.load();
-                if let Some(window) = window.as_deref().filter(|win| win.number == w) {
-                    f(Target {
-                        layer: &window.layer,
-                        announced: Some(&window.announced),
-                    });
+            Forward::Perfetto(_) => {
+                if let Some(window) = state.perfetto.as_deref() {
+                    f(
+                        Target {
+                            layer: &window.layer,
+                            announced: Some(&window.announced),
+                        },
+                        &mut state.entries,
+                    );
                 }
             }
         }
     }
 
+    /// This thread's first call in window `w`: entries of an earlier window never exit into
+    /// this one, and (Perfetto) the window's layer is taken from the slot.
+    #[cold]
+    #[inline(never)]
+    fn switch(&self, state: &mut State, w: u64) {
+        state.window = w;
+        state.entries.0.clear();
+        #[cfg(feature = "perfetto")]
+        if let Forward::Perfetto(slot) = &self.forward {
+            state.perfetto = slot
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .filter(|window| window.number == w);
+        }
+    }
+
     #[inline(never)]
     fn new_span(&self, w: u64, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        self.forward(w, |target| {
+        self.forward(w, |target, _| {
             target.layer.on_new_span(attrs, id, ctx);
             // Announced now (with its fields): not again at its first entry.
             #[cfg(feature = "perfetto")]
@@ -235,14 +282,14 @@ where
 
     #[inline(never)]
     fn enter(&self, w: u64, id: &Id, ctx: Context<'_, S>) {
-        self.forward(w, |target| {
+        self.forward(w, |target, entries| {
             #[cfg(feature = "perfetto")]
             if let Some(announced) = target.announced {
                 if !announced.entered(id.into_u64(), || announce(target.layer, id, &ctx)) {
                     return;
                 }
             }
-            if self.entries(|e| e.push(w, id.into_u64())) == Some(true) {
+            if entries.push(id.into_u64()) {
                 target.layer.on_enter(id, ctx);
             }
         });
@@ -250,8 +297,8 @@ where
 
     #[inline(never)]
     fn exit(&self, w: u64, id: &Id, ctx: Context<'_, S>) {
-        self.forward(w, |target| {
-            if self.entries(|e| e.pop(w, id.into_u64())) == Some(true) {
+        self.forward(w, |target, entries| {
+            if entries.pop(id.into_u64()) {
                 target.layer.on_exit(id, ctx);
             }
         });
@@ -259,7 +306,7 @@ where
 
     #[inline(never)]
     fn close(&self, w: u64, id: &Id, ctx: Context<'_, S>) {
-        self.forward(w, |target| {
+        self.forward(w, |target, _| {
             target.layer.on_close(id.clone(), ctx);
             #[cfg(feature = "perfetto")]
             if let Some(announced) = target.announced {
@@ -296,7 +343,7 @@ where
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
         let w = self.window();
         if w != 0 && self.include_args {
-            self.forward(w, |target| target.layer.on_record(id, values, ctx));
+            self.forward(w, |target, _| target.layer.on_record(id, values, ctx));
         }
     }
 
@@ -304,7 +351,7 @@ where
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         let w = self.window();
         if w != 0 {
-            self.forward(w, |target| target.layer.on_event(event, ctx));
+            self.forward(w, |target, _| target.layer.on_event(event, ctx));
         }
     }
 

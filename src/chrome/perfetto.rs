@@ -5,35 +5,37 @@
 //! tracing-perfetto-file keeps its per-thread state (packet queue, interned names, incremental
 //! timestamps) per layer, so a fresh layer per window starts every thread's packet sequence
 //! anew: each window's file stands alone. Between windows there is no layer. The open window
-//! (its layer, and the spans the layer knows: [`Announced`]) sits in a [`Slot`] that the gate
-//! reads without a lock (`arc_swap`: a traced thread's read is a store in a slot of its own, no
-//! shared counter). Closing the window takes it out of the slot and hands it, with its flush
-//! guard, to the `spanprof-perfetto` thread, which waits until the calls that read it returned,
-//! drains the threads' queues and drops the layer: dropping its writer completes the file
-//! ([`complete`]) on that thread, not on a traced one.
+//! (its layer, and the spans the layer knows: [`Announced`]) sits in a [`Slot`]; a traced
+//! thread takes it from there once, at its first call in the window, and keeps a reference of
+//! its own (see the gate, `layer`), so that its calls read no shared state. Closing the window
+//! takes it out of the slot once the calls into it returned (the session waits on each
+//! thread's in-flight flag) and hands it, with its flush guard, to the `spanprof-perfetto`
+//! thread, which drains the threads' queues into the window's writer and completes the file
+//! ([`complete`]) on that thread, not on a traced one. The file is completed explicitly, not
+//! when the layer is dropped: threads may still hold a reference to a closed window (until
+//! their next call, or the session's end), which writes nothing more.
 
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::mpsc::{self, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime};
 
-use arc_swap::ArcSwapOption;
 use prost::Message;
 use tracing_perfetto_file::{FlushGuard, PerfettoLayer, SpanMode};
 
 use super::announced::Announced;
 use super::counters::Counter;
-use super::session::{DRAIN_LIMIT, MAX_PENDING_WINDOWS};
+use super::session::MAX_PENDING_WINDOWS;
 use super::trace_file::{Disk, WindowInfo, WindowWriter};
 use super::ChromeOptions;
 use crate::error::Result;
 
-/// The open window, `None` between windows.
-pub(super) type Slot = ArcSwapOption<Window>;
+/// The open window, `None` between windows. Read once per thread and window.
+pub(super) type Slot = RwLock<Option<Arc<Window>>>;
 
 /// A window's layer and the spans it knows.
 pub(super) struct Window {
@@ -43,26 +45,60 @@ pub(super) struct Window {
     pub(super) announced: Announced,
 }
 
-/// The session's side of the Perfetto backend: the slot the gate forwards to, the open
-/// window's flush guard, and the thread that completes the windows' files.
-pub(super) struct Windows {
-    slot: Arc<Slot>,
-    open: Option<FlushGuard>,
-    to_writer: Option<SyncSender<(Arc<Window>, FlushGuard)>>,
-    writer: Option<JoinHandle<()>>,
+/// The window's writer as tracing-perfetto-file holds it: shared with the writer thread, which
+/// takes it out (completing the file) once the threads' queues are drained; writes after that
+/// (a closed window's layer dropped later) go nowhere. Locked at each drain of a thread's queue
+/// (every few hundred spans), never per span.
+struct SharedWriter(Arc<Mutex<Option<WindowWriter>>>);
+
+impl SharedWriter {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<WindowWriter>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
-/// Waits (at most [`DRAIN_LIMIT`]) until the forwarding calls that read `window` from the slot
-/// returned, then drains every thread's queue into the window's writer and drops the layer:
-/// dropping the last handle drops the writer, which completes the file.
-fn complete_window(window: Arc<Window>, guard: FlushGuard) {
-    let deadline = Instant::now() + DRAIN_LIMIT;
-    while Arc::strong_count(&window) > 1 && Instant::now() < deadline {
-        std::thread::yield_now();
+impl Write for SharedWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.lock().as_mut() {
+            Some(writer) => writer.write(buf),
+            None => Ok(buf.len()),
+        }
     }
-    let _ = guard.flush();
-    drop(window);
-    drop(guard);
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self.lock().as_mut() {
+            Some(writer) => writer.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A closed window on its way to the writer thread.
+struct Closed {
+    window: Arc<Window>,
+    guard: FlushGuard,
+    writer: Arc<Mutex<Option<WindowWriter>>>,
+}
+
+impl Closed {
+    /// Drains every thread's queue into the window's writer, then completes the file (dropping
+    /// the writer completes it: see `trace_file`).
+    fn complete(self) {
+        let _ = self.guard.flush();
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(writer);
+        drop(self.window);
+        drop(self.guard);
+    }
+}
+
+/// The session's side of the Perfetto backend: the slot the gate reads, the open window's
+/// flush guard and writer, and the thread that completes the windows' files.
+pub(super) struct Windows {
+    slot: Arc<Slot>,
+    open: Option<(FlushGuard, Arc<Mutex<Option<WindowWriter>>>)>,
+    to_writer: Option<SyncSender<Closed>>,
+    writer: Option<JoinHandle<()>>,
 }
 
 impl Windows {
@@ -70,25 +106,24 @@ impl Windows {
     /// completed on the thread that closes them).
     pub(super) fn start() -> Self {
         // Never full: at most MAX_PENDING_WINDOWS windows are open or waiting (session.rs).
-        let (to_writer, windows) =
-            mpsc::sync_channel::<(Arc<Window>, FlushGuard)>(MAX_PENDING_WINDOWS);
+        let (to_writer, windows) = mpsc::sync_channel::<Closed>(MAX_PENDING_WINDOWS);
         let writer = std::thread::Builder::new()
             .name("spanprof-perfetto".into())
             .spawn(move || {
-                for (window, guard) in windows {
-                    complete_window(window, guard);
+                for closed in windows {
+                    closed.complete();
                 }
             })
             .ok();
         Self {
-            slot: Arc::new(ArcSwapOption::empty()),
+            slot: Arc::new(RwLock::new(None)),
             open: None,
             to_writer: writer.as_ref().map(|_| to_writer),
             writer,
         }
     }
 
-    /// The slot the gate forwards to.
+    /// The slot the gate reads.
     pub(super) fn slot(&self) -> Arc<Slot> {
         self.slot.clone()
     }
@@ -102,7 +137,9 @@ impl Windows {
         writer: WindowWriter,
         options: &ChromeOptions,
     ) {
-        let mut builder = PerfettoLayer::builder(writer).span_mode(SpanMode::ThreadTracks);
+        let writer = Arc::new(Mutex::new(Some(writer)));
+        let mut builder =
+            PerfettoLayer::builder(SharedWriter(writer.clone())).span_mode(SpanMode::ThreadTracks);
         if options.include_args {
             builder = builder.with_debug_annotations();
         }
@@ -110,27 +147,34 @@ impl Windows {
             builder = builder.with_source_locations();
         }
         let (layer, guard) = builder.build();
-        self.slot.store(Some(Arc::new(Window {
+        *self.slot.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Window {
             number,
             layer,
             announced: Announced::new(),
-        })));
-        self.open = Some(guard);
+        }));
+        self.open = Some((guard, writer));
     }
 
-    /// Closes the open window: it leaves the slot and goes to the writer thread with its guard.
+    /// Closes the open window (the session has waited for the calls into it): it leaves the
+    /// slot and goes to the writer thread.
     pub(super) fn end_window(&mut self) {
-        let (Some(window), Some(guard)) = (self.slot.swap(None), self.open.take()) else {
+        let window = self.slot.write().unwrap_or_else(|e| e.into_inner()).take();
+        let (Some(window), Some((guard, writer))) = (window, self.open.take()) else {
             return;
         };
-        let unsent = match &self.to_writer {
-            Some(to_writer) => to_writer.try_send((window, guard)).err().map(|e| match e {
-                mpsc::TrySendError::Full(w) | mpsc::TrySendError::Disconnected(w) => w,
-            }),
-            None => Some((window, guard)),
+        let closed = Closed {
+            window,
+            guard,
+            writer,
         };
-        if let Some((window, guard)) = unsent {
-            complete_window(window, guard);
+        let unsent = match &self.to_writer {
+            Some(to_writer) => to_writer.try_send(closed).err().map(|e| match e {
+                mpsc::TrySendError::Full(c) | mpsc::TrySendError::Disconnected(c) => c,
+            }),
+            None => Some(closed),
+        };
+        if let Some(closed) = unsent {
+            closed.complete();
         }
     }
 

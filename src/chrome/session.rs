@@ -15,7 +15,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -67,9 +67,9 @@ pub(crate) struct Session {
     options: ChromeOptions,
     /// The open window's number (from 1), 0 between windows: the hot path's only check.
     pub(super) current: AtomicU64,
-    /// Calls forwarding to tracing-chrome right now (a window is closed once they returned; the
-    /// Perfetto backend counts its calls in its slot instead, see `perfetto`).
-    pub(super) inflight: AtomicUsize,
+    /// Each traced thread's in-flight flag: the window it is forwarding a call into, 0 if none
+    /// (a window is closed once the calls into it returned). Registered at a thread's first call.
+    threads: Mutex<Vec<Arc<AtomicU64>>>,
     /// The span id of the step span whose close ends the open window (0: none yet).
     pub(super) last_step: AtomicU64,
     /// Step spans created since tracing began.
@@ -213,7 +213,7 @@ impl Session {
         Ok(Self {
             options,
             current: AtomicU64::new(0),
-            inflight: AtomicUsize::new(0),
+            threads: Mutex::new(Vec::new()),
             last_step: AtomicU64::new(0),
             steps: AtomicU64::new(0),
             state: Mutex::new(State {
@@ -262,6 +262,16 @@ impl Session {
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new thread's in-flight flag (see `threads`).
+    pub(super) fn thread_flag(&self) -> Arc<AtomicU64> {
+        let flag = Arc::new(AtomicU64::new(0));
+        self.threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(flag.clone());
+        flag
     }
 
     pub(super) fn include_args(&self) -> bool {
@@ -448,12 +458,20 @@ impl Session {
         let Some(open) = state.open.take() else {
             return;
         };
-        self.current.store(0, Ordering::SeqCst);
+        let number = self.current.swap(0, Ordering::SeqCst);
         self.last_step.store(0, Ordering::Relaxed);
         // Forwarding calls that saw the window open finish before the file is switched.
         let deadline = Instant::now() + DRAIN_LIMIT;
-        while self.inflight.load(Ordering::SeqCst) != 0 && Instant::now() < deadline {
-            std::thread::yield_now();
+        for flag in self
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            while number != 0 && flag.load(Ordering::SeqCst) == number && Instant::now() < deadline
+            {
+                std::thread::yield_now();
+            }
         }
         let _ = open.info.end.set(Instant::now());
         if let Some(writer) = &mut state.writer {

@@ -562,6 +562,63 @@ fn timeout_with(backend: TraceBackend) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_thread_quiet_since_it_traced_a_window_does_not_hold_its_file() {
+    for backend in backends() {
+        quiet_thread_with(backend);
+    }
+}
+
+fn quiet_thread_with(backend: TraceBackend) {
+    let _serial = serial();
+    let dir = temp_dir(&format!("quiet-{backend}"));
+    let name = |s: &str| dir.join(file_of(&format!("step_steps_{s}"), backend));
+    let (dispatch, guard, session) = chrome_run(
+        ChromeOptions::dir(&dir)
+            .with_backend(backend)
+            .with_steps("step", Schedule::every_step()),
+        None,
+        PerfWarnings::default(),
+    );
+    session.set_finish_limit(Duration::from_secs(5));
+    let (traced, traced_rx) = std::sync::mpsc::channel::<()>();
+    let (go_on, go_on_rx) = std::sync::mpsc::channel::<()>();
+    // Another thread traces a span in window 0, then stays alive and quiet past the end.
+    let quiet = tracing::dispatcher::with_default(&dispatch, || {
+        let step = tracing::info_span!("step").entered();
+        let d = dispatch.clone();
+        let quiet = std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&d, || {
+                tracing::info_span!("work").in_scope(|| spin(Duration::from_micros(50)));
+            });
+            traced.send(()).unwrap();
+            let _ = go_on_rx.recv_timeout(Duration::from_secs(20));
+        });
+        traced_rx.recv().unwrap();
+        drop(step);
+        quiet
+    });
+    steps(&dispatch, 1..3);
+    let start = Instant::now();
+    let written = session.finish().unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{backend}: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(written, [name("0-0"), name("1-1"), name("2-2")]);
+    assert_eq!(
+        slices(&name("0-0"), "work"),
+        1,
+        "{backend}: the other thread's span"
+    );
+    assert_eq!(slices(&name("2-2"), "work"), 1, "{backend}");
+    go_on.send(()).unwrap();
+    quiet.join().unwrap();
+    drop(guard);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `SPANPROF_TRACE` turns traces on without `with_chrome`, under the output directory; a value
 /// outside its rule leaves the builder's (none) and warns.
 #[test]
