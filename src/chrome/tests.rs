@@ -88,16 +88,20 @@ impl CounterSource for FakeSource {
     }
 }
 
-/// A builder with chrome `options`, its session (given `source`), and a dispatcher with
-/// spanprof's layer, the chrome layer, and `extra`.
-fn chrome_run<L>(
-    options: ChromeOptions,
+/// A builder tracing every step span (`step`) with `backend` into `dir`, its session (given
+/// `source`), and a dispatcher with spanprof's layer, the chrome layer, and `extra`.
+fn every_step_run<L>(
+    dir: &Path,
+    backend: TraceBackend,
     source: Option<Arc<FakeSource>>,
     extra: L,
 ) -> (tracing::Dispatch, ProfileGuard, Arc<Session>)
 where
     L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
 {
+    let options = ChromeOptions::dir(dir)
+        .with_backend(backend)
+        .with_steps("step", Schedule::every_step());
     let (layer, guard) = ProfileLayer::builder()
         .with_env(false)
         .with_report(ReportTarget::Off)
@@ -422,13 +426,7 @@ fn full_disk_with(backend: TraceBackend) {
     let _serial = serial();
     let dir = temp_dir(&format!("full-disk-{backend}"));
     let name = |s: &str| file_of(&format!("step_steps_{s}"), backend);
-    let (dispatch, guard, session) = chrome_run(
-        ChromeOptions::dir(&dir)
-            .with_backend(backend)
-            .with_steps("step", Schedule::every_step()),
-        None,
-        PerfWarnings::default(),
-    );
+    let (dispatch, guard, session) = every_step_run(&dir, backend, None, PerfWarnings::default());
     let disk = session.set_disk_space(1 << 30);
     steps(&dispatch, 0..1);
     // Window 0 is written; then the disk fills up.
@@ -472,13 +470,8 @@ fn bound_with(backend: TraceBackend) {
     let dir = temp_dir(&format!("bound-{backend}"));
     let source = Arc::new(FakeSource::default());
     let warnings = PerfWarnings::default();
-    let (dispatch, guard, session) = chrome_run(
-        ChromeOptions::dir(&dir)
-            .with_backend(backend)
-            .with_steps("step", Schedule::every_step()),
-        Some(source.clone()),
-        warnings.clone(),
-    );
+    let (dispatch, guard, session) =
+        every_step_run(&dir, backend, Some(source.clone()), warnings.clone());
     // The writer thread is stuck completing window 0: the windows after it wait in memory.
     source.hold();
     steps(&dispatch, 0..20);
@@ -521,13 +514,8 @@ fn timeout_with(backend: TraceBackend) {
     let dir = temp_dir(&format!("timeout-{backend}"));
     let name = |s: &str| file_of(&format!("step_steps_{s}"), backend);
     let source = Arc::new(FakeSource::default());
-    let (dispatch, guard, session) = chrome_run(
-        ChromeOptions::dir(&dir)
-            .with_backend(backend)
-            .with_steps("step", Schedule::every_step()),
-        Some(source.clone()),
-        PerfWarnings::default(),
-    );
+    let (dispatch, guard, session) =
+        every_step_run(&dir, backend, Some(source.clone()), PerfWarnings::default());
     session.set_finish_limit(Duration::from_millis(300));
     source.hold();
     steps(&dispatch, 0..2);
@@ -573,13 +561,7 @@ fn quiet_thread_with(backend: TraceBackend) {
     let _serial = serial();
     let dir = temp_dir(&format!("quiet-{backend}"));
     let name = |s: &str| dir.join(file_of(&format!("step_steps_{s}"), backend));
-    let (dispatch, guard, session) = chrome_run(
-        ChromeOptions::dir(&dir)
-            .with_backend(backend)
-            .with_steps("step", Schedule::every_step()),
-        None,
-        PerfWarnings::default(),
-    );
+    let (dispatch, guard, session) = every_step_run(&dir, backend, None, PerfWarnings::default());
     session.set_finish_limit(Duration::from_secs(5));
     let (traced, traced_rx) = std::sync::mpsc::channel::<()>();
     let (go_on, go_on_rx) = std::sync::mpsc::channel::<()>();
