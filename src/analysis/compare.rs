@@ -33,7 +33,10 @@
 //!   a few microseconds move by more than any threshold with the caches and the neighbours of
 //!   a shared machine;
 //! - a span name with fewer than `min_calls` calls in a run of either side is
-//!   [`Verdict::TooFewCalls`] (its percentiles are a few samples).
+//!   [`Verdict::TooFewCalls`] (its percentiles are a few samples);
+//! - on GPU time ([`Measure::Gpu`]) only the runs that timed some of a name's entries on the
+//!   GPU count, and its timed entries are its calls: a name not timed on the GPU on a side is
+//!   not judged on GPU time, and takes no part in that metric's run-wide shift.
 //!
 //! Each verdict says which step decided it ([`TimingChange::decided_by`], an [`Evidence`]).
 //!
@@ -92,8 +95,10 @@ pub enum Measure {
     SelfTime,
     /// Total busy time of the span name over the run.
     Total,
-    /// Mean GPU time per entry timed with CUDA events (`SpanStats::gpu_time`; 0 for a span
-    /// name or path not timed on the GPU).
+    /// Mean GPU time per entry timed with CUDA events (`SpanStats::gpu_time`). Only the runs
+    /// that timed some entry of a span name (or path) on the GPU are compared on it, and their
+    /// timed entries stand for the calls of `min_calls`: a name not timed on a side is not
+    /// judged on GPU time (not a change from or to 0 ns).
     Gpu,
 }
 
@@ -125,9 +130,38 @@ impl Measure {
         }
     }
 
+    /// Whether a run of span name `span` has this metric: [`Measure::Gpu`] only where some
+    /// entry was timed on the GPU, every other metric always.
+    pub fn applies(self, span: &SpanStats) -> bool {
+        self != Measure::Gpu || span.gpu_time.as_ref().is_some_and(|g| g.time.count > 0)
+    }
+
+    /// The calls of a run of span name `span` that this metric is measured over, the ones
+    /// `min_calls` counts: the entries timed on the GPU for [`Measure::Gpu`], else every call.
+    pub fn calls(self, span: &SpanStats) -> u64 {
+        match self {
+            Measure::Gpu => span.gpu_time.as_ref().map_or(0, |g| g.time.count),
+            _ => span.calls,
+        }
+    }
+
+    /// [`Measure::applies`] for one call path's node.
+    fn applies_to_node(self, node: &TreeNode) -> bool {
+        self != Measure::Gpu || node.gpu_calls > 0
+    }
+
+    /// [`Measure::calls`] for one call path's node.
+    fn node_calls(self, node: &TreeNode) -> u64 {
+        match self {
+            Measure::Gpu => node.gpu_calls,
+            _ => node.calls,
+        }
+    }
+
     /// This metric of one span name, ns ([`Measure::Total`] scaled to every call where the
     /// back-off sampled the name: [`SpanStats::scaled_total_ns`]; [`Measure::Typical`], a
-    /// change between runs, is the p50 of one run).
+    /// change between runs, is the p50 of one run; [`Measure::Gpu`] 0 where no entry was timed
+    /// on the GPU: see [`Measure::applies`]).
     pub fn of(self, span: &SpanStats) -> f64 {
         match self {
             Measure::Total => span.scaled_total_ns(&span.entry_busy) as f64,
@@ -789,6 +823,22 @@ fn sides_of<T>(
     out
 }
 
+/// The runs of each side that have a metric (`has`), or `None` where a side has none: the
+/// name (or path) is then not judged on that metric.
+#[allow(clippy::type_complexity)]
+fn measured<'a, T>(
+    sides: [&[(usize, &'a T)]; 2],
+    has: impl Fn(&T) -> bool,
+) -> Option<[Vec<(usize, &'a T)>; 2]> {
+    let [base, new] = sides.map(|runs| {
+        runs.iter()
+            .filter(|(_, t)| has(t))
+            .copied()
+            .collect::<Vec<_>>()
+    });
+    (!base.is_empty() && !new.is_empty()).then_some([base, new])
+}
+
 /// A name's (or path's) sides of one metric, before the run-wide shift is known.
 struct Pending {
     key: Key,
@@ -907,16 +957,21 @@ fn compare_paths(
                 let leaf = ids.node(id);
                 let shown = (ids.text(id, ";"), leaf.target.clone());
                 for (metric, threshold_pct) in options.for_name(&leaf.name) {
+                    let Some(sides) =
+                        measured([base_nodes, new_nodes], |node| metric.applies_to_node(node))
+                    else {
+                        continue;
+                    };
                     paths.push(Pending {
                         key: shown.clone(),
                         metric,
                         threshold_pct,
                         sides: sides_of(
-                            [base_nodes, new_nodes],
+                            [&sides[0], &sides[1]],
                             metric,
                             |node| metric.of_node(node),
                             |node| &node.busy,
-                            |node| node.calls,
+                            |node| metric.node_calls(node),
                             |_| None,
                         ),
                     });
@@ -958,16 +1013,19 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
             continue;
         };
         for (metric, threshold_pct) in options.for_name(&key.0) {
+            let Some(sides) = measured([base_stats, new_stats], |s| metric.applies(s)) else {
+                continue;
+            };
             pending.push(Pending {
                 key: key.clone(),
                 metric,
                 threshold_pct,
                 sides: sides_of(
-                    [base_stats, new_stats],
+                    [&sides[0], &sides[1]],
                     metric,
                     |s| metric.of(s),
                     |s| &s.entry_busy,
-                    |s| s.calls,
+                    |s| metric.calls(s),
                     |s| Some(s.sampled.as_ref()?.every),
                 ),
             });
@@ -1010,7 +1068,14 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
     let mut budgets = Vec::new();
     for budget in &options.budgets {
         for (key, stats) in n.iter().filter(|(k, _)| glob_match(&budget.name, &k.0)) {
-            let values: Vec<f64> = stats.iter().map(|(_, s)| budget.metric.of(s)).collect();
+            let values: Vec<f64> = stats
+                .iter()
+                .filter(|(_, s)| budget.metric.applies(s))
+                .map(|(_, s)| budget.metric.of(s))
+                .collect();
+            if values.is_empty() {
+                continue;
+            }
             let value = median(&values);
             budgets.push(BudgetCheck {
                 name: key.0.clone(),
