@@ -1448,11 +1448,7 @@ fn chromium_shows_the_own_cost_the_tree_and_the_metrics() {
 /// The golden GPU profile (recorded against the fake CUDA driver): `forward`, `backward` and
 /// `grad` timed on the GPU, `step` and `load_batch` not.
 fn gpu_profile() -> Snapshot {
-    Snapshot::from_json(
-        include_str!("../data/gpu-profile.json"),
-        "gpu-profile.json",
-    )
-    .unwrap()
+    Snapshot::from_json(include_str!("../data/gpu-profile.json"), "gpu-profile.json").unwrap()
 }
 
 /// The GPU chart: a section only where some name was timed on the GPU, after the latency
