@@ -585,16 +585,20 @@ fn check_all(snap: &Snapshot, whole: &Snapshot, summary: bool) -> Vec<String> {
     f.0
 }
 
-#[test]
-fn every_output_shows_the_same_calls_self_time_share_and_hottest_name() {
-    let snap = sampled_golden();
-    let findings = check_all(&snap, &snap, true);
+/// Fails listing every disagreement found.
+fn agree(findings: Vec<String>) {
     assert!(
         findings.is_empty(),
         "{} disagreements:\n{}",
         findings.len(),
         findings.join("\n")
     );
+}
+
+#[test]
+fn every_output_shows_the_same_calls_self_time_share_and_hottest_name() {
+    let snap = sampled_golden();
+    agree(check_all(&snap, &snap, true));
 }
 
 #[test]
@@ -606,13 +610,7 @@ fn an_output_filter_keeps_the_same_figures_in_every_output() {
         .with_name("validate_batch")
         .apply(&whole);
     assert_eq!(selected.spans.len(), 3);
-    let findings = check_all(&selected, &whole, false);
-    assert!(
-        findings.is_empty(),
-        "{} disagreements:\n{}",
-        findings.len(),
-        findings.join("\n")
-    );
+    agree(check_all(&selected, &whole, false));
 }
 
 /// A real run: the training example with `RUST_LOG=debug` and the back-off forced
@@ -627,13 +625,7 @@ fn a_real_sampled_run_shows_the_same_figures_in_every_output() {
     .unwrap();
     let sampled: Vec<_> = snap.spans.iter().filter(|s| s.is_estimate()).collect();
     assert!(sampled.len() >= 2, "the back-off sampled names");
-    let findings = check_all(&snap, &snap, true);
-    assert!(
-        findings.is_empty(),
-        "{} disagreements:\n{}",
-        findings.len(),
-        findings.join("\n")
-    );
+    agree(check_all(&snap, &snap, true));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -988,19 +980,7 @@ fn every_output_that_shows_gpu_time_shows_the_same_gpu_figures() {
     let want = gpu_expected(&snap);
     let timed = want.values().filter(|g| g.is_some()).count();
     assert_eq!((timed, want.len()), (3, 5), "{want:?}");
-    let findings = check_gpu(&snap);
-    assert!(
-        findings.is_empty(),
-        "{} disagreements:\n{}",
-        findings.len(),
-        findings.join("\n")
-    );
+    agree(check_gpu(&snap));
     // The outputs of time per span agree on it too.
-    let findings = check_all(&snap, &snap, true);
-    assert!(
-        findings.is_empty(),
-        "{} disagreements:\n{}",
-        findings.len(),
-        findings.join("\n")
-    );
+    agree(check_all(&snap, &snap, true));
 }
