@@ -11,8 +11,11 @@
 #   identical flagged: the comparisons of two normal sets that exited 1 (false alarms)
 #   slowdown caught:   the comparisons against the slowed set that exited 1 naming `forward`
 #
-#   scripts/compare_pairs.sh                   # LOAD="idle busy" PAIRS=10 RUNS=3 SLOWDOWN=20
+#   scripts/compare_pairs.sh       # LOAD="idle busy" PAIRS=10 RUNS=3 SLOWDOWN=20 THRESHOLDS="15 10"
 #   LOAD=busy PAIRS=3 scripts/compare_pairs.sh
+#
+# Each comparison is judged at each of THRESHOLDS (%): the default 15, and 10, a threshold half
+# the slowdown to catch (a threshold near the change to catch misses it half the time).
 #
 # LOAD=busy starts one spinning process per core (`nproc`) for the runs and kills them after.
 # Needs python3 (reads `compare --format json`).
@@ -23,6 +26,7 @@ RUNS=${RUNS:-3}
 EPOCHS=${EPOCHS:-1}
 SLOWDOWN=${SLOWDOWN:-20}
 LOAD=${LOAD:-idle busy}
+THRESHOLDS=${THRESHOLDS:-15 10}
 
 cargo build --quiet --release --features cli --example training_loop --bin spanprof
 example=target/release/examples/training_loop
@@ -49,27 +53,31 @@ train() {
   SPANPROF_REPORT=off "$example" --epochs "$EPOCHS" --out "$out" "$@" >/dev/null 2>&1
 }
 
-# Compares the profiles of $2 (baseline globs) with $3 and prints one table row; appends
-# "<kind> <flagged 0/1> <names forward 0/1>" to $dir/tally.
+# Compares the profiles given (`compare` arguments) at each threshold and prints one table row
+# per threshold; appends "<kind> <threshold> <flagged 0/1> <names forward 0/1>" to $dir/tally.
 row() {
-  local label=$1 kind=$2 status=0 json
+  local label=$1 kind=$2 status json threshold
   shift 2
-  json=$("$spanprof" compare --format json "$@") || status=$?
+  for threshold in $THRESHOLDS; do
+  status=0
+  json=$("$spanprof" compare --threshold "$threshold%" --format json "$@") || status=$?
   printf '%s' "$json" | python3 -c '
 import json, sys
-label, kind, status = sys.argv[1], sys.argv[2], int(sys.argv[3])
+label, kind, status = sys.argv[1] + ", " + sys.argv[5] + " %", sys.argv[2] + " " + sys.argv[5], int(sys.argv[3])
 c = json.load(sys.stdin)
-fwd = next((t for t in c["timings"] if t["name"] == "forward"), None)
+fwd = next((t for t in c["timings"] if t["name"] == "forward"), None) or {}
 pct = lambda x: "—" if x is None else f"{x:+.1f} %"
 rw = c["run_wide"]
 flagged = c["result"].removeprefix("REGRESSION in ") if c["regressed"] else "—"
-print(f"| {label} | {pct(fwd and fwd[\"change_pct\"])} | {pct(fwd and fwd[\"relative_change_pct\"])} "
-      f"| {fwd and fwd[\"evidence\"][\"decided_by\"]} | {pct(rw[\"change_pct\"])} {rw[\"evidence\"][\"decided_by\"]} "
-      f"| {status} | {flagged} |")
+change, beside = pct(fwd.get("change_pct")), pct(fwd.get("relative_change_pct"))
+decided = fwd.get("evidence", {}).get("decided_by", "—")
+shift = pct(rw["change_pct"]) + " " + rw["evidence"]["decided_by"]
+print(f"| {label} | {change} | {beside} | {decided} | {shift} | {status} | {flagged} |")
 names_forward = any(t["name"] == "forward" and t["verdict"] == "regression" for t in c["timings"])
 with open(sys.argv[4], "a") as tally:
     tally.write(f"{kind} {int(status == 1)} {int(names_forward)}\n")
-' "$label" "$kind" "$status" "$dir/tally"
+' "$label" "$kind" "$status" "$dir/tally" "$threshold"
+  done
 }
 
 for load in $LOAD; do
@@ -93,19 +101,21 @@ for load in $LOAD; do
         new+=("$dir/$load-$i-$kind$r/profile.json")
       done
       row "$i: $RUNS vs $RUNS, $kind" "$RUNS-$kind" "${base[@]}" -- "${new[@]}"
-      row "$i: 1 vs 1, $kind" "1-$kind" "${base[0]}" "${new[0]}"
+      if [ "$RUNS" -gt 1 ]; then row "$i: 1 vs 1, $kind" "1-$kind" "${base[0]}" "${new[0]}"; fi
     done
   done
   stop_load
   echo
-  python3 - "$dir/tally" "$load" "$RUNS" "$SLOWDOWN" <<'EOF'
+  python3 - "$dir/tally" "$load" "$RUNS" "$SLOWDOWN" $THRESHOLDS <<'EOF'
 import sys
 rows = [line.split() for line in open(sys.argv[1])]
 load, runs, slowdown = sys.argv[2:5]
-for n in (runs, "1"):
-    same = [r for r in rows if r[0] == f"{n}-same"]
-    slow = [r for r in rows if r[0] == f"{n}-slow"]
-    print(f"- {load}, {n} run(s) per side: identical flagged {sum(int(r[1]) for r in same)}/{len(same)}; "
-          f"--slowdown {slowdown} caught naming forward {sum(int(r[1]) and int(r[2]) for r in slow)}/{len(slow)}")
+for threshold in sys.argv[5:]:
+    for n in dict.fromkeys((runs, "1")):
+        same = [r for r in rows if r[0] == f"{n}-same" and r[1] == threshold]
+        slow = [r for r in rows if r[0] == f"{n}-slow" and r[1] == threshold]
+        print(f"- {load}, {n} run(s) per side, threshold {threshold} %: identical flagged "
+              f"{sum(int(r[2]) for r in same)}/{len(same)}; --slowdown {slowdown} caught naming "
+              f"forward {sum(int(r[2]) and int(r[3]) for r in slow)}/{len(slow)}")
 EOF
 done

@@ -28,6 +28,10 @@
 //! | `spanprof.span.items`, `.bytes`, `.flops` | monotonic sum | `{item}`, `By`, `{flop}` | throughput fields, for names that have them |
 //! | `spanprof.span.busy_time`, `.self_time` | monotonic sum | `s` | busy and self time of all calls, the report's `total` and `self`: where the back-off sampled the name, scaled to every call (the histograms' sums hold the spans recorded) |
 //! | `spanprof.span.self_share` | gauge | `1` | self time as a share of every span name's (0 to 1), the report's self % |
+//! | `spanprof.span.gpu` | histogram | `s` | GPU time of each entry timed with CUDA events (feature `cuda`), for span names timed on the GPU |
+//! | `spanprof.span.gpu_calls`, `.gpu_time` | monotonic sum | `{call}`, `s` | entries timed on the GPU, and their GPU time |
+//! | `spanprof.span.gpu_busy` | gauge | `1` | mean GPU time per timed entry ÷ mean busy time per entry (over 1: GPU-bound) |
+//! | `spanprof.span.gpu_untimed`, `.gpu_abandoned` | monotonic sum | `{call}` | entries of a chosen name not timed (no free event pair, no context), and timed ones never read |
 //!
 //! The metrics of single values are figures of the catalogue ([`crate::profile::figures`]):
 //! their names, units and descriptions come from its entries, as in the Prometheus text.
@@ -674,11 +678,15 @@ fn request(
     let now = start.saturating_add(snapshot.run.duration_ns);
     let bounds_s: Vec<f64> = bounds.iter().map(|&b| b as f64 / 1e9).collect();
     let attributes = |s: &SpanStats| span_attributes(&s.name, &s.target);
-    let histogram = |name: &str, description: &str, stat: fn(&SpanStats) -> &Stat| {
+    // One point per span name that has the statistic.
+    let histogram = |name: &str, description: &str, stat: fn(&SpanStats) -> Option<&Stat>| {
         let points = snapshot
             .spans
             .iter()
-            .map(|s| histogram_point(stat(s), bounds, &bounds_s, attributes(s), start, now))
+            .filter_map(|s| {
+                let point = histogram_point(stat(s)?, bounds, &bounds_s, attributes(s), start, now);
+                Some(point)
+            })
             .collect();
         otlp_metric(name, description, "s", cumulative_histogram(points))
     };
@@ -686,19 +694,27 @@ fn request(
         histogram(
             "spanprof.span.busy",
             "Busy time of each entry (enter to exit) of spans of this name",
-            |s| &s.entry_busy,
+            |s| Some(&s.entry_busy),
         ),
         histogram(
             "spanprof.span.self",
             "Self time of each entry: busy time minus child spans' busy time",
-            |s| &s.entry_self,
+            |s| Some(&s.entry_self),
         ),
         histogram(
             "spanprof.span.wall",
             "Wall time of each closed instance, creation to close",
-            |s| &s.wall,
+            |s| Some(&s.wall),
         ),
     ];
+    if snapshot.spans.iter().any(|s| s.gpu_time.is_some()) {
+        metrics.push(histogram(
+            "spanprof.span.gpu",
+            "GPU time of each entry timed with CUDA events (on its stream, enter to exit), for \
+             span names timed on the GPU",
+            |s| Some(&s.gpu_time.as_ref()?.time),
+        ));
+    }
     let totals = snapshot.totals();
     metrics.extend(
         SPAN_FIGURES
@@ -747,6 +763,7 @@ const SPAN_FIGURES: &[&Figure] = &[
     &fig::GPU_TOTAL,
     &fig::GPU_BUSY,
     &fig::GPU_UNTIMED,
+    &fig::GPU_ABANDONED,
 ];
 
 /// The metric of a figure of the catalogue: its name, unit and description from the entry, a

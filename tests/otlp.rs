@@ -777,3 +777,100 @@ fn the_push_shows_the_span_names_every_output_shows() {
     // The profile itself keeps every name.
     assert!(handle.snapshot().span("train_step").is_some());
 }
+
+/// GPU time per span (feature `cuda`) against the fake CUDA driver (tests/fake_cuda), whose
+/// script sets each event's time: the push carries each timed name's GPU calls, GPU time,
+/// GPU ÷ busy and GPU-time histogram with the scripted values, and no GPU data point for a
+/// name not timed.
+#[cfg(all(target_os = "linux", feature = "cuda"))]
+#[test]
+fn the_push_carries_the_gpu_time_of_the_span_names_timed_on_the_gpu() {
+    let Some(fake) = support::CLibrary::build(
+        "otlp_cuda",
+        "gpu",
+        "fake_cuda/fake_cuda.c",
+        "libcuda.so.1",
+        &[],
+    ) else {
+        return;
+    };
+    // Before each cuEventRecord: forward's start +0, its end +10 ms, then +0, +30 ms: GPU time
+    // 10, 30, 10, 30 ms.
+    fake.write("fake_cuda.conf", "ADVANCE_US=0,10000,0,30000\n");
+    let (_one, _events) = capture();
+    let collector = Collector::start(200);
+    let (clock, mock) = spanprof::clock::Clock::mock();
+    let (dispatch, guard) = support::install(
+        ProfileLayer::builder()
+            .with_clock(clock)
+            .with_cuda_library(&fake.lib)
+            .with_gpu_spans("[forward]")
+            .unwrap()
+            .with_otlp(OtlpOptions::new(collector.url("/v1/metrics"))),
+    );
+    let handle = guard.handle();
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..4 {
+            tracing::info_span!("forward").in_scope(|| mock.advance(Duration::from_millis(5)));
+            tracing::info_span!("load").in_scope(|| mock.advance(Duration::from_millis(1)));
+        }
+    });
+    guard.finish().unwrap();
+    let snapshot = handle.snapshot();
+    let received = collector.received();
+    assert_eq!(received.len(), 1, "{received:#?}");
+    let r = &received[0];
+    let forward = snapshot.span("forward").unwrap();
+    // 4 entries timed, 80 ms on the GPU: 20 ms per entry over 5 ms busy, 4 (400 %).
+    assert_eq!(int(sum_point(r, "spanprof.span.gpu_calls", forward)), 4);
+    let gpu_time = sum_point(r, "spanprof.span.gpu_time", forward);
+    assert_eq!(
+        gpu_time.value,
+        Some(number_data_point::Value::AsDouble(0.08))
+    );
+    let Some(metric::Data::Gauge(busy)) = &metric(r, "spanprof.span.gpu_busy").data else {
+        panic!("gpu_busy is not a gauge");
+    };
+    assert_eq!(busy.data_points.len(), 1, "forward only");
+    assert_eq!(
+        busy.data_points[0].value,
+        Some(number_data_point::Value::AsDouble(4.0))
+    );
+    assert_eq!(int(sum_point(r, "spanprof.span.gpu_untimed", forward)), 0);
+    assert_eq!(int(sum_point(r, "spanprof.span.gpu_abandoned", forward)), 0);
+    let gpu = forward.gpu_time.as_ref().unwrap();
+    assert_eq!((gpu.time.count, gpu.time.total_ns), (4, 80_000_000));
+    let p = histogram_point(r, "spanprof.span.gpu", forward);
+    check_histogram(p, &gpu.time, "forward spanprof.span.gpu");
+    assert_eq!(p.bucket_counts.iter().filter(|&&n| n > 0).count(), 2);
+    // `load` was not chosen: no GPU data point of any GPU metric.
+    for name in [
+        "spanprof.span.gpu",
+        "spanprof.span.gpu_calls",
+        "spanprof.span.gpu_time",
+        "spanprof.span.gpu_busy",
+        "spanprof.span.gpu_untimed",
+        "spanprof.span.gpu_abandoned",
+    ] {
+        let m = metric(r, name);
+        let names: Vec<Option<String>> = match m.data.as_ref().unwrap() {
+            metric::Data::Sum(s) => s
+                .data_points
+                .iter()
+                .map(|p| string(&p.attributes, "span.name"))
+                .collect(),
+            metric::Data::Gauge(g) => g
+                .data_points
+                .iter()
+                .map(|p| string(&p.attributes, "span.name"))
+                .collect(),
+            metric::Data::Histogram(h) => h
+                .data_points
+                .iter()
+                .map(|p| string(&p.attributes, "span.name"))
+                .collect(),
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!(names, [Some("forward".to_string())], "{name}");
+    }
+}

@@ -168,8 +168,8 @@ const BEFORE_GPUS: &[&Figure] = &[
     &fig::SELF_KEPT_PER_ENTRY,
 ];
 
-/// The figures of `report.csv` after the columns of each GPU device, in order.
-/// The GPU time per span's columns, where the profile has GPU time (CUDA events).
+/// The GPU time per span's columns, where the profile has GPU time (CUDA events), after the
+/// columns of each GPU device.
 const GPU_TIME: &[&Figure] = &[
     &fig::GPU_CALLS,
     &fig::GPU_TOTAL,
@@ -183,6 +183,7 @@ const GPU_TIME: &[&Figure] = &[
     &fig::GPU_ABANDONED,
 ];
 
+/// The figures of `report.csv` after the columns of the GPU devices and of GPU time, in order.
 const AFTER_GPUS: &[&Figure] = &[
     &fig::ENERGY,
     &fig::CO2E,

@@ -8,6 +8,11 @@
 //! self time), then read back from each output as printed: the console table, Markdown, the
 //! HTML page (its table cells and its embedded chart data), CSV, the Prometheus text, the OTLP
 //! request, the window summary event, and the call trees.
+//!
+//! On a profile with GPU time per span (recorded against the fake CUDA driver), every output
+//! that shows GPU time (the console report, HTML table and chart data, CSV, Prometheus, OTLP,
+//! the JSON profile, the call tree) shows each timed name's GPU calls, total, mean and GPU ÷
+//! busy as the others do, and no GPU figure for a name not timed.
 
 use std::collections::HashMap;
 
@@ -256,9 +261,7 @@ fn html(snap: &Snapshot, want: &HashMap<String, Expected>, all: u64, hot: &str, 
         format!("HTML headline {headline:?}, expected {inside:?}")
     });
 
-    let start = page.find("id=\"spanprof-data\">").unwrap() + "id=\"spanprof-data\">".len();
-    let end = start + page[start..].find("</script>").unwrap();
-    let data: serde_json::Value = serde_json::from_str(&page[start..end]).unwrap();
+    let data = chart_data(&page);
     let spans = data["spans"].as_array().unwrap();
     f.hottest("HTML chart data", spans[0]["name"].as_str(), hot);
     for (name, e) in want {
@@ -280,6 +283,13 @@ fn html(snap: &Snapshot, want: &HashMap<String, Expected>, all: u64, hot: &str, 
             },
         );
     }
+}
+
+/// The data the HTML page's charts are drawn from.
+fn chart_data(page: &str) -> serde_json::Value {
+    let start = page.find("id=\"spanprof-data\">").unwrap() + "id=\"spanprof-data\">".len();
+    let end = start + page[start..].find("</script>").unwrap();
+    serde_json::from_str(&page[start..end]).unwrap()
 }
 
 /// CSV: each row's `calls`, `self_ns` and `self_pct`, and its first row.
@@ -317,12 +327,7 @@ fn csv(snap: &Snapshot, want: &HashMap<String, Expected>, hot: &str, f: &mut Fin
 #[cfg(feature = "prometheus")]
 fn prometheus(snap: &Snapshot, want: &HashMap<String, Expected>, hot: &str, f: &mut Findings) {
     let text = super::Prometheus::new().to_string(snap);
-    let value = |family: &str, name: &str| -> Option<f64> {
-        let prefix = format!("{family}{{span=\"{name}\",");
-        text.lines()
-            .find(|l| l.starts_with(&prefix))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    };
+    let value = |family: &str, name: &str| prometheus_value(&text, family, name);
     let mut hottest: Option<(&str, f64)> = None;
     for (name, e) in want {
         let got = (
@@ -356,32 +361,8 @@ fn prometheus(snap: &Snapshot, want: &HashMap<String, Expected>, hot: &str, f: &
 /// and `spanprof.span.self_share` (0 to 1); the hottest by that self time.
 #[cfg(feature = "otlp")]
 fn otlp(snap: &Snapshot, want: &HashMap<String, Expected>, hot: &str, f: &mut Findings) {
-    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
-    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value};
-    use prost::Message;
-    let options = crate::otlp::OtlpOptions::new("http://127.0.0.1:4318/v1/metrics");
-    let request = ExportMetricsServiceRequest::decode(options.encode(snap).as_slice()).unwrap();
-    let metrics = &request.resource_metrics[0].scope_metrics[0].metrics;
-    let value = |metric: &str, name: &str| -> Option<f64> {
-        let m = metrics.iter().find(|m| m.name == metric)?;
-        let points = match m.data.as_ref()? {
-            Data::Sum(s) => &s.data_points,
-            Data::Gauge(g) => &g.data_points,
-            _ => return None,
-        };
-        let point = points.iter().find(|p| {
-            p.attributes.iter().any(|kv| {
-                kv.key == "span.name"
-                    && kv.value.as_ref().and_then(|v| v.value.as_ref())
-                        == Some(&Any::StringValue(name.to_string()))
-            })
-        })?;
-        match point.value? {
-            Value::AsInt(i) => Some(i as f64),
-            Value::AsDouble(d) => Some(d),
-        }
-    };
+    let metrics = otlp_metrics(snap);
+    let value = |metric: &str, name: &str| otlp_value(&metrics, metric, name);
     let mut hottest: Option<(&str, f64)> = None;
     for (name, e) in want {
         let got = (
@@ -409,6 +390,72 @@ fn otlp(snap: &Snapshot, want: &HashMap<String, Expected>, hot: &str, f: &mut Fi
         }
     }
     f.hottest("OTLP", hottest.map(|(n, _)| n), hot);
+}
+
+/// The value of the sample of `family` for span name `name` in the Prometheus text.
+#[cfg(feature = "prometheus")]
+fn prometheus_value(text: &str, family: &str, name: &str) -> Option<f64> {
+    let prefix = format!("{family}{{span=\"{name}\",");
+    text.lines()
+        .find(|l| l.starts_with(&prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The metrics of the OTLP request of `snap`, decoded.
+#[cfg(feature = "otlp")]
+fn otlp_metrics(snap: &Snapshot) -> Vec<opentelemetry_proto::tonic::metrics::v1::Metric> {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use prost::Message;
+    let options = crate::otlp::OtlpOptions::new("http://127.0.0.1:4318/v1/metrics");
+    let request = ExportMetricsServiceRequest::decode(options.encode(snap).as_slice()).unwrap();
+    request.resource_metrics[0].scope_metrics[0].metrics.clone()
+}
+
+/// The value of the data point of the sum or gauge `metric` for span name `name`; for a
+/// histogram, its count and sum.
+#[cfg(feature = "otlp")]
+fn otlp_value(
+    metrics: &[opentelemetry_proto::tonic::metrics::v1::Metric],
+    metric: &str,
+    name: &str,
+) -> Option<f64> {
+    Some(otlp_point(metrics, metric, name)?.0)
+}
+
+/// `(value, sum)` of the data point of `metric` for span name `name`: a sum's or gauge's value
+/// (and `None`), or a histogram's count and sum.
+#[cfg(feature = "otlp")]
+fn otlp_point(
+    metrics: &[opentelemetry_proto::tonic::metrics::v1::Metric],
+    metric: &str,
+    name: &str,
+) -> Option<(f64, Option<f64>)> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use opentelemetry_proto::tonic::common::v1::KeyValue;
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value};
+    let named = |attributes: &[KeyValue]| {
+        attributes.iter().any(|kv| {
+            kv.key == "span.name"
+                && kv.value.as_ref().and_then(|v| v.value.as_ref())
+                    == Some(&Any::StringValue(name.to_string()))
+        })
+    };
+    let number = |points: &[opentelemetry_proto::tonic::metrics::v1::NumberDataPoint]| {
+        let point = points.iter().find(|p| named(&p.attributes))?;
+        match point.value? {
+            Value::AsInt(i) => Some((i as f64, None)),
+            Value::AsDouble(d) => Some((d, None)),
+        }
+    };
+    match metrics.iter().find(|m| m.name == metric)?.data.as_ref()? {
+        Data::Sum(s) => number(&s.data_points),
+        Data::Gauge(g) => number(&g.data_points),
+        Data::Histogram(h) => {
+            let point = h.data_points.iter().find(|p| named(&p.attributes))?;
+            Some((point.count as f64, point.sum))
+        }
+        _ => None,
+    }
 }
 
 /// The fields of the events `emit` logs, as text.
@@ -538,16 +585,20 @@ fn check_all(snap: &Snapshot, whole: &Snapshot, summary: bool) -> Vec<String> {
     f.0
 }
 
-#[test]
-fn every_output_shows_the_same_calls_self_time_share_and_hottest_name() {
-    let snap = sampled_golden();
-    let findings = check_all(&snap, &snap, true);
+/// Fails listing every disagreement found.
+fn agree(findings: Vec<String>) {
     assert!(
         findings.is_empty(),
         "{} disagreements:\n{}",
         findings.len(),
         findings.join("\n")
     );
+}
+
+#[test]
+fn every_output_shows_the_same_calls_self_time_share_and_hottest_name() {
+    let snap = sampled_golden();
+    agree(check_all(&snap, &snap, true));
 }
 
 #[test]
@@ -559,13 +610,7 @@ fn an_output_filter_keeps_the_same_figures_in_every_output() {
         .with_name("validate_batch")
         .apply(&whole);
     assert_eq!(selected.spans.len(), 3);
-    let findings = check_all(&selected, &whole, false);
-    assert!(
-        findings.is_empty(),
-        "{} disagreements:\n{}",
-        findings.len(),
-        findings.join("\n")
-    );
+    agree(check_all(&selected, &whole, false));
 }
 
 /// A real run: the training example with `RUST_LOG=debug` and the back-off forced
@@ -580,11 +625,362 @@ fn a_real_sampled_run_shows_the_same_figures_in_every_output() {
     .unwrap();
     let sampled: Vec<_> = snap.spans.iter().filter(|s| s.is_estimate()).collect();
     assert!(sampled.len() >= 2, "the back-off sampled names");
-    let findings = check_all(&snap, &snap, true);
-    assert!(
-        findings.is_empty(),
-        "{} disagreements:\n{}",
-        findings.len(),
-        findings.join("\n")
-    );
+    agree(check_all(&snap, &snap, true));
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPU time per span (CUDA events).
+
+/// The golden GPU profile (`tests/data/gpu-profile.json`, recorded against the fake CUDA
+/// driver by `tests/it/cuda_fake.rs`): `forward` (GPU-bound), `backward` and `grad`
+/// (launch-bound) timed on the GPU; `step` and `load_batch` not chosen.
+fn gpu_golden() -> Snapshot {
+    Snapshot::from_json(
+        include_str!("../../tests/data/gpu-profile.json"),
+        "gpu-profile.json",
+    )
+    .unwrap()
+}
+
+/// What every output that shows GPU time must show for one span name timed on the GPU.
+#[derive(Debug, Clone, Copy)]
+struct Gpu {
+    calls: u64,
+    total_ns: u64,
+    /// Per timed entry.
+    mean_ns: f64,
+    /// Mean GPU time per timed entry over mean busy time per entry, %.
+    busy_pct: f64,
+}
+
+impl Gpu {
+    fn total_text(&self) -> String {
+        format_duration(self.total_ns)
+    }
+
+    fn mean_text(&self) -> String {
+        super::units::format_duration_f64(self.mean_ns)
+    }
+
+    fn busy_text(&self) -> String {
+        format!("{:.1}%", self.busy_pct)
+    }
+}
+
+/// Each span name's GPU figures, computed here from its GPU histogram's count and exact total
+/// and its busy time (`None`: no entry timed on the GPU, so no GPU figure in any output).
+fn gpu_expected(snap: &Snapshot) -> HashMap<String, Option<Gpu>> {
+    snap.spans
+        .iter()
+        .map(|s| {
+            let gpu = s.gpu_time.as_ref().filter(|g| g.time.count > 0).map(|g| {
+                let mean_ns = g.time.total_ns as f64 / g.time.count as f64;
+                let busy_mean = s.entry_busy.total_ns as f64 / s.entry_busy.count as f64;
+                Gpu {
+                    calls: g.time.count,
+                    total_ns: g.time.total_ns,
+                    mean_ns,
+                    busy_pct: 100.0 * mean_ns / busy_mean,
+                }
+            });
+            (s.name.clone(), gpu)
+        })
+        .collect()
+}
+
+/// The console report's GPU time section: each timed name's calls, total, mean and GPU ÷ busy
+/// cells, no row for the others, and each stream's total.
+fn gpu_table(snap: &Snapshot, want: &HashMap<String, Option<Gpu>>, f: &mut Findings) {
+    let text = Table::new().with_tree(None).to_string(snap);
+    let Some(section) = text.split("\nGPU time (CUDA events").nth(1) else {
+        f.check(false, || "table: no GPU time section".to_string());
+        return;
+    };
+    let section: Vec<&str> = section.lines().take_while(|l| !l.is_empty()).collect();
+    for (name, g) in want {
+        let row = section.iter().find(|l| l.starts_with(&format!("{name} ")));
+        match (g, row) {
+            (None, None) => {}
+            (None, Some(row)) => f.check(false, || format!("table GPU row for {name}: {row:?}")),
+            (Some(_), None) => f.check(false, || format!("table: no GPU row for {name}")),
+            (Some(g), Some(row)) => {
+                let cells = format!(
+                    " {:>8} {:>8} {:>8} ",
+                    super::units::format_count(g.calls),
+                    g.total_text(),
+                    g.mean_text()
+                );
+                let busy = format!(" {:>8} ", g.busy_text());
+                f.check(row.contains(&cells) && row.contains(&busy), || {
+                    format!("table GPU row {row:?}: expected calls, total, mean {cells:?} and gpu/busy {busy:?}")
+                });
+            }
+        }
+    }
+    let streams = section.join(" ");
+    for s in &snap.gpu_streams {
+        let item = format!(
+            "{} {} ({} calls)",
+            s.stream,
+            format_duration(s.total_ns),
+            s.calls
+        );
+        f.check(streams.contains(&item), || {
+            format!("table streams {streams:?}: expected {item:?}")
+        });
+    }
+}
+
+/// The `<th>` headings of the HTML table `id`.
+fn html_heads(html: &str, id: &str) -> Vec<String> {
+    let start = html.find(&format!("<table id=\"{id}\">")).unwrap();
+    let head = &html[start..];
+    let head = &head[..head.find("</thead>").unwrap()];
+    head.split("<th ")
+        .skip(1)
+        .map(|th| {
+            let text = th.split_once('>').unwrap().1;
+            text.split("</th>").next().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// The HTML page: the table's `gpu`, `gpu mean` and `gpu/busy` cells (text and sort value),
+/// `-` for names not timed; the GPU chart's data, none for them.
+fn gpu_html(snap: &Snapshot, want: &HashMap<String, Option<Gpu>>, f: &mut Findings) {
+    let page = render(&Html, snap);
+    let heads = html_heads(&page, "span-table");
+    let rows = html_rows(&page, "span-table");
+    let col = |label: &str| heads.iter().position(|h| h == label);
+    let (Some(total), Some(mean), Some(busy)) = (col("gpu"), col("gpu mean"), col("gpu/busy"))
+    else {
+        f.check(false, || {
+            format!("HTML table: GPU columns missing from {heads:?}")
+        });
+        return;
+    };
+    for (name, g) in want {
+        let row = rows.iter().find(|r| &r[0].0 == name).unwrap();
+        let got = (&row[total], &row[mean], &row[busy]);
+        let ok = match g {
+            None => [got.0, got.1, got.2].iter().all(|c| c.0 == "-"),
+            Some(g) => {
+                got.0 .1 == Some(g.total_ns as f64)
+                    && got.0 .0 == g.total_text()
+                    && got.1 .1.is_some_and(|v| close(v, g.mean_ns))
+                    && got.1 .0 == g.mean_text()
+                    && got.2 .1.is_some_and(|v| close(v, g.busy_pct))
+                    && got.2 .0 == g.busy_text()
+            }
+        };
+        f.check(ok, || {
+            format!("HTML table {name}: (gpu, gpu mean, gpu/busy) {got:?}, expected {g:?}")
+        });
+    }
+    let data = chart_data(&page);
+    for d in data["spans"].as_array().unwrap() {
+        let name = d["name"].as_str().unwrap();
+        let (got, g) = (&d["gpu"], want[name]);
+        let ok = match g {
+            None => got.is_null(),
+            Some(g) => {
+                got["calls"].as_u64() == Some(g.calls)
+                    && got["total_ns"].as_u64() == Some(g.total_ns)
+                    && got["mean_ns"].as_f64().is_some_and(|v| close(v, g.mean_ns))
+                    && got["busy_pct"]
+                        .as_f64()
+                        .is_some_and(|v| close(v, g.busy_pct))
+                    && got["total_shown"] == g.total_text().as_str()
+                    && got["mean_shown"] == g.mean_text().as_str()
+                    && got["busy_pct_shown"] == g.busy_text().as_str()
+            }
+        };
+        f.check(ok, || {
+            format!("HTML chart data {name}: gpu {got}, expected {g:?}")
+        });
+    }
+}
+
+/// CSV: each row's `gpu_calls`, `gpu_total_ns`, `gpu_mean_ns` and `gpu_busy_pct`, empty for
+/// names not timed.
+#[cfg(feature = "csv")]
+fn gpu_csv(snap: &Snapshot, want: &HashMap<String, Option<Gpu>>, f: &mut Findings) {
+    let text = super::Csv::new().to_string(snap).unwrap();
+    let mut reader = ::csv::Reader::from_reader(text.as_bytes());
+    let head = reader.headers().unwrap().clone();
+    let col = |h: &str| head.iter().position(|c| c == h).unwrap();
+    let rows: Vec<::csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    for (name, g) in want {
+        let row = rows.iter().find(|r| &r[col("name")] == name).unwrap();
+        let got = ["gpu_calls", "gpu_total_ns", "gpu_mean_ns", "gpu_busy_pct"]
+            .map(|c| row[col(c)].to_string());
+        let ok = match g {
+            None => got.iter().all(String::is_empty),
+            Some(g) => {
+                let num = |i: usize| got[i].parse::<f64>().ok();
+                got[0] == g.calls.to_string()
+                    && got[1] == g.total_ns.to_string()
+                    && num(2).is_some_and(|v| close(v, g.mean_ns))
+                    && num(3).is_some_and(|v| close(v, g.busy_pct))
+            }
+        };
+        f.check(ok, || {
+            format!("CSV {name}: (gpu_calls, gpu_total_ns, gpu_mean_ns, gpu_busy_pct) {got:?}, expected {g:?}")
+        });
+    }
+}
+
+/// The Prometheus text: each timed name's GPU calls and time counters, GPU ÷ busy ratio, and
+/// the GPU histogram's count and sum (its mean); no sample for the others; each stream's total.
+#[cfg(feature = "prometheus")]
+fn gpu_prometheus(snap: &Snapshot, want: &HashMap<String, Option<Gpu>>, f: &mut Findings) {
+    let text = super::Prometheus::new().to_string(snap);
+    for (name, g) in want {
+        let got = [
+            "spanprof_span_gpu_calls_total",
+            "spanprof_span_gpu_time_seconds_total",
+            "spanprof_span_gpu_busy_ratio",
+            "spanprof_span_gpu_seconds_count",
+            "spanprof_span_gpu_seconds_sum",
+        ]
+        .map(|family| prometheus_value(&text, family, name));
+        let ok = match g {
+            None => got.iter().all(Option::is_none),
+            Some(g) => {
+                let seconds = g.total_ns as f64 / 1e9;
+                got[0] == Some(g.calls as f64)
+                    && got[1].is_some_and(|s| close(s, seconds))
+                    && got[2].is_some_and(|r| close(r, g.busy_pct / 100.0))
+                    && got[3] == Some(g.calls as f64)
+                    && got[4].is_some_and(|s| close(s, seconds))
+                    && got[3]
+                        .zip(got[4])
+                        .is_some_and(|(n, s)| close(s / n * 1e9, g.mean_ns))
+            }
+        };
+        f.check(ok, || {
+            format!("Prometheus {name}: (calls, time s, busy ratio, histogram count, sum) {got:?}, expected {g:?}")
+        });
+    }
+    for s in &snap.gpu_streams {
+        let prefix = format!(
+            "spanprof_gpu_stream_seconds_total{{stream=\"{}\"}} ",
+            s.stream
+        );
+        let got: Option<f64> = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.parse().ok());
+        f.check(
+            got.is_some_and(|v| close(v, s.total_ns as f64 / 1e9)),
+            || {
+                format!(
+                    "Prometheus stream {}: {got:?}, expected {} ns",
+                    s.stream, s.total_ns
+                )
+            },
+        );
+    }
+}
+
+/// The OTLP request: each timed name's `spanprof.span.gpu_calls`, `.gpu_time` (seconds),
+/// `.gpu_busy` (0 to 1) and the `spanprof.span.gpu` histogram's count and sum (its mean); no
+/// data point for the others.
+#[cfg(feature = "otlp")]
+fn gpu_otlp(snap: &Snapshot, want: &HashMap<String, Option<Gpu>>, f: &mut Findings) {
+    let metrics = otlp_metrics(snap);
+    for (name, g) in want {
+        let got = [
+            "spanprof.span.gpu_calls",
+            "spanprof.span.gpu_time",
+            "spanprof.span.gpu_busy",
+        ]
+        .map(|metric| otlp_value(&metrics, metric, name));
+        let histogram = otlp_point(&metrics, "spanprof.span.gpu", name);
+        let ok = match g {
+            None => got.iter().all(Option::is_none) && histogram.is_none(),
+            Some(g) => {
+                let seconds = g.total_ns as f64 / 1e9;
+                got[0] == Some(g.calls as f64)
+                    && got[1].is_some_and(|s| close(s, seconds))
+                    && got[2].is_some_and(|r| close(r, g.busy_pct / 100.0))
+                    && histogram.is_some_and(|(n, sum)| {
+                        n == g.calls as f64
+                            && sum
+                                .is_some_and(|s| close(s, seconds) && close(s / n * 1e9, g.mean_ns))
+                    })
+            }
+        };
+        f.check(ok, || {
+            format!("OTLP {name}: (gpu calls, gpu time s, gpu busy ratio) {got:?}, histogram (count, sum) {histogram:?}, expected {g:?}")
+        });
+    }
+}
+
+/// The JSON profile read back, and the call tree: each name's GPU calls and total summed over
+/// its paths, and the tree view's `gpu` cell of a name at one path.
+fn gpu_json_and_tree(snap: &Snapshot, want: &HashMap<String, Option<Gpu>>, f: &mut Findings) {
+    let back = Snapshot::from_json(&render(&super::Json, snap), "written").unwrap();
+    let tree = back.tree.as_ref().unwrap();
+    let tree_text = super::TreeView::new().to_string(&back);
+    for (name, g) in want {
+        let s = back.span(name).unwrap();
+        let json = s
+            .gpu_time
+            .as_ref()
+            .map(|t| (t.time.count, t.time.total_ns, t.time.mean_ns));
+        f.check(
+            match g {
+                None => json.map_or(true, |j| j.0 == 0),
+                Some(g) => json
+                    .is_some_and(|j| j.0 == g.calls && j.1 == g.total_ns && close(j.2, g.mean_ns)),
+            },
+            || format!("JSON {name}: (calls, total, mean) {json:?}, expected {g:?}"),
+        );
+        let nodes: Vec<_> = tree.nodes.iter().filter(|n| n.name == *name).collect();
+        let summed = nodes
+            .iter()
+            .fold((0, 0), |(c, t), n| (c + n.gpu_calls, t + n.gpu_ns));
+        let expected = g.map_or((0, 0), |g| (g.calls, g.total_ns));
+        f.check(summed == expected, || {
+            format!(
+                "tree {name}: (gpu calls, gpu ns) over its paths {summed:?}, expected {expected:?}"
+            )
+        });
+        if let (Some(g), [_]) = (g, &nodes[..]) {
+            let row = tree_text
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .unwrap_or("");
+            let cell = format!(" {:>9}", g.total_text());
+            f.check(row.ends_with(&cell), || {
+                format!("tree view {name}: {row:?}, expected gpu {cell:?}")
+            });
+        }
+    }
+}
+
+fn check_gpu(snap: &Snapshot) -> Vec<String> {
+    let want = gpu_expected(snap);
+    let mut f = Findings::default();
+    gpu_table(snap, &want, &mut f);
+    gpu_html(snap, &want, &mut f);
+    #[cfg(feature = "csv")]
+    gpu_csv(snap, &want, &mut f);
+    #[cfg(feature = "prometheus")]
+    gpu_prometheus(snap, &want, &mut f);
+    #[cfg(feature = "otlp")]
+    gpu_otlp(snap, &want, &mut f);
+    gpu_json_and_tree(snap, &want, &mut f);
+    f.0
+}
+
+#[test]
+fn every_output_that_shows_gpu_time_shows_the_same_gpu_figures() {
+    let snap = gpu_golden();
+    let want = gpu_expected(&snap);
+    let timed = want.values().filter(|g| g.is_some()).count();
+    assert_eq!((timed, want.len()), (3, 5), "{want:?}");
+    agree(check_gpu(&snap));
+    // The outputs of time per span agree on it too.
+    agree(check_all(&snap, &snap, true));
 }

@@ -3,8 +3,9 @@
 //!
 //! The page is a list of [`Section`]s rendered in Rust: run metadata, spanprof's own cost, the
 //! call tree (expandable `<details>` rows, and inferno's flame graph in an `<iframe>`), the
-//! metrics from events and the full table are plain HTML, so they read without JavaScript. The charts (self time, latency percentiles per
-//! call and per instance, the resource timeline) are drawn as inline SVG by `html/report.js`
+//! metrics from events and the full table are plain HTML, so they read without JavaScript. The
+//! charts (self time, latency percentiles per call and per instance, GPU time beside busy time
+//! per call, the resource timeline) are drawn as inline SVG by `html/report.js`
 //! from one JSON blob embedded in the page, whose figures are computed here from the snapshot
 //! (percentile curves from the HDR histograms). The script adds sorting and filtering to the
 //! table.
@@ -196,6 +197,22 @@ fn sections<'a>(snap: &'a Snapshot, spans: &[&SpanStats], totals: &Totals) -> Ve
                    at every poll, long-lived spans): wall = creation to close, busy = sum of \
                    its calls. Marks at p50, p90, p99; the line ends at the maximum.</p>\n\
                    <div class=\"chart\" id=\"chart-instances\"></div>\n"
+                .to_string(),
+            rows: None,
+        });
+    }
+    if spans
+        .iter()
+        .any(|s| fig::GPU_MEAN.value(s, totals).is_some())
+    {
+        sections.push(Section {
+            id: "gpu",
+            title: "GPU time per call",
+            body: "<p class=\"hint\">Span names timed on the GPU with CUDA events: GPU time per \
+                   timed entry (on its stream, enter to exit) beside busy time per entry (the \
+                   CPU side). GPU time well over busy time: GPU-bound, the span waits on work \
+                   queued before it; well under: launch- or CPU-bound.</p>\n\
+                   <div class=\"chart\" id=\"chart-gpu\"></div>\n"
                 .to_string(),
             rows: None,
         });
@@ -1107,6 +1124,49 @@ struct ChartSpan {
     curve: Vec<(f64, u64)>,
     /// Latency per instance, for span names entered more than once per instance.
     instance: Option<Instance>,
+    /// GPU time, for span names with entries timed on the GPU.
+    gpu: Option<GpuChart>,
+}
+
+/// The GPU time of one span name beside its busy time, as the table shows them.
+#[derive(Serialize)]
+struct GpuChart {
+    /// [`fig::GPU_CALLS`].
+    calls: u64,
+    /// [`fig::GPU_TOTAL`], ns.
+    total_ns: u64,
+    /// [`fig::GPU_MEAN`]: per timed entry, ns.
+    mean_ns: f64,
+    /// [`fig::MEAN`]: busy time per entry, ns.
+    busy_mean_ns: f64,
+    /// [`fig::GPU_BUSY`], %.
+    busy_pct: f64,
+    total_shown: String,
+    mean_shown: String,
+    busy_mean_shown: String,
+    busy_pct_shown: String,
+}
+
+impl GpuChart {
+    /// `None` where no entry of `s` was timed on the GPU.
+    fn of(s: &SpanStats, totals: &Totals) -> Option<Self> {
+        let value = |f: &Figure| f.value(s, totals).map(|v| v.as_f64());
+        let int = |f: &Figure| match f.value(s, totals)? {
+            fig::Value::Int(n) => Some(n),
+            _ => None,
+        };
+        Some(Self {
+            calls: int(&fig::GPU_CALLS)?,
+            total_ns: int(&fig::GPU_TOTAL)?,
+            mean_ns: value(&fig::GPU_MEAN)?,
+            busy_mean_ns: value(&fig::MEAN)?,
+            busy_pct: value(&fig::GPU_BUSY)?,
+            total_shown: shown(&fig::GPU_TOTAL, s, totals),
+            mean_shown: shown(&fig::GPU_MEAN, s, totals),
+            busy_mean_shown: shown(&fig::MEAN, s, totals),
+            busy_pct_shown: shown(&fig::GPU_BUSY, s, totals),
+        })
+    }
 }
 
 #[derive(Serialize)]
@@ -1142,6 +1202,7 @@ fn chart_span(s: &SpanStats, totals: &Totals, twins: bool) -> ChartSpan {
             wall: quartet(&s.wall),
             busy: quartet(&s.busy),
         }),
+        gpu: GpuChart::of(s, totals),
     }
 }
 

@@ -45,6 +45,14 @@ pub const METRICS_FILE: &str = "metrics.prom";
 /// | `spanprof_span_cpu_seconds_total` | counter | thread CPU time during entries (`detailed`) |
 /// | `spanprof_span_heap_allocated_bytes_total`, `spanprof_span_heap_allocations_total` | counter | heap allocated during entries (counting allocator) |
 /// | `spanprof_span_energy_joules_total` | counter | CPU package + GPU energy over instances (`full`) |
+/// | `spanprof_span_gpu_seconds` | histogram | GPU time of each entry timed with CUDA events (feature `cuda`), for span names timed on the GPU |
+/// | `spanprof_span_gpu_calls_total`, `spanprof_span_gpu_time_seconds_total` | counter | entries timed on the GPU and their GPU time |
+/// | `spanprof_span_gpu_p50_seconds`, `spanprof_span_gpu_p99_seconds`, `spanprof_span_gpu_max_seconds` | gauge | GPU time per timed entry |
+/// | `spanprof_span_gpu_busy_ratio` | gauge | mean GPU time per timed entry ÷ mean busy time per entry (over 1: GPU-bound) |
+/// | `spanprof_span_gpu_untimed_total`, `spanprof_span_gpu_abandoned_total` | counter | entries of a chosen name not timed, and timed entries never read |
+///
+/// Per CUDA stream (labelled `stream`: `default`, or the handle in hex), where entries were
+/// timed on the GPU: `spanprof_gpu_stream_seconds_total`, `spanprof_gpu_stream_calls_total`.
 ///
 /// For the run: `spanprof_run_info` (1, labelled `host`, `pid`, `preset`, `version`),
 /// `spanprof_run_start_time_seconds` (Unix time), `spanprof_run_duration_seconds`,

@@ -1366,3 +1366,167 @@ fn every_command_of_the_agent_guide_runs() {
         "{ran_lines} spanprof commands in docs/agents.md"
     );
 }
+
+/// The golden GPU profile (`forward`, `backward`, `grad` timed on the GPU; `step` and
+/// `load_batch` not) with the GPU time of the names in `slower` × `factor` (per name and per
+/// call path), the names in `untimed` without GPU time, and `load_batch` given GPU time when
+/// `chosen_later`; written into `dir` as `file`.
+fn gpu_variant(
+    dir: &Path,
+    file: &str,
+    slower: &[&str],
+    factor: f64,
+    untimed: &[&str],
+    chosen_later: bool,
+) -> PathBuf {
+    let mut s = read("gpu-profile.json");
+    let forward_gpu = s.span("forward").unwrap().gpu_time.clone();
+    for span in &mut s.spans {
+        let name = span.name.as_str();
+        if untimed.contains(&name) {
+            span.gpu_time = None;
+        } else if chosen_later && name == "load_batch" {
+            span.gpu_time = forward_gpu.clone();
+        } else if let Some(g) = span.gpu_time.as_mut().filter(|_| slower.contains(&name)) {
+            g.time.total_ns = (g.time.total_ns as f64 * factor).round() as u64;
+            g.time.mean_ns *= factor;
+        }
+    }
+    for node in &mut s.tree.as_mut().unwrap().nodes {
+        let name = node.name.as_str();
+        if untimed.contains(&name) {
+            (node.gpu_calls, node.gpu_ns) = (0, 0);
+        } else if slower.contains(&name) {
+            node.gpu_ns = (node.gpu_ns as f64 * factor).round() as u64;
+        }
+    }
+    let path = dir.join(file);
+    s.write_json(&path).unwrap();
+    path
+}
+
+/// `compare --metric gpu`: one name's GPU time 30 % longer is a regression of that name (and
+/// its path), whatever the names without GPU time; those are not judged on it (no 0 ns change,
+/// and `load_batch`, timed only in the new run, no regression from 0 ns). With three names
+/// timed the run-wide shift is estimated (and a slowdown of all three is that shift, not a
+/// regression of each); with two it is not, and each name is judged on its own change.
+#[test]
+fn compare_metric_gpu_flags_a_gpu_regression_of_one_name() {
+    use spanprof::analysis::{Evidence, Verdict};
+    let dir = support::temp_dir("cli-gpu-compare");
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = gpu_variant(&dir, "base.json", &[], 1.0, &[], false);
+    let slow = gpu_variant(&dir, "slow.json", &["forward"], 1.3, &[], true);
+    let (b, s) = (base.to_str().unwrap(), slow.to_str().unwrap());
+    let text = spanprof(&["compare", "--metric", "gpu", b, "--", s]);
+    assert_eq!(text.status, 1, "{}{}", text.stdout, text.stderr);
+    assert_eq!(
+        result_line(&text.stdout),
+        "REGRESSION in forward (gpu +30.0 %), step;forward (gpu +30.0 %)",
+        "{}",
+        text.stdout
+    );
+    let ran = spanprof(&["compare", "--metric", "gpu", "--format", "json", b, "--", s]);
+    let j = json(&ran.stdout);
+    assert_valid("compare.schema.json", &j);
+    let timings = j["timings"].as_array().unwrap();
+    let judged: Vec<(&str, &str)> = timings
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["verdict"].as_str().unwrap()))
+        .collect();
+    // Only the names timed on the GPU on both sides; load_batch (new side only) and step
+    // (neither) are not judged on GPU time.
+    assert_eq!(
+        judged,
+        [
+            ("forward", "regression"),
+            ("backward", "unchanged"),
+            ("grad", "unchanged")
+        ],
+        "{}",
+        ran.stdout
+    );
+    let forward = &timings[0];
+    assert_eq!(forward["metric"], "gpu");
+    assert_eq!(forward["base_ns"], 13_000_000.0);
+    assert_eq!(forward["new_ns"], 16_900_000.0);
+    assert_eq!(j["run_wide"]["names"], 3);
+    assert_eq!(j["run_wide"]["ratio"], 1.0, "the median name did not move");
+    let paths: Vec<&str> = j["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        ["step;forward", "step;backward", "step;backward;grad"]
+    );
+
+    let mut options = spanprof::analysis::CompareOptions::default();
+    options.metric = spanprof::analysis::Measure::Gpu;
+    let compare = |base: &Path, new: &Path| {
+        spanprof::analysis::compare(
+            &[Snapshot::read_json(base).unwrap()],
+            &[Snapshot::read_json(new).unwrap()],
+            &options,
+        )
+    };
+    // Each name's verdict, by name.
+    let verdicts = |c: &spanprof::analysis::Comparison| -> Vec<(String, Verdict)> {
+        let mut v: Vec<_> = c
+            .timings
+            .iter()
+            .map(|t| (t.name.clone(), t.verdict))
+            .collect();
+        v.sort();
+        v
+    };
+    // Every timed name 50 % slower: the run-wide shift (beyond its threshold, twice the
+    // names'), not judged with one run a side; no name regressed beside it.
+    let all = ["forward", "backward", "grad"];
+    let everything = gpu_variant(&dir, "all.json", &all, 1.5, &[], false);
+    let c = compare(&base, &everything);
+    assert!((c.run_wide.ratio - 1.5).abs() < 1e-9, "{:?}", c.run_wide);
+    assert_eq!(c.run_wide.decided_by, Evidence::OneRunPerSide);
+    assert!(c.timings.iter().all(|t| t.verdict == Verdict::Unchanged));
+    assert!(c.timings.iter().all(|t| (t.ratio - 1.5).abs() < 1e-9));
+    // Two names timed (grad not, on either side): fewer than `RunWide::MIN_NAMES`, no shift
+    // estimated; each name judged on its own change.
+    let two_base = gpu_variant(&dir, "two-base.json", &[], 1.0, &["grad"], false);
+    let two_all = gpu_variant(&dir, "two-all.json", &all, 1.3, &["grad"], false);
+    let c = compare(&two_base, &two_all);
+    assert_eq!(
+        (c.run_wide.names, c.run_wide.ratio, c.run_wide.decided_by),
+        (2, 1.0, Evidence::TooFewNames)
+    );
+    assert_eq!(
+        verdicts(&c),
+        [
+            ("backward".to_string(), Verdict::Regression),
+            ("forward".to_string(), Verdict::Regression)
+        ]
+    );
+    // One name timed: the same; the names not timed are not in the GPU comparison at all.
+    let one_base = gpu_variant(
+        &dir,
+        "one-base.json",
+        &[],
+        1.0,
+        &["grad", "backward"],
+        false,
+    );
+    let one_same = gpu_variant(
+        &dir,
+        "one-same.json",
+        &[],
+        1.0,
+        &["grad", "backward"],
+        false,
+    );
+    let c = compare(&one_base, &one_same);
+    assert_eq!(c.run_wide.decided_by, Evidence::TooFewNames);
+    assert_eq!(verdicts(&c), [("forward".to_string(), Verdict::Unchanged)]);
+    assert!(!c.regressed());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

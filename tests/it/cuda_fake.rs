@@ -9,6 +9,7 @@
 
 use crate::support;
 
+use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -381,4 +382,87 @@ fn threads_time_their_entries_on_pools_of_their_own() {
     assert_eq!(g.time.count + g.untimed, 600);
     assert_eq!(g.abandoned, 0);
     assert!(g.time.count > 0);
+}
+
+/// The golden GPU profile: the figures of [`gpu_golden_run`], kept for the tests of outputs
+/// that need a profile with GPU time but no driver (`spanprof::output`'s agreement of figures
+/// across outputs, the HTML report, `compare --metric gpu`).
+const GPU_PROFILE: &str = "gpu-profile.json";
+
+/// GPU time of `forward` (stream 0x1000) and of `grad` in each of four steps, µs, cycled.
+const FORWARD_US: [u64; 4] = [10_000, 12_000, 14_000, 16_000];
+const GRAD_US: [u64; 4] = [300, 400, 500, 600];
+
+/// 40 steps on a mock clock: `load_batch` (2 ms, not chosen), `forward` on stream 0x1000 (4 ms
+/// CPU, 10–16 ms GPU: GPU-bound), `backward` on the default stream (2 ms CPU, GPU 1.5 ms plus
+/// its `grad`'s) with `grad` inside (1 ms CPU, 0.3–0.6 ms GPU: launch-bound); `step` and
+/// `load_batch` are not chosen. The final snapshot, run metadata normalised as the golden
+/// files' are.
+fn gpu_golden_run(fake: &support::CLibrary) -> Snapshot {
+    let (clock, mock) = Clock::mock();
+    let (dispatch, guard) =
+        support::install(builder(fake, "[forward],[backward],[grad]").with_clock(clock));
+    let us = |n: u64| mock.advance(Duration::from_micros(n));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..40 {
+            let _step = tracing::info_span!("step").entered();
+            tracing::info_span!("load_batch").in_scope(|| us(2_000));
+            {
+                let _on = spanprof::cuda::set_stream(0x1000);
+                tracing::info_span!("forward").in_scope(|| us(4_000));
+            }
+            tracing::info_span!("backward").in_scope(|| {
+                us(500);
+                tracing::info_span!("grad").in_scope(|| us(1_000));
+                us(500);
+            });
+        }
+    });
+    let mut snap = support::finish_snapshot(guard);
+    crate::golden::normalise(&mut snap);
+    snap
+}
+
+#[test]
+fn the_golden_gpu_profile_is_what_the_fake_driver_records() {
+    // Six records per step: forward's start and end, backward's start, grad's start and end,
+    // backward's end.
+    let advances: Vec<String> = (0..4)
+        .flat_map(|k| [0, FORWARD_US[k], 0, 1_000, GRAD_US[k], 500])
+        .map(|us| us.to_string())
+        .collect();
+    let fake = fake!("golden", &format!("ADVANCE_US={}\n", advances.join(",")));
+    let snap = gpu_golden_run(&fake);
+    // The script's figures, exactly.
+    let forward = gpu_of(&snap, "forward");
+    assert_eq!(forward.time.count, 40);
+    assert_eq!(forward.time.total_ns, 10 * 13_000 * 4 * 1_000);
+    let grad = gpu_of(&snap, "grad");
+    assert_eq!(grad.time.total_ns, 10 * 1_800 * 1_000);
+    let backward = gpu_of(&snap, "backward");
+    assert_eq!(
+        backward.time.total_ns,
+        40 * 1_500 * 1_000 + grad.time.total_ns
+    );
+    assert!(support::span(&snap, "load_batch").gpu_time.is_none());
+    assert!(support::span(&snap, "step").gpu_time.is_none());
+    let path = crate::golden::data_dir().join(GPU_PROFILE);
+    if crate::golden::blessing() {
+        std::fs::write(&path, snap.to_json()).unwrap();
+        let _ = writeln!(
+            std::io::stderr(),
+            "SPANPROF_BLESS=1: wrote {}",
+            path.display()
+        );
+        return;
+    }
+    let golden = Snapshot::from_json(&std::fs::read_to_string(&path).unwrap(), GPU_PROFILE)
+        .unwrap_or_else(|e| {
+            panic!("{e}\n(refresh it with: SPANPROF_BLESS=1 cargo test --all-features --test it cuda_fake::)")
+        });
+    // Everything this run recorded; the spanprof version it was written by aside.
+    assert_eq!(snap.spans, golden.spans);
+    assert_eq!(snap.tree, golden.tree);
+    assert_eq!(snap.gpu_streams, golden.gpu_streams);
+    assert_eq!(snap.run.duration_ns, golden.run.duration_ns);
 }

@@ -45,13 +45,13 @@ macro_rules! info_span {
 const REPORT_FILE: &str = "golden-report.txt";
 const PROFILE_FILE: &str = "golden-profile.json";
 
-fn data_dir() -> PathBuf {
+pub(crate) fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")
         .join("data")
 }
 
-fn blessing() -> bool {
+pub(crate) fn blessing() -> bool {
     std::env::var_os("SPANPROF_BLESS").is_some_and(|v| v == "1")
 }
 
@@ -148,7 +148,7 @@ fn script(t: &Ticker) -> tracing::Span {
 }
 
 /// The fixed run metadata of the golden files (what differs between runs).
-fn normalise(snap: &mut Snapshot) {
+pub(crate) fn normalise(snap: &mut Snapshot) {
     snap.run.host = "golden-host".to_string();
     snap.run.pid = 4242;
     snap.run.command_line = vec!["golden".to_string()];

@@ -1444,3 +1444,64 @@ fn chromium_shows_the_own_cost_the_tree_and_the_metrics() {
         "1400,3600",
     );
 }
+
+/// The golden GPU profile (recorded against the fake CUDA driver): `forward`, `backward` and
+/// `grad` timed on the GPU, `step` and `load_batch` not.
+fn gpu_profile() -> Snapshot {
+    Snapshot::from_json(include_str!("../data/gpu-profile.json"), "gpu-profile.json").unwrap()
+}
+
+/// The GPU chart: a section only where some name was timed on the GPU, after the latency
+/// charts and before the tree; per timed name, the most GPU time first, a bar of GPU time per
+/// timed entry and one of busy time per entry, with the table's figures.
+#[test]
+fn chromium_draws_the_gpu_chart() {
+    assert!(!render(&golden()).contains("<section id=\"gpu\">"));
+    let snap = gpu_profile();
+    let html = render(&snap);
+    let (latency, gpu, tree) = (
+        html.find("<section id=\"latency\">").unwrap(),
+        html.find("<section id=\"gpu\">").unwrap(),
+        html.find("<section id=\"tree\">").unwrap(),
+    );
+    assert!(latency < gpu && gpu < tree);
+    let Some(chromium) = chromium("chromium_draws_the_gpu_chart") else {
+        return;
+    };
+    let page = write_page("gpu.html", &snap);
+    let dom = dom(&chromium, &page, "");
+    let bars = |kind: &str| -> Vec<(String, f64)> {
+        tags(&dom, "rect", &format!("class=\"gpu-bar {kind}\""))
+            .iter()
+            .map(|t| {
+                (
+                    attr(t, "data-name").unwrap(),
+                    attr(t, "data-ns").unwrap().parse().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let expected = |ns: &dyn Fn(&SpanStats) -> f64| -> Vec<(String, f64)> {
+        ["forward", "backward", "grad"]
+            .iter()
+            .map(|n| (n.to_string(), ns(snap.span(n).unwrap())))
+            .collect()
+    };
+    assert_eq!(
+        bars("gpu"),
+        expected(&|s| s.gpu_time.as_ref().unwrap().time.mean_ns)
+    );
+    assert_eq!(bars("busy"), expected(&|s| s.entry_busy.mean_ns));
+    // forward: 13.0 ms on the GPU per entry over 4.00 ms busy, as the console shows it.
+    let report = Table::new().to_string(&snap);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("forward ") && l.contains("13.0 ms") && l.contains("325.0%")),
+        "{report}"
+    );
+    assert!(dom.contains(">13.0 ms  325.0% of busy</text>"), "{dom}");
+    assert!(dom.contains(">4.00 ms</text>"));
+    assert!(dom.contains(">time per call</text>"));
+    screenshot(&chromium, &page, &out_dir().join("gpu.png"), "1400,1800");
+}

@@ -439,7 +439,7 @@ fn metrics_of_two_profiles_merge_exactly() {
 fn profiles_of_version_3_read_with_no_metrics() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/golden-profile.json"
+        "/tests/data/profile-v4-golden.json"
     );
     let v4 = std::fs::read_to_string(path).unwrap();
     assert!(v4.contains("\"version\": 4,"));

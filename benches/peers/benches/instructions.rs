@@ -33,7 +33,9 @@
 //! `scripts/instructions.sh` builds): `gpu_none` (a GPU span filter that chooses no span),
 //! `gpu_other` (one span name chosen, entered before the loop: the loop's spans are not),
 //! `gpu_timed` (the loop's span chosen: each entry records two events on the fake driver,
-//! whose `cuEventRecord` takes a mutex; the driver's own cost is not spanprof's).
+//! whose `cuEventRecord` takes a mutex; the driver's own cost is not spanprof's; a pool of
+//! `SPANS` pairs, each pair's events made and read back by a warm-up before the loop, and the
+//! bench fails if an entry of the loop was left untimed).
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) it runs one small case and returns.
 
@@ -130,11 +132,16 @@ fn main() {
                 "gpu_other" => "[other]",
                 _ => "[bench_span]",
             };
+            // `gpu_timed`: a pair per span of the loop, so that every entry is timed whether
+            // or not spanprof's thread has read the pairs yet (under valgrind it lags far
+            // behind: with the default pool most entries found none free, and were counted
+            // untimed instead).
             let (d, g) = spanprof(
                 builder()
                     .with_cuda_library(lib)
                     .with_gpu_spans(chosen)
-                    .expect("valid"),
+                    .expect("valid")
+                    .with_gpu_pool(spans as usize),
             );
             // The chosen name's callsite decided before the loop (the switch set).
             tracing::dispatcher::with_default(&d, || {
@@ -192,6 +199,28 @@ fn main() {
             }
         });
     }
+    // `gpu_timed`: every pair's events made before the loop (by one entry each, outside the
+    // counted loop), and read back by spanprof's thread, so the loop records events only.
+    if let (Some(guard), "gpu_timed") = (&guard, case.as_str()) {
+        let timed = || {
+            guard
+                .snapshot()
+                .span("bench_span")
+                .and_then(|s| Some(s.gpu_time.as_ref()?.time.count))
+                .unwrap_or(0)
+        };
+        tracing::dispatcher::with_default(&dispatch, || {
+            for _ in 0..spans {
+                tracing::info_span!("bench_span").in_scope(|| std::hint::black_box(()));
+            }
+        });
+        warm_up = spans;
+        let start = std::time::Instant::now();
+        while timed() < spans && start.elapsed() < std::time::Duration::from_secs(600) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(timed(), spans, "the warm-up's entries read back");
+    }
     // Spans of `bench_span` left out by sampling so far: the loop must leave out all but 1 in
     // 1024 (the back-off may step N back meanwhile: the count would then mix two costs).
     let left_out = |guard: &spanprof::ProfileGuard| {
@@ -222,8 +251,8 @@ fn main() {
             "scoped_in" | "filtered_in" => spans + 1,
             _ if nested => 3 * spans,
             "event_plain" | "event_metric" => 1,
-            // The span entered before the loop.
-            "gpu_none" | "gpu_other" | "gpu_timed" => spans + 1,
+            // The span entered before the loop (and the warm-up's).
+            "gpu_none" | "gpu_other" | "gpu_timed" => spans + 1 + warm_up,
             // Sampled: every span still counted.
             "sampled" => spans + warm_up,
             _ => spans,
@@ -234,6 +263,13 @@ fn main() {
             assert_eq!(traces.len(), 1, "{case}: the whole run's trace");
             let _ = std::fs::remove_dir_all(&trace_dir);
             return;
+        }
+        if case == "gpu_timed" {
+            let untimed = guard
+                .snapshot()
+                .span("bench_span")
+                .and_then(|s| Some(s.gpu_time.as_ref()?.untimed));
+            assert_eq!(untimed, Some(0), "every entry of the loop timed on the GPU");
         }
         if case == "sampled" {
             let skipped = left_out(&guard) - left_out_before;

@@ -15,6 +15,16 @@
 //! its spans has run, its short leaf spans are sampled 1 in N, and its best round is the cost
 //! of a span left out by sampling.
 //!
+//! With the `cuda` feature and `CUDA_LIB` naming a CUDA driver (the fake one of the tests,
+//! `cc -shared -fPIC -O2 -o /tmp/libcuda.so.1 tests/fake_cuda/fake_cuda.c -lpthread -ldl`),
+//! two more rows of GPU time per span, `basic` otherwise: `spanprof_gpu_other`, the loop's
+//! spans not chosen while another name is (`[other]`, entered before the rounds), and
+//! `spanprof_gpu_timed`, the loop's spans chosen (two events recorded per entry, on the fake
+//! driver a `cuEventRecord` that takes a mutex; the driver's own cost is not spanprof's), with
+//! pools of `GPU_POOL` event pairs per thread (131072 by default) so that spanprof's thread,
+//! reading completed pairs every 10 ms, keeps up with the loop: the entries left untimed (a
+//! pool found empty) are printed before the tables.
+//!
 //! Then the traced rows: spanprof `basic` with its trace layer, every span inside a trace window
 //! (one window per round, `TRACE_SPANS` flat spans in it, 20000 by default), written by
 //! tracing-chrome (`traced_by_chrome`) and by tracing-perfetto-file (`traced_by_perfetto`):
@@ -103,6 +113,40 @@ fn traced_round(
     (ns, (process_cpu_ns() - cpu) as f64 / n as f64)
 }
 
+/// The rows of GPU time per span, against the CUDA driver at `CUDA_LIB` (none without it):
+/// the loop's spans not chosen while `other` is, and chosen. Returns their guards, by case.
+#[cfg(feature = "cuda")]
+fn gpu_cases(
+    builder: impl Fn() -> spanprof::Builder,
+    cases: &mut Vec<(&'static str, tracing::Dispatch)>,
+) -> Vec<(&'static str, spanprof::ProfileGuard)> {
+    let Some(lib) = std::env::var_os("CUDA_LIB") else {
+        println!("SKIPPED: the GPU rows need CUDA_LIB, a CUDA driver (the fake one: see the doc)");
+        return Vec::new();
+    };
+    let pool = env("GPU_POOL", 1 << 17) as usize;
+    let mut guards = Vec::new();
+    for (name, chosen) in [
+        ("spanprof_gpu_other", "[other]"),
+        ("spanprof_gpu_timed", "[bench_span],[a],[b],[c]"),
+    ] {
+        let (dispatch, guard) = spanprof(
+            builder()
+                .with_cuda_library(&lib)
+                .with_gpu_spans(chosen)
+                .expect("valid")
+                .with_gpu_pool(pool),
+        );
+        // A chosen name's callsite decided before the rounds (the switch set).
+        tracing::dispatcher::with_default(&dispatch, || {
+            tracing::info_span!("other").in_scope(|| ());
+        });
+        cases.push((name, dispatch));
+        guards.push((name, guard));
+    }
+    guards
+}
+
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -134,7 +178,8 @@ fn main() {
     // `bench_span` (a short leaf) is sampled 1 in 1024, so its best round is what a span left
     // out by sampling costs.
     let (sampled, sampled_guard) = spanprof(builder().with_max_overhead(Some(0.01)));
-    let cases = [
+    #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
+    let mut cases = Vec::from([
         ("registry_identity", common::floor()),
         ("spanprof_basic", basic),
         ("spanprof_basic_no_tree", no_tree),
@@ -143,7 +188,9 @@ fn main() {
         ("spanprof_off", off),
         ("spanprof_detailed", detailed),
         ("spanprof_sampled", sampled),
-    ];
+    ]);
+    #[cfg(feature = "cuda")]
+    let gpu_guards = gpu_cases(builder, &mut cases);
     // Per case: every round's flat, nested and two-thread figures.
     let mut rounds_of = vec![(Vec::new(), Vec::new(), Vec::new()); cases.len()];
     for _ in 0..rounds {
@@ -227,6 +274,20 @@ fn main() {
         .span("bench_span")
         .and_then(|s| Some(s.sampled.as_ref()?.every));
     println!("spanprof_sampled: bench_span sampled 1 in {every:?} by the back-off (max 0.01%)");
+    #[cfg(feature = "cuda")]
+    for (case, guard) in gpu_guards {
+        let handle = guard.handle();
+        guard.finish().expect("GPU case finished");
+        let snap = handle.snapshot();
+        for name in ["bench_span", "a", "b", "c"] {
+            if let Some(g) = snap.span(name).and_then(|s| s.gpu_time.as_ref()) {
+                println!(
+                    "{case}: {name} {} entries timed on the GPU, {} untimed, {} abandoned",
+                    g.time.count, g.untimed, g.abandoned
+                );
+            }
+        }
+    }
     for (which, at) in [("best", 0.0), ("median", 0.5)] {
         let pick = |v: &[f64]| {
             let mut v = v.to_vec();

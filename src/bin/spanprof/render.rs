@@ -621,6 +621,7 @@ mod tests {
         let forward = new.spans.iter_mut().find(|s| s.name == "forward").unwrap();
         forward.calls += 10;
         let mut options = CompareOptions::default();
+        options.metric = spanprof::analysis::Measure::P50;
         options.thresholds = vec![(spanprof::analysis::Measure::P99, 1.0)];
         let c = spanprof::analysis::compare(&[base], &[new], &options);
         let text = comparison(&c, &options, TextFormat::Text);
@@ -653,6 +654,7 @@ mod tests {
         );
         let mut options = CompareOptions::default();
         options.min_calls = 1;
+        options.metric = spanprof::analysis::Measure::P50;
         let c = spanprof::analysis::compare(&[base], &[new], &options);
         let text = comparison(&c, &options, TextFormat::Markdown);
         let line = result(&text);

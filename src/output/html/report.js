@@ -315,6 +315,64 @@
     draw();
   }
 
+  // --- GPU time per call: per span name timed on the GPU, its GPU time per timed entry beside
+  // its busy (CPU-side) time per entry, on one linear axis; the most GPU time first.
+  function gpuChart(node) {
+    var spans = data.spans.filter(function (s) { return s.gpu; }).sort(function (a, b) {
+      return b.gpu.total_ns - a.gpu.total_ns;
+    });
+    var showAll = false;
+    var holder = el("div");
+    node.appendChild(holder);
+    var button = el("button", { type: "button" });
+    if (spans.length > TOP_BARS) {
+      var c = el("div", { "class": "controls" });
+      c.appendChild(button);
+      node.appendChild(c);
+    }
+    var kinds = [["gpu", "#59a14f"], ["busy", "#4e79a7"]];
+    function draw() {
+      holder.textContent = "";
+      var shown = showAll ? spans : spans.slice(0, TOP_BARS);
+      button.textContent = showAll ? "Show the top " + TOP_BARS : "Show all " + spans.length;
+      var width = widthOf(node, 1300), labelW = Math.min(300, Math.max(160, width * 0.22)), rowH = 40;
+      var box = { x: labelW + 8, y: 8, w: width - labelW - 8 - 260, h: rowH * shown.length };
+      var svg = svgEl("svg", { width: width, height: box.h + 52, "class": "gpu", role: "img",
+        "aria-label": "GPU time beside busy time per call" });
+      var max = Math.max.apply(null, shown.map(function (s) {
+        return Math.max(s.gpu.mean_ns, s.gpu.busy_mean_ns);
+      }).concat([1]));
+      var ticks = niceTicks(0, max, 6).map(function (t) {
+        return { pos: box.x + box.w * t / max, label: fmtTime(t, true) };
+      }).filter(function (t) { return t.pos <= box.x + box.w + 0.5; });
+      axes(svg, box, ticks, [], "time per call", null);
+      shown.forEach(function (s, i) {
+        var g = s.gpu, y0 = box.y + i * rowH;
+        var label = svgEl("text", { x: labelW, y: y0 + rowH / 2 + 4, "text-anchor": "end", "class": "bar-label" },
+          truncate(s.label, 42));
+        tooltip(label, s.label + " (" + s.target + ")");
+        svg.appendChild(label);
+        [[g.mean_ns, g.mean_shown + " GPU per timed entry (" + calls(g.calls) + ", " + g.total_shown + " in all)"],
+          [g.busy_mean_ns, g.busy_mean_shown + " busy per entry (" + calls(s.calls) + ")"]].forEach(function (v, j) {
+          var y = y0 + 5 + j * 15, w = Math.max(box.w * v[0] / max, 1);
+          var bar = svgEl("rect", { "class": "gpu-bar " + kinds[j][0], x: box.x, y: y, width: w, height: 12,
+            fill: kinds[j][1], "data-name": s.label, "data-ns": v[0] });
+          tooltip(bar, s.label + ": " + v[1]);
+          svg.appendChild(bar);
+          svg.appendChild(svgEl("text", { "class": "value", x: box.x + w + 6, y: y + 10 },
+            j === 0 ? g.mean_shown + "  " + g.busy_pct_shown + " of busy" : g.busy_mean_shown));
+        });
+      });
+      holder.appendChild(svg);
+      holder.appendChild(legend([
+        { color: kinds[0][1], text: "GPU time per timed entry (CUDA events on its stream)" },
+        { color: kinds[1][1], text: "busy time per entry (enter to exit, CPU side)" }
+      ]));
+    }
+    button.addEventListener("click", function () { showAll = !showAll; draw(); });
+    draw();
+  }
+
   // --- Resources over time: one line chart per unit.
   function timelineCharts(node) {
     var t = data.timeline.t_s;
@@ -438,6 +496,7 @@
   run("chart-self", selfTimeChart);
   run("chart-latency", latencyChart);
   run("chart-instances", instancesChart);
+  run("chart-gpu", gpuChart);
   if (data.timeline) run("chart-resources", timelineCharts);
   table();
 })();
