@@ -795,15 +795,15 @@ fn side_values<T>(
             .collect()
     };
     let [base, new] = sides.map(logs);
+    if base.iter().all(Vec::is_empty) {
+        return sides.map(|runs| runs.iter().map(|(_, t)| value(t)).collect());
+    }
     let reference: Vec<f64> = (0..TYPICAL_QUANTILES.len())
         .map(|q| {
             let at: Vec<f64> = base.iter().filter_map(|run| run.get(q).copied()).collect();
             median(&at)
         })
         .collect();
-    if base.iter().all(Vec::is_empty) {
-        return sides.map(|runs| runs.iter().map(|(_, t)| value(t)).collect());
-    }
     let of = |run: &Vec<f64>| -> f64 {
         if run.is_empty() {
             return 0.0;
@@ -824,7 +824,7 @@ fn sides_of<T>(
     sampled_every: impl Fn(&T) -> Option<u32>,
 ) -> [Side; 2] {
     let values = side_values(sides, metric, value, busy);
-    let mut out = [0, 1].map(|i| {
+    [0, 1].map(|i| {
         let runs = sides[i];
         Side {
             sampled_every: runs.iter().filter_map(|(_, t)| sampled_every(t)).max(),
@@ -834,9 +834,7 @@ fn sides_of<T>(
                 runs.iter().map(|(_, t)| calls(t)).min().unwrap_or(0),
             )
         }
-    });
-    out.iter_mut().for_each(|s| s.values.shrink_to_fit());
-    out
+    })
 }
 
 /// The runs of each side that have a metric (`has`), or `None` where a side has none: the
