@@ -287,9 +287,14 @@ fn spanprof_profiles_what_envfilter_enables() {
 #[test]
 fn envfilter_alone_enables_the_same_spans() {
     // The same decisions with `EnvFilter` the only per-layer filter of its subscriber (its
-    // callsite answers cached, levels above its maximum never created). Except one case, see
-    // `a_directive_level_caps_the_spans_it_names`.
-    for directives in DIRECTIVES.iter().filter(|d| **d != "[work{n=1}]=info") {
+    // callsite answers cached, levels above its maximum never created). Except where a span
+    // directive's level is below a span it names (`[work{n=1}]=info` names a `debug` span,
+    // `[{items}]=info` `debug` and `trace` ones): alone, `EnvFilter` answers "always" for such a
+    // callsite and `tracing` then skips `enabled`, so only the global maximum level keeps the
+    // span out, and the other tests' dispatchers alive at that moment raise it. See
+    // `a_directive_level_caps_the_spans_it_names` for what spanprof does.
+    const CACHED_ANSWER: &[&str] = &["[work{n=1}]=info", "[{items}]=info"];
+    for directives in DIRECTIVES.iter().filter(|d| !CACHED_ANSWER.contains(d)) {
         let (reference, _) = run_beside(directives);
         assert_eq!(
             reference_alone(directives),
