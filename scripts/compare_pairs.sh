@@ -18,6 +18,7 @@
 # the slowdown to catch (a threshold near the change to catch misses it half the time).
 #
 # LOAD=busy starts one spinning process per core (`nproc`) for the runs and kills them after.
+# KEEP=DIR keeps the profiles there (DIR/LOAD-PAIR-KINDRUN/profile.json) for a later look.
 # Needs python3 (reads `compare --format json`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,13 +32,14 @@ THRESHOLDS=${THRESHOLDS:-15 10}
 cargo build --quiet --release --features cli --example training_loop --bin spanprof
 example=target/release/examples/training_loop
 spanprof=target/release/spanprof
-dir=$(mktemp -d)
+dir=${KEEP:-$(mktemp -d)}
+mkdir -p "$dir"
 spinners=()
 stop_load() {
   if [ ${#spinners[@]} -gt 0 ]; then kill "${spinners[@]}" 2>/dev/null || true; fi
   spinners=()
 }
-trap 'stop_load; rm -rf "$dir"' EXIT
+trap 'stop_load; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 
 start_load() {
   for _ in $(seq 1 "$(nproc)"); do

@@ -22,17 +22,17 @@
 //! - a side's value is the median of its runs' values and its *spread* the largest minus the
 //!   smallest of them (each divided by its run's factor);
 //! - a change beyond `+threshold` is a regression, below `−threshold` an improvement,
-//!   otherwise unchanged; the plain change of the medians must be beyond the threshold the same
-//!   way too ([`Evidence::PlainChangeWithin`] otherwise): the run-wide shift takes false changes
-//!   out, it never makes one (a busier machine stretches long spans more than short ones, so a
-//!   short span that kept its time would stand out beside a run that got faster);
+//!   otherwise unchanged;
 //! - with **two or more runs on each side**, a change beyond the threshold counts only if the
-//!   shift of the medians is also larger than the spread of either side (the runs of one side
-//!   do not overlap the other's): otherwise it is [`Verdict::WithinNoise`]. This is the rule of
-//!   criterion's "change within noise threshold" and Bencher's thresholds, made of the runs'
-//!   own spread rather than a fixed noise figure;
-//! - with **one run on a side**, there is no spread to compare with: the threshold alone
-//!   decides, and the comparison is marked low-confidence ([`Comparison::low_confidence`]);
+//!   runs of the two sides do not overlap: every new run (divided by its factor) beyond every
+//!   baseline run, the way of the change. Otherwise it is [`Verdict::WithinNoise`]: the runs'
+//!   own spread, rather than a fixed noise figure, says what the noise is;
+//! - with **one run on a side**, there is no spread to compare with: the threshold decides, the
+//!   plain change of the two runs must be beyond it the same way too
+//!   ([`Evidence::PlainChangeWithin`] otherwise), and the comparison is marked low-confidence
+//!   ([`Comparison::low_confidence`]). The run-wide shift of one run is a guess: a busier
+//!   machine stretches long spans more than short ones, so beside one run that got faster a
+//!   short span that kept its time would stand out;
 //! - a change must also move the value by at least `min_shift_ns` (1 µs by default): spans of
 //!   a few microseconds move by more than any threshold with the caches and the neighbours of
 //!   a shared machine;
@@ -416,8 +416,8 @@ impl CompareOptions {
 pub enum Verdict {
     /// Slower (or more) beyond the threshold and the noise: fails a CI check.
     Regression,
-    /// Beyond the threshold, but not beyond the spread between runs of a side (or, for the
-    /// run-wide shift, one run on a side: not judged).
+    /// Beyond the threshold, but the runs of the two sides overlap (or, for the run-wide
+    /// shift, one run on a side: not judged).
     WithinNoise,
     /// Faster (or fewer) beyond the threshold and the noise.
     Improvement,
@@ -448,18 +448,19 @@ pub enum Evidence {
     TooFewCalls,
     /// The change, relative to the run-wide shift, is within the threshold.
     WithinThreshold,
-    /// Beyond the threshold beside the run-wide shift, but the plain change of the medians is
-    /// not beyond it the same way: the shift of the rest of the run alone made the change (a
-    /// short span that kept its time while a busier machine stretched the long ones).
+    /// One run on a side: beyond the threshold beside the run-wide shift, but the plain change
+    /// is not beyond it the same way: the shift of the rest of the run alone made the change
+    /// (a short span that kept its time while a busier machine stretched the long ones).
     PlainChangeWithin,
     /// Beyond the threshold, but it moves the value by less than `min_shift_ns`.
     BelowMinShift,
-    /// Beyond the threshold, but the shift is not larger than the spread between the runs of
-    /// a side (each run divided by its run-wide factor).
+    /// Beyond the threshold, but the runs of the two sides overlap (each run divided by its
+    /// run-wide factor): some new run is not beyond every baseline run.
     WithinSpread,
-    /// Beyond the threshold and beyond the spread of either side (two or more runs per side).
+    /// Beyond the threshold, and every new run beyond every baseline run (two or more runs per
+    /// side).
     BeyondThresholdAndSpread,
-    /// Beyond the threshold, one run on a side: the threshold alone decides (low confidence).
+    /// Beyond the threshold, and the plain change too, with one run on a side (low confidence).
     BeyondThreshold,
     /// The run-wide shift with one run on a side: not judged, as one run per side cannot tell
     /// a busier machine from a change that slows everything.
@@ -590,8 +591,8 @@ impl TimingChange {
 /// judged beside it: each run's values are divided by its factor.
 ///
 /// Its own rule: beyond [`RunWide::THRESHOLD_FACTOR`] × the default metric's threshold, with
-/// two or more runs per side, and every run of one side beyond every run of the other (the factors' shift larger than the
-/// spread of either side), it is a regression (or an improvement); with one run on a side it is
+/// two or more runs per side, and every run of one side beyond every run of the other (their
+/// factors do not overlap), it is a regression (or an improvement); with one run on a side it is
 /// reported and not judged ([`Evidence::OneRunPerSide`]).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -916,21 +917,13 @@ fn run_wide(f: &Factors, metric: Measure, several: bool, options: &CompareOption
     let threshold_pct = RunWide::THRESHOLD_FACTOR * options.threshold_for(metric);
     let shift = median(&f.new) - median(&f.base);
     let ratio = shift.exp();
-    let spread = |logs: &[f64]| {
-        let (lo, hi) = min_max(logs);
-        if logs.is_empty() {
-            0.0
-        } else {
-            hi - lo
-        }
-    };
     let (verdict, decided_by) = if f.names < RunWide::MIN_NAMES {
         (Verdict::Unchanged, Evidence::TooFewNames)
     } else if (ratio - 1.0).abs() * 100.0 <= threshold_pct {
         (Verdict::Unchanged, Evidence::WithinThreshold)
     } else if !several {
         (Verdict::WithinNoise, Evidence::OneRunPerSide)
-    } else if shift.abs() <= spread(&f.base).max(spread(&f.new)) {
+    } else if !separated(&f.base, &f.new, ratio > 1.0) {
         (Verdict::WithinNoise, Evidence::WithinSpread)
     } else if ratio > 1.0 {
         (Verdict::Regression, Evidence::BeyondThresholdAndSpread)
@@ -1137,21 +1130,26 @@ fn judge_timing<'f>(
     let relative_ratio = ratio(base_relative.median, new_relative.median);
     let plain_ratio = ratio(bs.median, ns.median);
     let shift = (new_relative.median - base_relative.median).abs();
-    let spread = base_relative.spread.max(new_relative.spread);
     let beyond = |r: f64| (r - 1.0).abs() * 100.0 > p.threshold_pct;
-    // The plain change must show it too, the same way: the run-wide shift takes false changes
-    // out, it never makes one.
+    // With one run per side, the plain change must show it too, the same way: there the
+    // run-wide shift takes false changes out, it never makes one.
     let plain_agrees = beyond(plain_ratio) && (plain_ratio > 1.0) == (relative_ratio > 1.0);
     let (verdict, decided_by) =
         if bs.min_calls < options.min_calls || ns.min_calls < options.min_calls {
             (Verdict::TooFewCalls, Evidence::TooFewCalls)
         } else if !beyond(relative_ratio) {
             (Verdict::Unchanged, Evidence::WithinThreshold)
-        } else if !plain_agrees {
+        } else if !several && !plain_agrees {
             (Verdict::Unchanged, Evidence::PlainChangeWithin)
         } else if shift < options.min_shift_ns {
             (Verdict::Unchanged, Evidence::BelowMinShift)
-        } else if several && shift <= spread {
+        } else if several
+            && !separated(
+                &base_relative.values,
+                &new_relative.values,
+                relative_ratio > 1.0,
+            )
+        {
             (Verdict::WithinNoise, Evidence::WithinSpread)
         } else {
             let evidence = if several {
@@ -1219,6 +1217,17 @@ fn judge_count(
         new: median(&nv),
         verdict,
     })
+}
+
+/// Whether every new value is beyond every baseline value the way of the change (above them
+/// when `up`, below otherwise): the runs of the two sides do not overlap.
+fn separated(base: &[f64], new: &[f64], up: bool) -> bool {
+    let ((base_lo, base_hi), (new_lo, new_hi)) = (min_max(base), min_max(new));
+    if up {
+        new_lo > base_hi
+    } else {
+        new_hi < base_lo
+    }
 }
 
 fn ratio(base: f64, new: f64) -> f64 {
@@ -1401,8 +1410,37 @@ mod tests {
         }
     }
 
-    /// A machine busier during the baseline stretched the long spans and not the short ones:
-    /// beside the run the short ones look slower, but their plain change does not show it.
+    /// The new runs ran on a machine 35 % faster, and `name` got 20 % slower: its plain change
+    /// is −22 %. With several runs per side, beside the run and beyond every baseline run, it
+    /// is a regression; one run per side needs the plain change to show it too.
+    #[test]
+    fn a_slowdown_hidden_by_a_faster_machine_is_caught_with_several_runs() {
+        let b = base();
+        let name = busiest(&b);
+        let opts = CompareOptions::default();
+        let jitter = |f: f64| [0.98, 1.0, 1.02].map(|j| f * j);
+        let base_runs = jitter(1.0).map(|f| machine(&b, f, "", 1.0));
+        let new_runs = jitter(0.65).map(|f| machine(&b, f, &name, 1.2));
+        let c = compare(&base_runs, &new_runs, &opts);
+        let t = c.timings.iter().find(|t| t.name == name).unwrap();
+        assert!((t.change_pct() + 22.0).abs() < 2.0, "{t:?}");
+        assert!((t.relative_change_pct() - 20.0).abs() < 2.0, "{t:?}");
+        assert_eq!(
+            (t.verdict, t.decided_by),
+            (Verdict::Regression, Evidence::BeyondThresholdAndSpread)
+        );
+        assert_eq!(c.run_wide.verdict, Verdict::Improvement, "{:?}", c.run_wide);
+        let c = compare(&base_runs[..1], &new_runs[..1], &opts);
+        let t = c.timings.iter().find(|t| t.name == name).unwrap();
+        assert_eq!(
+            (t.verdict, t.decided_by),
+            (Verdict::Unchanged, Evidence::PlainChangeWithin)
+        );
+    }
+
+    /// One run per side, a machine busier during the baseline stretched the long spans and not
+    /// the short ones: beside the run the short ones look slower, but their plain change does
+    /// not show it.
     #[test]
     fn a_change_beside_the_run_that_the_plain_change_does_not_show_is_no_regression() {
         let b = base();
@@ -1530,22 +1568,32 @@ mod tests {
     }
 
     #[test]
-    fn several_runs_need_a_shift_beyond_the_spread() {
+    fn several_runs_need_every_new_run_beyond_every_baseline_run() {
         let b = base();
         let name = busiest(&b);
         let opts = p50_options();
-        // Base runs spread over ±15 %: a 20 % shift of the median is within their noise.
-        let noisy = [scaled(&b, &name, 0.85), b.clone(), scaled(&b, &name, 1.15)];
         let new = [
             scaled(&b, &name, 1.18),
             scaled(&b, &name, 1.2),
             scaled(&b, &name, 1.22),
         ];
+        // A baseline run as slow as a new one: a 20 % shift of the medians is within the noise.
+        let noisy = [scaled(&b, &name, 0.85), b.clone(), scaled(&b, &name, 1.19)];
         let c = compare(&noisy, &new, &opts);
         assert!(!c.low_confidence);
         assert_eq!(verdict_of(&c, &name), Verdict::WithinNoise);
+        let t = c.timings.iter().find(|t| t.name == name).unwrap();
+        assert_eq!(t.decided_by, Evidence::WithinSpread);
         assert!(!c.regressed());
-        // Tight base runs: the same shift is a regression.
+        // Runs spread wider than the shift, yet every new one slower than every baseline one:
+        // a regression.
+        let wide = [scaled(&b, &name, 0.75), b.clone(), scaled(&b, &name, 1.02)];
+        let c = compare(&wide, &new, &opts);
+        assert_eq!(verdict_of(&c, &name), Verdict::Regression);
+        let t = c.timings.iter().find(|t| t.name == name).unwrap();
+        assert!(t.base.spread > t.new.median - t.base.median, "{t:?}");
+        assert_eq!(t.decided_by, Evidence::BeyondThresholdAndSpread);
+        // Tight base runs: a regression, with their spread reported.
         let tight = [scaled(&b, &name, 0.99), b.clone(), scaled(&b, &name, 1.01)];
         let c = compare(&tight, &new, &opts);
         assert_eq!(verdict_of(&c, &name), Verdict::Regression);

@@ -350,6 +350,49 @@ fn compare_flags_the_slowdown_and_names_forward() {
 }
 
 #[test]
+fn the_guides_policy_file_is_read_as_written() {
+    // The example of docs/cli-and-ci.md, "A policy file", as a user copies it.
+    let guide = include_str!("../../docs/cli-and-ci.md");
+    let section = &guide[guide.find("### A policy file").unwrap()..];
+    let start = section.find("```toml\n").unwrap() + "```toml\n".len();
+    let example = &section[start..start + section[start..].find("```").unwrap()];
+    let dir = support::temp_dir("cli-guide-policy");
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, example).unwrap();
+    let out = spanprof(&[
+        "compare",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--format",
+        "json",
+        "cli-base.json",
+        "--",
+        "cli-base.json",
+    ]);
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["options"]["metric"], "typical");
+    assert_eq!(json["options"]["threshold_pct"], 15.0);
+    assert_eq!(json["options"]["min_shift_ns"], 1000.0);
+    // Its budget: train_step's p99 against 40 ms, whatever the run holds.
+    let budget = &json["budgets"][0];
+    assert_eq!(budget["name"], "train_step");
+    assert_eq!(budget["max_ns"], 40e6);
+    let p99 = read("cli-base.json").span("train_step").unwrap().entry_busy.p99_ns as f64;
+    assert_eq!(budget["within"], p99 < 40e6);
+    // Its `[thresholds]` entry: p99 judged for every name beside the default metric.
+    let metrics: Vec<&str> = json["timings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] == "forward")
+        .map(|t| t["metric"].as_str().unwrap())
+        .collect();
+    assert_eq!(metrics, ["typical", "p99"]);
+}
+
+#[test]
 fn compare_policy_thresholds_and_budgets() {
     let dir = support::temp_dir("cli-policy");
     std::fs::create_dir_all(&dir).unwrap();

@@ -60,9 +60,9 @@ enum Command {
     /// `--`: everything after it is a new run). Without `--`, exactly two profiles.
     ///
     /// Timing: per span name, the median of each side's runs; a change beyond the threshold
-    /// (and --min-shift) is a regression, but with two or more runs per side only if the shift of the medians
-    /// is larger than the spread (max - min) of either side's runs; with one run per side the
-    /// verdict is low-confidence. Span names with fewer than --min-calls calls in a run are
+    /// (and --min-shift), each run beside the run-wide shift, is a regression, but with two or
+    /// more runs per side only if every new run is beyond every baseline run; with one run per
+    /// side the plain change must show it too, and the verdict is low-confidence. Span names with fewer than --min-calls calls in a run are
     /// not judged. Calls, instances and allocations are compared exactly. Where every run has
     /// the call tree, each call path (root;...;leaf) is judged too, by its leaf name's rule on
     /// busy and self time per instance. Exit status 1 on a regression of a name or a path.

@@ -154,8 +154,8 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
     if c.low_confidence {
         let _ = writeln!(
             f,
-            "low confidence: one run on a side, so the threshold alone decides (give 2 or more runs \
-             per side to compare the change with the spread between runs)"
+            "low confidence: one run on a side, so no spread between runs to judge a change against \
+             (give 2 or more runs per side)"
         );
     }
     let _ = writeln!(f, "{}", run_wide_line(&c.run_wide));
