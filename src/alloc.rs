@@ -315,6 +315,40 @@ pub(crate) fn thread_heap() -> Option<HeapCounters> {
         .ok()
 }
 
+/// spanprof's own state, made in [`untracked`] sections, and freed in one too when it is
+/// dropped: a free counted of memory whose allocation was not would move the process figure
+/// down by its size (a profile dropped took hundreds of KiB off it).
+pub(crate) struct Own<T>(std::mem::ManuallyDrop<T>);
+
+impl<T> Own<T> {
+    /// What `make` makes, its allocations not counted, to be dropped without counting its
+    /// frees. What the value grows later must be made in [`untracked`] sections too.
+    pub(crate) fn make(make: impl FnOnce() -> T) -> Self {
+        Self(std::mem::ManuallyDrop::new(untracked(make)))
+    }
+}
+
+impl<T> std::ops::Deref for Own<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Own<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+impl<T> Drop for Own<T> {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here; `self.0` is not used after.
+        untracked(|| unsafe { std::mem::ManuallyDrop::drop(&mut self.0) });
+    }
+}
+
 /// The process-wide net heap, batched (see [`HeapCounters::PROCESS_GRANULARITY_BYTES`]).
 pub(crate) fn global_heap_bytes() -> Option<i64> {
     installed().then(|| PROCESS_NET.load(Relaxed))

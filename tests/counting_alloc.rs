@@ -228,3 +228,48 @@ fn a_span_that_allocates_nothing_shows_no_allocation() {
         "{heap:?}"
     );
 }
+
+/// spanprof's own memory is left out of the heap figures both ways: what it allocates for a
+/// profile (histograms, per-thread shards, names) is not counted, and neither is its freeing
+/// when the profile is dropped, so the process figure ends where it started.
+#[test]
+fn a_profile_dropped_leaves_the_process_heap_where_it_was() {
+    // Other tests allocate concurrently: the same slack as `process_view_follows_…`.
+    let slack = 64 * HeapCounters::PROCESS_GRANULARITY_BYTES as i64 + (4 << 20);
+    let before = HeapCounters::process_net_bytes().unwrap();
+    // 64 names on 4 threads, every histogram over its whole range: tens of MiB of spanprof's
+    // own, made and freed.
+    let snapshot = snapshot_bytes(64, 4);
+    let after = HeapCounters::process_net_bytes().unwrap();
+    assert!(snapshot > 16 << 20, "{snapshot}");
+    assert!(
+        (after - before).abs() < slack,
+        "before {before}, after {after}: {} MiB",
+        (after - before) >> 20
+    );
+}
+
+/// spanprof's own threads (here each profile's worker, which makes its snapshots) hand the
+/// process figure their last unflushed change when they exit: profiles made and dropped one
+/// after another leave it where it was.
+#[test]
+fn profiles_made_and_dropped_leave_the_process_heap_where_it_was() {
+    let slack = 64 * HeapCounters::PROCESS_GRANULARITY_BYTES as i64 + (4 << 20);
+    let before = HeapCounters::process_net_bytes().unwrap();
+    for _ in 0..200 {
+        let (dispatch, guard) = support::install(spanprof::ProfileLayer::builder());
+        tracing::dispatcher::with_default(&dispatch, || {
+            for _ in 0..100 {
+                tracing::info_span!("step").in_scope(|| black_box(0u64));
+            }
+        });
+        let snapshot = support::finish_snapshot(guard);
+        assert_eq!(support::span(&snapshot, "step").calls, 100);
+    }
+    let after = HeapCounters::process_net_bytes().unwrap();
+    assert!(
+        (after - before).abs() < slack,
+        "before {before}, after {after}: {} KiB",
+        (after - before) >> 10
+    );
+}

@@ -52,6 +52,8 @@ use resources::{
     entry_figures, instance_figures_into, EntryFigures, EntryMark, InstanceFigures, MarkCell,
 };
 use shards::{bump, with_local, Frame, Local, NameStats, Shards, MARK_READINGS};
+
+use crate::alloc::Own;
 use spans::{Slot, SlotIn};
 use spans::{
     SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, FLAG_ERRORED, FLAG_MARKED, FLAG_SHARED,
@@ -89,11 +91,11 @@ pub(crate) struct Recorder {
     available: Resources,
     clock: Clock,
     /// Open spans, with the readings taken when they opened kept beside their slots.
-    table: SpanTable<MarkCell>,
-    names: Names,
+    table: Own<SpanTable<MarkCell>>,
+    names: Own<Names>,
     /// Event callsites' metric fields, and the metrics known.
-    events: EventSites,
-    shards: Arc<Shards>,
+    events: Own<EventSites>,
+    shards: Own<Arc<Shards>>,
     start_raw: u64,
     start_wall: SystemTime,
     dropped_table_full: AtomicU64,
@@ -103,7 +105,7 @@ pub(crate) struct Recorder {
     timeline: Arc<Timeline>,
     settings: RunSettings,
     /// The call tree, when it is recorded.
-    tree: Option<tree::Tree>,
+    tree: Own<Option<tree::Tree>>,
     /// Span names the back-off samples 1 in N (`sampling`).
     sampling: sampling::Sampling,
     /// spanprof's own costs (`record/overhead.rs`).
@@ -183,15 +185,15 @@ impl Recorder {
             start_raw,
             start_wall: SystemTime::now(),
             clock,
-            table: SpanTable::new(),
-            names: Names::new(),
-            events: EventSites::new(),
-            shards: Arc::new(Shards::default()),
+            table: Own::make(SpanTable::new),
+            names: Own::make(Names::new),
+            events: Own::make(EventSites::new),
+            shards: Own::make(|| Arc::new(Shards::default())),
             dropped_table_full: AtomicU64::new(0),
             dropped_too_many_names: AtomicU64::new(0),
             readings,
             timeline,
-            tree: settings.tree.then(tree::Tree::new),
+            tree: Own::make(|| settings.tree.then(tree::Tree::new)),
             sampling: sampling::Sampling::new(),
             settings,
             probing,
@@ -1815,7 +1817,7 @@ mod tests {
         let mut rec = Recorder::standalone(Clock::new(), Resources::NONE, Costs::default());
         // The bound made reachable: the first segment only, 4096 slots (the whole table's 12
         // segments are 1 GiB).
-        rec.table = SpanTable::with_segments(1);
+        rec.table = Own::make(|| SpanTable::with_segments(1));
         let meta = test_callsite::leak(&[], tracing_core::metadata::Kind::SPAN);
         let decision = rec.decide(meta, false);
         let values = meta.fields().value_set(&[]);

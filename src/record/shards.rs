@@ -402,9 +402,11 @@ impl Shards {
                 return shard.clone();
             }
         }
-        let shard = Arc::new(Shard::default());
-        list.push(shard.clone());
-        shard
+        crate::alloc::untracked(|| {
+            let shard = Arc::new(Shard::default());
+            list.push(shard.clone());
+            shard
+        })
     }
 
     pub(crate) fn all(&self) -> Vec<Arc<Shard>> {
@@ -648,14 +650,17 @@ impl Drop for Locals {
         // None of this thread's states is reachable through the fast path any more.
         FAST_INSTANCE.with(|i| i.set(NO_INSTANCE));
         FAST_LOCAL.with(|l| l.set(std::ptr::null_mut()));
-        for local in self.0.drain(..) {
-            if local.stack.is_empty() {
-                continue;
+        // spanprof's own memory, freed as it was made: uncounted.
+        crate::alloc::untracked(|| {
+            for local in self.0.drain(..) {
+                if local.stack.is_empty() {
+                    continue;
+                }
+                if let Some(shards) = local._owner.upgrade() {
+                    shards.park(local);
+                }
             }
-            if let Some(shards) = local._owner.upgrade() {
-                shards.park(local);
-            }
-        }
+        });
     }
 }
 
@@ -781,15 +786,17 @@ fn slow_local<'a>(
     if let Some(pos) = locals.iter().position(|l| l.instance == instance) {
         locals.swap(0, pos);
     } else {
-        // Drop state of instances that no longer exist.
-        locals.retain(|l| l._owner.strong_count() > 0);
-        // Then the least recently used state outside every span: one inside spans holds
-        // their frames, which their exits need (as many are kept as are entered).
-        if locals.len() >= CACHED_INSTANCES {
-            if let Some(pos) = locals.iter().rposition(|l| l.stack.is_empty()) {
-                locals.remove(pos);
+        crate::alloc::untracked(|| {
+            // Drop state of instances that no longer exist.
+            locals.retain(|l| l._owner.strong_count() > 0);
+            // Then the least recently used state outside every span: one inside spans holds
+            // their frames, which their exits need (as many are kept as are entered).
+            if locals.len() >= CACHED_INSTANCES {
+                if let Some(pos) = locals.iter().rposition(|l| l.stack.is_empty()) {
+                    locals.remove(pos);
+                }
             }
-        }
+        });
         let shard = shards.acquire();
         let local = Local {
             instance,

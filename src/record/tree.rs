@@ -539,7 +539,7 @@ impl Recorder {
         attrs: &Attributes<'_>,
         view: Option<&OpenView<'_>>,
     ) -> u16 {
-        let Some(tree) = &self.tree else {
+        let Some(tree) = &*self.tree else {
             return ROOT;
         };
         let parent = match attrs.parent() {
@@ -571,7 +571,7 @@ impl Recorder {
     #[inline(always)]
     pub(super) fn entry_node(&self, local: &Local, slot: &Slot, name: u32) -> u16 {
         let node = slot.node.load(Relaxed);
-        let Some(tree) = &self.tree else {
+        let Some(tree) = &*self.tree else {
             return node;
         };
         match local.stack.last() {
@@ -604,7 +604,7 @@ impl Recorder {
         self_ns: u64,
         detached: bool,
     ) {
-        if let Some(tree) = &self.tree {
+        if let Some(tree) = &*self.tree {
             tree.entry(node, local.node_stats(node), busy, self_ns, detached);
         }
     }
@@ -634,7 +634,7 @@ impl Recorder {
     /// [`Recorder::overshot`] in the tree: `back` ns taken from the estimate of `name`'s node
     /// under `parent`.
     pub(super) fn tree_overshot(&self, local: &mut Local, parent: u16, name: u32, back: u64) {
-        let Some(tree) = &self.tree else {
+        let Some(tree) = &*self.tree else {
             return;
         };
         let stats = local.node_stats(tree.child(parent, name));

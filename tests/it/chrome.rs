@@ -733,6 +733,7 @@ fn other_threads_with(backend: TraceBackend) {
             .with_thread_names(true),
     );
     let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let worker = {
         let dispatch = dispatch.clone();
@@ -742,6 +743,7 @@ fn other_threads_with(backend: TraceBackend) {
                 tracing::dispatcher::with_default(&dispatch, || {
                     started_rx.recv().unwrap();
                     let _load = tracing::info_span!("prefetch").entered();
+                    entered_tx.send(()).unwrap();
                     stop_rx.recv().unwrap(); // entered until after the window closed
                 })
             })
@@ -750,6 +752,8 @@ fn other_threads_with(backend: TraceBackend) {
     tracing::dispatcher::with_default(&dispatch, || {
         let _s = tracing::info_span!("train_step", step = 0).entered();
         started_tx.send(()).unwrap();
+        // Inside the window once the loader has entered its span, however late it was run.
+        entered_rx.recv().unwrap();
         spin(Duration::from_millis(20));
     });
     stop_tx.send(()).unwrap();
@@ -1086,7 +1090,12 @@ fn short_windows_with(backend: TraceBackend) {
                 "{series} {memory:?} around {step:?}"
             );
         }
-        assert!(trace.counters.iter().all(|c| c.2.is_finite() && c.2 > 0.0));
+        let bad: Vec<_> = trace
+            .counters
+            .iter()
+            .filter(|c| !(c.2.is_finite() && c.2 > 0.0))
+            .collect();
+        assert!(bad.is_empty(), "{}: {bad:?}", path.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

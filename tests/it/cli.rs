@@ -379,7 +379,11 @@ fn the_guides_policy_file_is_read_as_written() {
     let budget = &json["budgets"][0];
     assert_eq!(budget["name"], "train_step");
     assert_eq!(budget["max_ns"], 40e6);
-    let p99 = read("cli-base.json").span("train_step").unwrap().entry_busy.p99_ns as f64;
+    let p99 = read("cli-base.json")
+        .span("train_step")
+        .unwrap()
+        .entry_busy
+        .p99_ns as f64;
     assert_eq!(budget["within"], p99 < 40e6);
     // Its `[thresholds]` entry: p99 judged for every name beside the default metric.
     let metrics: Vec<&str> = json["timings"]
