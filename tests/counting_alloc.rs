@@ -18,6 +18,13 @@ fn now() -> HeapCounters {
     HeapCounters::thread().expect("CountingAlloc is this binary's global allocator")
 }
 
+/// Held by the tests that judge the process-wide figure, and by those that move it by more than
+/// their slack (tens of MiB made and freed): one at a time.
+fn process_figure() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn counters(allocated: u64, freed: u64, allocs: u64) -> HeapCounters {
     HeapCounters {
         allocated,
@@ -98,6 +105,7 @@ fn threads_count_separately_and_frees_count_where_they_happen() {
 
 #[test]
 fn process_view_follows_within_its_granularity() {
+    let _one = process_figure();
     // Other tests allocate concurrently: hold a large block on a thread of ours and compare the
     // process figure with it, within the batching slack of the threads alive (generously 64).
     let slack = 64 * HeapCounters::PROCESS_GRANULARITY_BYTES as i64 + (4 << 20);
@@ -179,6 +187,7 @@ const SNAPSHOT_PER_NAME_THREAD: u64 = 2 << 10;
 
 #[test]
 fn a_snapshot_allocates_within_its_stated_bound() {
+    let _one = process_figure();
     let mut measured = Vec::new();
     for (names, threads) in [(8, 1), (32, 1), (32, 8), (64, 4)] {
         let bytes = snapshot_bytes(names, threads);
@@ -234,6 +243,7 @@ fn a_span_that_allocates_nothing_shows_no_allocation() {
 /// when the profile is dropped, so the process figure ends where it started.
 #[test]
 fn a_profile_dropped_leaves_the_process_heap_where_it_was() {
+    let _one = process_figure();
     // Other tests allocate concurrently: the same slack as `process_view_follows_…`.
     let slack = 64 * HeapCounters::PROCESS_GRANULARITY_BYTES as i64 + (4 << 20);
     let before = HeapCounters::process_net_bytes().unwrap();
@@ -254,6 +264,7 @@ fn a_profile_dropped_leaves_the_process_heap_where_it_was() {
 /// after another leave it where it was.
 #[test]
 fn profiles_made_and_dropped_leave_the_process_heap_where_it_was() {
+    let _one = process_figure();
     let slack = 64 * HeapCounters::PROCESS_GRANULARITY_BYTES as i64 + (4 << 20);
     let before = HeapCounters::process_net_bytes().unwrap();
     for _ in 0..200 {
