@@ -108,20 +108,31 @@
     return out;
   }
 
+  // The first `top` of `items` drawn into a holder in `node`, the rest behind a button ("Show
+  // all N" + `what`): `draw(holder, shown)` draws them, at first and at each click.
+  function topOrAll(node, items, top, what, draw) {
+    var showAll = false;
+    var holder = el("div");
+    node.appendChild(holder);
+    var button = el("button", { type: "button" });
+    if (items.length > top) {
+      var controls = el("div", { "class": "controls" });
+      controls.appendChild(button);
+      node.appendChild(controls);
+    }
+    function redraw() {
+      holder.textContent = "";
+      button.textContent = showAll ? "Show the top " + top : "Show all " + items.length + what;
+      draw(holder, showAll ? items : items.slice(0, top));
+    }
+    button.addEventListener("click", function () { showAll = !showAll; redraw(); });
+    redraw();
+  }
+
   // --- Self time: horizontal bars, the top ones first, the rest behind a button.
   function selfTimeChart(node) {
     var spans = data.spans.filter(function (s) { return s.calls > 0 || s.self_ns > 0; });
-    var showAll = false;
-    var controls = el("div", { "class": "controls" });
-    var button = el("button", { type: "button" });
-    controls.appendChild(button);
-    var holder = el("div");
-    node.appendChild(holder);
-    if (spans.length > TOP_BARS) node.appendChild(controls);
-    function draw() {
-      holder.textContent = "";
-      var shown = showAll ? spans : spans.slice(0, TOP_BARS);
-      button.textContent = showAll ? "Show the top " + TOP_BARS : "Show all " + spans.length + " span names";
+    topOrAll(node, spans, TOP_BARS, " span names", function (holder, shown) {
       var width = widthOf(node, 1300), labelW = Math.min(300, Math.max(160, width * 0.22)), rowH = 22;
       var box = { x: labelW + 8, y: 8, w: width - labelW - 8 - 150, h: Math.max(rowH * shown.length, rowH) };
       var svg = svgEl("svg", { width: width, height: box.h + 52, "class": "bars", role: "img",
@@ -148,9 +159,7 @@
           s.self_shown + "  " + s.self_pct_shown));
       });
       holder.appendChild(svg);
-    }
-    button.addEventListener("click", function () { showAll = !showAll; draw(); });
-    draw();
+    });
   }
 
   // --- Latency per call: percentile curves on a nines scale, log time axis, a chooser.
@@ -260,20 +269,8 @@
   // --- Latency per instance: wall and busy ranges (p50 to max, marks at p90 and p99).
   function instancesChart(node) {
     var spans = data.spans.filter(function (s) { return s.instance; });
-    var showAll = false;
-    var holder = el("div");
-    node.appendChild(holder);
-    var button = el("button", { type: "button" });
-    if (spans.length > TOP_INSTANCES) {
-      var c = el("div", { "class": "controls" });
-      c.appendChild(button);
-      node.appendChild(c);
-    }
     var kinds = [["wall", "#4e79a7"], ["busy", "#f28e2b"]];
-    function draw() {
-      holder.textContent = "";
-      var shown = showAll ? spans : spans.slice(0, TOP_INSTANCES);
-      button.textContent = showAll ? "Show the top " + TOP_INSTANCES : "Show all " + spans.length;
+    topOrAll(node, spans, TOP_INSTANCES, "", function (holder, shown) {
       var width = widthOf(node, 1300), labelW = Math.min(300, Math.max(160, width * 0.22)), rowH = 34;
       var box = { x: labelW + 8, y: 8, w: width - labelW - 8 - 40, h: rowH * shown.length };
       var svg = svgEl("svg", { width: width, height: box.h + 52, "class": "instances", role: "img",
@@ -310,9 +307,7 @@
         { color: kinds[1][1], text: "busy: sum of its calls" },
         { color: "#8c959f", text: "● p50  ○ p90  □ p99  | max" }
       ]));
-    }
-    button.addEventListener("click", function () { showAll = !showAll; draw(); });
-    draw();
+    });
   }
 
   // --- GPU time per call: per span name timed on the GPU, its GPU time per timed entry beside
@@ -321,20 +316,8 @@
     var spans = data.spans.filter(function (s) { return s.gpu; }).sort(function (a, b) {
       return b.gpu.total_ns - a.gpu.total_ns;
     });
-    var showAll = false;
-    var holder = el("div");
-    node.appendChild(holder);
-    var button = el("button", { type: "button" });
-    if (spans.length > TOP_BARS) {
-      var c = el("div", { "class": "controls" });
-      c.appendChild(button);
-      node.appendChild(c);
-    }
     var kinds = [["gpu", "#59a14f"], ["busy", "#4e79a7"]];
-    function draw() {
-      holder.textContent = "";
-      var shown = showAll ? spans : spans.slice(0, TOP_BARS);
-      button.textContent = showAll ? "Show the top " + TOP_BARS : "Show all " + spans.length;
+    topOrAll(node, spans, TOP_BARS, "", function (holder, shown) {
       var width = widthOf(node, 1300), labelW = Math.min(300, Math.max(160, width * 0.22)), rowH = 40;
       var box = { x: labelW + 8, y: 8, w: width - labelW - 8 - 260, h: rowH * shown.length };
       var svg = svgEl("svg", { width: width, height: box.h + 52, "class": "gpu", role: "img",
@@ -368,9 +351,7 @@
         { color: kinds[0][1], text: "GPU time per timed entry (CUDA events on its stream)" },
         { color: kinds[1][1], text: "busy time per entry (enter to exit, CPU side)" }
       ]));
-    }
-    button.addEventListener("click", function () { showAll = !showAll; draw(); });
-    draw();
+    });
   }
 
   // --- Resources over time: one line chart per unit.
