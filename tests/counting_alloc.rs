@@ -270,12 +270,17 @@ fn profiles_made_and_dropped_leave_the_process_heap_where_it_was() {
     for _ in 0..200 {
         let (dispatch, guard) = support::install(spanprof::ProfileLayer::builder());
         tracing::dispatcher::with_default(&dispatch, || {
-            for _ in 0..100 {
-                tracing::info_span!("step").in_scope(|| black_box(0u64));
+            for i in 0..100u64 {
+                // A call tree, and a metric field (its registry and cells).
+                tracing::info_span!("step").in_scope(|| {
+                    tracing::info_span!("inner").in_scope(|| black_box(0u64));
+                    tracing::info!(histogram.loss = i as f64, "step done");
+                });
             }
         });
         let snapshot = support::finish_snapshot(guard);
         assert_eq!(support::span(&snapshot, "step").calls, 100);
+        assert_eq!(support::span(&snapshot, "inner").calls, 100);
     }
     let after = HeapCounters::process_net_bytes().unwrap();
     assert!(
