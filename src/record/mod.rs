@@ -39,6 +39,7 @@ use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Record};
 use tracing_core::{Event, Metadata};
 
+use crate::alloc::Own;
 use crate::clock::Clock;
 use crate::export::StepSignal;
 use crate::samplers::{Readings, Timeline};
@@ -52,8 +53,6 @@ use resources::{
     entry_figures, instance_figures_into, EntryFigures, EntryMark, InstanceFigures, MarkCell,
 };
 use shards::{bump, with_local, Frame, Local, NameStats, Shards, MARK_READINGS};
-
-use crate::alloc::Own;
 use spans::{Slot, SlotIn};
 use spans::{
     SpanTable, ENTRIES_MANY, ENTRIES_NONE, ENTRIES_ONE, FLAG_ERRORED, FLAG_MARKED, FLAG_SHARED,

@@ -402,11 +402,9 @@ impl Shards {
                 return shard.clone();
             }
         }
-        crate::alloc::untracked(|| {
-            let shard = Arc::new(Shard::default());
-            list.push(shard.clone());
-            shard
-        })
+        let shard = Arc::new(Shard::default());
+        list.push(shard.clone());
+        shard
     }
 
     pub(crate) fn all(&self) -> Vec<Arc<Shard>> {
@@ -786,17 +784,15 @@ fn slow_local<'a>(
     if let Some(pos) = locals.iter().position(|l| l.instance == instance) {
         locals.swap(0, pos);
     } else {
-        crate::alloc::untracked(|| {
-            // Drop state of instances that no longer exist.
-            locals.retain(|l| l._owner.strong_count() > 0);
-            // Then the least recently used state outside every span: one inside spans holds
-            // their frames, which their exits need (as many are kept as are entered).
-            if locals.len() >= CACHED_INSTANCES {
-                if let Some(pos) = locals.iter().rposition(|l| l.stack.is_empty()) {
-                    locals.remove(pos);
-                }
+        // Drop state of instances that no longer exist.
+        locals.retain(|l| l._owner.strong_count() > 0);
+        // Then the least recently used state outside every span: one inside spans holds
+        // their frames, which their exits need (as many are kept as are entered).
+        if locals.len() >= CACHED_INSTANCES {
+            if let Some(pos) = locals.iter().rposition(|l| l.stack.is_empty()) {
+                locals.remove(pos);
             }
-        });
+        }
         let shard = shards.acquire();
         let local = Local {
             instance,
