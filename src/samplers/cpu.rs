@@ -416,26 +416,20 @@ mod tests {
     /// it in a thread's time, `CLOCK_THREAD_CPUTIME_ID` leaves it out: on a busy host the two
     /// part by that much.
     fn stolen_ns(f: impl FnOnce()) -> u64 {
-        let steal = || -> u64 {
+        // SAFETY: sysconf has no preconditions.
+        #[allow(unsafe_code)]
+        let tick_ns = 1_000_000_000 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        let steal_ticks = || -> u64 {
             let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-            let ticks: u64 = stat
-                .lines()
+            stat.lines()
                 .next()
                 .and_then(|cpu| cpu.split_whitespace().nth(8))
                 .and_then(|t| t.parse().ok())
-                .unwrap_or(0);
-            // SAFETY: sysconf has no preconditions.
-            #[allow(unsafe_code)]
-            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-            ticks * (1_000_000_000 / hz)
+                .unwrap_or(0)
         };
-        let before = steal();
+        let before = steal_ticks();
         f();
-        let after = steal();
-        // SAFETY: as above.
-        #[allow(unsafe_code)]
-        let tick = 1_000_000_000 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        after.saturating_sub(before) + tick
+        (steal_ticks().saturating_sub(before) + 1) * tick_ns
     }
 
     fn spin_cpu(ns: u64) {
