@@ -68,7 +68,7 @@
 //! regression on a path is a regression ([`Comparison::regressed`]) like one on a name. Paths
 //! found on one side only are listed, and are not regressions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::str::FromStr;
 
@@ -462,6 +462,11 @@ pub enum Evidence {
     BeyondThresholdAndSpread,
     /// Beyond the threshold, and the plain change too, with one run on a side (low confidence).
     BeyondThreshold,
+    /// Two or more runs per side, not decided beside the run-wide shift, but beyond the
+    /// threshold beside the name's [`Neighbour`] (each run divided by the neighbour's change in
+    /// that run), every new run beyond every baseline run, and moved the same way beside the
+    /// run-wide shift by more than the neighbour itself did ([`TimingChange::neighbour`]).
+    BesideNeighbour,
     /// The run-wide shift with one run on a side: not judged, as one run per side cannot tell
     /// a busier machine from a change that slows everything.
     OneRunPerSide,
@@ -473,8 +478,8 @@ pub enum Evidence {
 impl Evidence {
     /// The name in JSON output: `too_few_calls`, `within_threshold`, `plain_change_within`,
     /// `below_min_shift`,
-    /// `within_noise`, `beyond_threshold_and_noise`, `beyond_threshold`, `one_run_per_side`,
-    /// `too_few_names`.
+    /// `within_noise`, `beyond_threshold_and_noise`, `beyond_threshold`, `beside_neighbour`,
+    /// `one_run_per_side`, `too_few_names`.
     pub fn name(self) -> &'static str {
         match self {
             Evidence::TooFewCalls => "too_few_calls",
@@ -484,6 +489,7 @@ impl Evidence {
             Evidence::WithinSpread => "within_noise",
             Evidence::BeyondThresholdAndSpread => "beyond_threshold_and_noise",
             Evidence::BeyondThreshold => "beyond_threshold",
+            Evidence::BesideNeighbour => "beside_neighbour",
             Evidence::OneRunPerSide => "one_run_per_side",
             Evidence::TooFewNames => "too_few_names",
         }
@@ -568,6 +574,43 @@ pub struct TimingChange {
     pub verdict: Verdict,
     /// Which step of the rule decided it.
     pub decided_by: Evidence,
+    /// The span name it was judged beside, where that decided ([`Evidence::BesideNeighbour`]).
+    pub neighbour: Option<Neighbour>,
+}
+
+/// The span name another name (or call path) is judged beside when the run-wide shift leaves
+/// it undecided: of the names judged, the one nearest in time per call (on a log scale) that
+/// is neither above nor below it in any run's call tree.
+///
+/// A machine's speed does not move every span name alike: on a shared machine, long
+/// arithmetic spans (a forward and a backward pass) slowed by up to ×2.2 between identical runs
+/// while short ones slowed by ×1.3, so beside the run-wide shift a long span's change carries
+/// the machine's. A neighbour of like length and kind moves with it. A name's change beside its
+/// neighbour counts only when the name also moved that way beside the run-wide shift, by more
+/// than the neighbour did: otherwise the neighbour is what changed.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Neighbour {
+    /// Its span name.
+    pub name: String,
+    /// Its span target.
+    pub target: String,
+    /// The baseline runs, each divided by the neighbour's value in that run ÷ its baseline
+    /// median, ns.
+    pub base_relative: Side,
+    /// The new runs, so divided, ns.
+    pub new_relative: Side,
+    /// `new / base` of those medians: the change beside the neighbour.
+    pub ratio: f64,
+    /// The neighbour's own change beside the run-wide shift.
+    pub own_ratio: f64,
+}
+
+impl Neighbour {
+    /// The change beside the neighbour in %, `(ratio − 1) × 100`.
+    pub fn change_pct(&self) -> f64 {
+        (self.ratio - 1.0) * 100.0
+    }
 }
 
 impl TimingChange {
@@ -857,6 +900,9 @@ fn measured<'a, T>(
 /// A name's (or path's) sides of one metric, before the run-wide shift is known.
 struct Pending {
     key: Key,
+    /// The span name whose neighbour the name (or path) is judged beside: the name itself, or
+    /// a path's leaf.
+    leaf: Key,
     metric: Measure,
     threshold_pct: f64,
     sides: [Side; 2],
@@ -942,6 +988,207 @@ fn run_wide(f: &Factors, metric: Measure, several: bool, options: &CompareOption
     }
 }
 
+/// Which span names are above or below one another in the runs' call trees.
+struct Relations<'a> {
+    trees: Vec<&'a CallTree>,
+    /// Every node of each span name: (tree, node).
+    at: HashMap<(&'a str, &'a str), Vec<(usize, usize)>>,
+}
+
+impl<'a> Relations<'a> {
+    /// `None` unless every run has a call tree.
+    fn new(base: &'a [Snapshot], new: &'a [Snapshot]) -> Option<Self> {
+        let trees: Vec<&CallTree> = base
+            .iter()
+            .chain(new)
+            .map(|run| run.tree.as_ref())
+            .collect::<Option<_>>()?;
+        let mut at: HashMap<(&str, &str), Vec<(usize, usize)>> = HashMap::new();
+        for (t, tree) in trees.iter().enumerate() {
+            for (n, node) in tree.nodes.iter().enumerate().filter(|(_, n)| !n.other) {
+                at.entry((&node.name, &node.target))
+                    .or_default()
+                    .push((t, n));
+            }
+        }
+        Some(Self { trees, at })
+    }
+
+    /// Whether some node of `below` has a node of `above` among its ancestors.
+    fn under(&self, below: &Key, above: &Key) -> bool {
+        let Some(nodes) = self.at.get(&(below.0.as_str(), below.1.as_str())) else {
+            return false;
+        };
+        nodes.iter().any(|&(t, n)| {
+            let nodes = &self.trees[t].nodes;
+            let mut i = n;
+            // Parents come before children; a crafted file that says otherwise ends the walk.
+            while let Some(p) = nodes[i].parent.map(|p| p as usize).filter(|&p| p < i) {
+                let node = &nodes[p];
+                if !node.other && node.name == above.0 && node.target == above.1 {
+                    return true;
+                }
+                i = p;
+            }
+            false
+        })
+    }
+
+    fn related(&self, a: &Key, b: &Key) -> bool {
+        self.under(a, b) || self.under(b, a)
+    }
+}
+
+/// A span name others may be judged beside ([`Neighbour`]), on one metric.
+struct Candidate {
+    key: Key,
+    metric: Measure,
+    /// The baseline's median.
+    median: f64,
+    /// Each run's value ÷ the baseline's median (ln), by run, per side.
+    logs: [Vec<f64>; 2],
+    /// Its own change beside the run-wide shift.
+    own_ratio: f64,
+}
+
+/// The neighbours of the span names judged, found once per name and metric.
+struct Neighbours<'a> {
+    candidates: Vec<Candidate>,
+    relations: Option<Relations<'a>>,
+    found: BTreeMap<(Key, &'static str), Option<usize>>,
+}
+
+impl<'a> Neighbours<'a> {
+    /// The nearest candidates tried before a name is left without a neighbour: each is one walk
+    /// up the call trees from its nodes and the name's.
+    const TRIES: usize = 4;
+
+    /// The candidates: the names of `pending` with enough calls, a value in every run and a
+    /// baseline above 0.
+    fn new<'f>(
+        pending: &[Pending],
+        factors: impl Fn(Measure) -> Option<&'f Factors>,
+        runs: [usize; 2],
+        min_calls: u64,
+        relations: Option<Relations<'a>>,
+    ) -> Self {
+        let candidates = pending
+            .iter()
+            .filter(|p| {
+                p.sides[0].median > 0.0
+                    && p.sides.iter().zip(runs).all(|(s, n)| {
+                        s.min_calls >= min_calls
+                            && s.values.len() == n
+                            && s.values.iter().all(|&v| v > 0.0)
+                    })
+            })
+            .map(|p| {
+                let [bs, ns] = &p.sides;
+                let logs = [bs, ns].map(|s| {
+                    let mut by_run = vec![0.0; s.values.len()];
+                    for (&v, &run) in s.values.iter().zip(&s.runs) {
+                        if let Some(slot) = by_run.get_mut(run) {
+                            *slot = (v / bs.median).ln();
+                        }
+                    }
+                    by_run
+                });
+                let own_ratio = match factors(p.metric) {
+                    Some(f) => ratio(bs.relative(&f.base).median, ns.relative(&f.new).median),
+                    None => ratio(bs.median, ns.median),
+                };
+                Candidate {
+                    key: p.key.clone(),
+                    metric: p.metric,
+                    median: bs.median,
+                    logs,
+                    own_ratio,
+                }
+            })
+            .collect();
+        Self {
+            candidates,
+            relations,
+            found: BTreeMap::new(),
+        }
+    }
+
+    /// The neighbour of span name `leaf` on `metric`: the candidate nearest to its baseline
+    /// median (on a log scale), not `leaf` and not above or below it in a call tree. None
+    /// without call trees (which names contain which is then unknown).
+    fn of(&mut self, leaf: &Key, metric: Measure) -> Option<&Candidate> {
+        let found = match self.found.get(&(leaf.clone(), metric.name())) {
+            Some(found) => *found,
+            None => {
+                let found = self.nearest(leaf, metric);
+                self.found.insert((leaf.clone(), metric.name()), found);
+                found
+            }
+        };
+        found.map(|i| &self.candidates[i])
+    }
+
+    fn nearest(&self, leaf: &Key, metric: Measure) -> Option<usize> {
+        let relations = self.relations.as_ref()?;
+        let own = self
+            .candidates
+            .iter()
+            .find(|c| c.metric == metric && c.key == *leaf)?
+            .median;
+        let mut near: Vec<(f64, usize)> = self
+            .candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.metric == metric && c.key != *leaf)
+            .map(|(i, c)| ((c.median / own).ln().abs(), i))
+            .collect();
+        near.sort_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then_with(|| self.candidates[a.1].key.cmp(&self.candidates[b.1].key))
+        });
+        near.into_iter()
+            .take(Self::TRIES)
+            .map(|(_, i)| i)
+            .find(|&i| !relations.related(leaf, &self.candidates[i].key))
+    }
+}
+
+/// The neighbour's step of the timing rule ([`Evidence::BesideNeighbour`]), for a change the
+/// run-wide shift left undecided.
+fn beside_neighbour(t: &mut TimingChange, c: &Candidate, min_shift_ns: f64) {
+    let base_relative = t.base.relative(&c.logs[0]);
+    let new_relative = t.new.relative(&c.logs[1]);
+    let r = ratio(base_relative.median, new_relative.median);
+    let up = r > 1.0;
+    let beyond = (r - 1.0).abs() * 100.0 > t.threshold_pct;
+    let shift = (new_relative.median - base_relative.median).abs();
+    // Beside the rest of the run, the name moved the same way, and more than the neighbour.
+    let its_own = t.relative_ratio != 1.0
+        && (t.relative_ratio > 1.0) == up
+        && t.relative_ratio.ln().abs() > c.own_ratio.ln().abs();
+    if !(beyond
+        && shift >= min_shift_ns
+        && its_own
+        && separated(&base_relative.values, &new_relative.values, up))
+    {
+        return;
+    }
+    t.verdict = if up {
+        Verdict::Regression
+    } else {
+        Verdict::Improvement
+    };
+    t.decided_by = Evidence::BesideNeighbour;
+    t.neighbour = Some(Neighbour {
+        name: c.key.0.clone(),
+        target: c.key.1.clone(),
+        base_relative,
+        new_relative,
+        ratio: r,
+        own_ratio: c.own_ratio,
+    });
+}
+
 /// The sides of every call path on both sides, and the paths of each side only (in the order
 /// of the paths as lists of (name, target, other node): [`PathIds::sorted`]).
 fn compare_paths(
@@ -971,6 +1218,7 @@ fn compare_paths(
                     };
                     paths.push(Pending {
                         key: shown.clone(),
+                        leaf: (leaf.name.clone(), leaf.target.clone()),
                         metric,
                         threshold_pct,
                         sides: sides_of(
@@ -1025,6 +1273,7 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
             };
             pending.push(Pending {
                 key: key.clone(),
+                leaf: key.clone(),
                 metric,
                 threshold_pct,
                 sides: sides_of(
@@ -1057,10 +1306,27 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
         .map(|m| (m, factors(&pending, m, runs, options.min_calls)))
         .collect();
     let of_metric = |m: Measure| all_factors.iter().find(|(x, _)| *x == m).map(|(_, f)| f);
-    let judge_all = |pending: Vec<Pending>| {
+    let mut neighbours = Neighbours::new(
+        &pending,
+        of_metric,
+        runs,
+        options.min_calls,
+        Relations::new(base, new),
+    );
+    let mut judge_all = |pending: Vec<Pending>| {
         let mut out: Vec<TimingChange> = pending
             .into_iter()
-            .map(|p| judge_timing(p, of_metric, several, options))
+            .map(|p| {
+                let (leaf, metric) = (p.leaf.clone(), p.metric);
+                let mut t = judge_timing(p, of_metric, several, options);
+                let undecided = matches!(t.verdict, Verdict::Unchanged | Verdict::WithinNoise);
+                if several && undecided {
+                    if let Some(c) = neighbours.of(&leaf, metric) {
+                        beside_neighbour(&mut t, c, options.min_shift_ns);
+                    }
+                }
+                t
+            })
             .collect();
         sort_timings(&mut out);
         out
@@ -1177,6 +1443,7 @@ fn judge_timing<'f>(
         relative_ratio,
         verdict,
         decided_by,
+        neighbour: None,
     }
 }
 
@@ -1902,5 +2169,171 @@ mod tests {
         }) {
             assert_eq!(t.target, key.last().unwrap().1, "{}", t.name);
         }
+    }
+
+    /// The training example's profile, with its call tree.
+    fn training() -> Snapshot {
+        Snapshot::from_json(include_str!("../../tests/data/cli-base.json"), "test data").unwrap()
+    }
+
+    /// `snapshot` on a machine running at `speed` that moves long spans (over 100 µs per call)
+    /// as `speed²` and short ones as `speed`, with span name `slow` `extra` times slower
+    /// besides: span names and call-tree nodes alike.
+    fn phase(snapshot: &Snapshot, speed: f64, slow: &str, extra: f64) -> Snapshot {
+        let factor = |name: &str, p50_ns: u64| {
+            let machine = if p50_ns > 100_000 {
+                speed * speed
+            } else {
+                speed
+            };
+            machine * if name == slow { extra } else { 1.0 }
+        };
+        let mut s = snapshot.clone();
+        for span in &mut s.spans {
+            let f = factor(&span.name, span.entry_busy.p50_ns);
+            scale_stat(&mut span.entry_busy, f);
+        }
+        for node in &mut s.tree.as_mut().unwrap().nodes {
+            let f = factor(&node.name, node.busy.p50_ns);
+            scale_stat(&mut node.busy, f);
+        }
+        s
+    }
+
+    fn timing<'c>(c: &'c Comparison, name: &str) -> &'c TimingChange {
+        c.timings.iter().find(|t| t.name == name).unwrap()
+    }
+
+    /// A machine 5 % faster for short spans and 10 % for long ones hides most of a 20 %
+    /// slowdown of `forward` beside the run-wide shift; beside `backward`, the long span off its
+    /// call path, the whole of it shows. `backward`, which moved with the machine, is no
+    /// improvement.
+    #[test]
+    fn a_slowdown_the_machine_hides_beside_the_run_is_caught_beside_its_neighbour() {
+        let b = training();
+        let opts = CompareOptions::default();
+        let jitter = [0.98, 1.0, 1.02];
+        let base_runs = jitter.map(|j| phase(&b, j, "", 1.0));
+        let new_runs = jitter.map(|j| phase(&b, 0.95 * j, "forward", 1.2));
+        let c = compare(&base_runs, &new_runs, &opts);
+        let t = timing(&c, "forward");
+        assert!((t.relative_change_pct() - 14.0).abs() < 1.5, "{t:?}");
+        assert_eq!(
+            (t.verdict, t.decided_by),
+            (Verdict::Regression, Evidence::BesideNeighbour),
+            "{t:?}"
+        );
+        let n = t.neighbour.as_ref().unwrap();
+        assert_eq!(n.name, "backward");
+        assert!((n.change_pct() - 20.0).abs() < 1.0, "{n:?}");
+        assert!((n.own_ratio - 0.95).abs() < 0.01, "{n:?}");
+        assert!(c.regressed());
+        let path = c
+            .paths
+            .iter()
+            .find(|t| t.name == "train;epoch;train_step;forward")
+            .unwrap();
+        assert_eq!(path.decided_by, Evidence::BesideNeighbour, "{path:?}");
+        for name in ["backward", "train_step", "load_batch", "loss"] {
+            let t = timing(&c, name);
+            assert_eq!(t.verdict, Verdict::Unchanged, "{t:?}");
+            assert!(t.neighbour.is_none(), "{t:?}");
+        }
+        // Identical code on the same two machines: nothing.
+        let same = jitter.map(|j| phase(&b, 0.95 * j, "", 1.0));
+        let c = compare(&base_runs, &same, &opts);
+        assert!(!c.regressed(), "{:#?}", c.timings);
+        assert!(c
+            .timings
+            .iter()
+            .chain(&c.paths)
+            .all(|t| t.decided_by != Evidence::BesideNeighbour));
+        // One run per side: no neighbour step (no spread to require).
+        let c = compare(&base_runs[..1], &new_runs[..1], &opts);
+        assert_ne!(timing(&c, "forward").decided_by, Evidence::BesideNeighbour);
+        // Without call trees, which names contain which is unknown: no neighbour step.
+        let flat = |runs: &[Snapshot]| -> Vec<Snapshot> {
+            runs.iter()
+                .map(|r| Snapshot {
+                    tree: None,
+                    ..r.clone()
+                })
+                .collect()
+        };
+        let c = compare(&flat(&base_runs), &flat(&new_runs), &opts);
+        assert_eq!(timing(&c, "forward").verdict, Verdict::Unchanged);
+    }
+
+    /// Two neighbours slower together (a slower matrix product in both passes) stay a
+    /// regression beside the run-wide shift: the neighbour only adds a step for what the run-wide
+    /// shift leaves undecided.
+    #[test]
+    fn neighbours_slower_together_are_still_regressions_beside_the_run() {
+        let b = training();
+        let jitter = [0.98, 1.0, 1.02];
+        let base_runs = jitter.map(|j| phase(&b, j, "", 1.0));
+        let new_runs = jitter.map(|j| {
+            let s = phase(&b, j, "forward", 1.3);
+            phase(&s, 1.0, "backward", 1.3)
+        });
+        let c = compare(&base_runs, &new_runs, &CompareOptions::default());
+        for name in ["forward", "backward"] {
+            let t = timing(&c, name);
+            assert_eq!(
+                (t.verdict, t.decided_by),
+                (Verdict::Regression, Evidence::BeyondThresholdAndSpread),
+                "{t:?}"
+            );
+        }
+    }
+
+    /// The neighbour is the nearest name in time per call that no call tree puts above or
+    /// below it: `train_step` runs every other name with enough calls, so it has none.
+    #[test]
+    fn a_neighbour_is_the_nearest_name_off_the_call_path() {
+        let b = training();
+        let runs = [b.clone(), b.clone()];
+        let options = CompareOptions::default();
+        let (by_base, by_new) = (by_name(&runs), by_name(&runs));
+        let pending: Vec<Pending> = by_base
+            .iter()
+            .map(|(key, base_stats)| {
+                let new_stats = &by_new[key];
+                Pending {
+                    key: key.clone(),
+                    leaf: key.clone(),
+                    metric: Measure::Typical,
+                    threshold_pct: 15.0,
+                    sides: sides_of(
+                        [base_stats.as_slice(), new_stats.as_slice()],
+                        Measure::Typical,
+                        |s| Measure::Typical.of(s),
+                        |s| &s.entry_busy,
+                        |s| Measure::Typical.calls(s),
+                        |_| None,
+                    ),
+                }
+            })
+            .collect();
+        let key = |name: &str| (name.to_string(), "training_loop::workload".to_string());
+        let mut n = Neighbours::new(
+            &pending,
+            |_| None,
+            [2, 2],
+            options.min_calls,
+            Relations::new(&runs, &runs),
+        );
+        let of = |n: &mut Neighbours<'_>, name: &str| {
+            n.of(&key(name), Measure::Typical).map(|c| c.key.0.clone())
+        };
+        assert_eq!(of(&mut n, "forward").as_deref(), Some("backward"));
+        assert_eq!(of(&mut n, "backward").as_deref(), Some("forward"));
+        assert_eq!(of(&mut n, "train_step"), None);
+        assert_eq!(of(&mut n, "load_batch").as_deref(), Some("optimizer_step"));
+        assert_eq!(of(&mut n, "validate_batch").as_deref(), Some("loss"));
+        // `evaluate` has 1 call a run: judged by no one, and no one's neighbour.
+        assert_eq!(of(&mut n, "evaluate"), None);
+        let mut flat = Neighbours::new(&pending, |_| None, [2, 2], options.min_calls, None);
+        assert_eq!(of(&mut flat, "forward"), None);
     }
 }

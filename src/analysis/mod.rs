@@ -17,7 +17,7 @@ pub use crate::profile::leaks::{
 };
 pub use compare::{
     compare, Budget, BudgetCheck, CompareOptions, Comparison, Count, CountChange, Evidence,
-    Measure, Rule, RunWide, Side, TimingChange, Verdict,
+    Measure, Neighbour, Rule, RunWide, Side, TimingChange, Verdict,
 };
 pub use top::{
     top, Finding, ALLOCATIONS_MIN_BYTES_PER_CALL, ALLOCATIONS_MIN_CALLS, ALLOCATIONS_MIN_PER_CALL,

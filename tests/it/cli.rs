@@ -1166,6 +1166,129 @@ fn the_json_schemas_reject_a_verdict_they_do_not_know() {
     );
 }
 
+/// `snapshot` on a machine at `speed` that moves long spans (over 100 µs per call) as `speed²`
+/// and short ones as `speed`, with `forward` `extra` times slower besides (span names and
+/// call-tree nodes alike).
+fn on_machine(snapshot: &Snapshot, speed: f64, extra: f64) -> Snapshot {
+    let scale = |stat: &mut Stat, name: &str| {
+        let machine = if stat.p50_ns > 100_000 {
+            speed * speed
+        } else {
+            speed
+        };
+        let f = machine * if name == "forward" { extra } else { 1.0 };
+        let mut h = hdrhistogram::Histogram::<u64>::new(2).unwrap();
+        for (value, count) in stat.histogram.iter() {
+            h.record_n((value as f64 * f) as u64, count).unwrap();
+        }
+        stat.histogram = spanprof::profile::Buckets::from_histogram(&h);
+        for ns in [
+            &mut stat.total_ns,
+            &mut stat.min_ns,
+            &mut stat.max_ns,
+            &mut stat.p50_ns,
+            &mut stat.p90_ns,
+            &mut stat.p99_ns,
+            &mut stat.p999_ns,
+        ] {
+            *ns = (*ns as f64 * f) as u64;
+        }
+        stat.mean_ns = stat.total_ns as f64 / stat.count.max(1) as f64;
+        stat.stddev_ns *= f;
+    };
+    let mut s = snapshot.clone();
+    for span in &mut s.spans {
+        scale(&mut span.entry_busy, &span.name.clone());
+    }
+    for node in &mut s.tree.as_mut().unwrap().nodes {
+        scale(&mut node.busy, &node.name.clone());
+    }
+    s
+}
+
+/// A machine 5 % faster for short spans and 10 % for long ones hides most of a 20 % slowdown
+/// of `forward` beside the run-wide shift: `compare` judges it beside `backward` and says so in
+/// the result line, the table, the Markdown and the JSON (valid against its schema).
+#[test]
+fn compare_says_when_a_name_was_judged_beside_its_neighbour() {
+    let dir = support::temp_dir("cli-neighbour");
+    let base = Snapshot::from_json(
+        &std::fs::read_to_string(data("cli-base.json")).unwrap(),
+        "cli-base.json",
+    )
+    .unwrap();
+    let mut args: Vec<String> = vec!["compare".into()];
+    for (side, speed, extra) in [("base", 1.0, 1.0), ("new", 0.95, 1.2)] {
+        if side == "new" {
+            args.push("--".into());
+        }
+        for (i, jitter) in [0.98, 1.0, 1.02].into_iter().enumerate() {
+            let path = dir.join(format!("{side}{i}.json"));
+            on_machine(&base, speed * jitter, extra)
+                .write_json(&path)
+                .unwrap();
+            args.push(path.to_str().unwrap().to_string());
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = spanprof(&args);
+    assert_eq!(text.status, 1, "{}{}", text.stdout, text.stderr);
+    // The change in % written between `before` and `after`, in `text`.
+    let pct = |text: &str, before: &str, after: &str| -> f64 {
+        let from = text
+            .find(before)
+            .unwrap_or_else(|| panic!("{before} in {text}"))
+            + before.len();
+        let to = from
+            + text[from..]
+                .find(after)
+                .unwrap_or_else(|| panic!("{after} in {text}"));
+        text[from..to].parse().unwrap()
+    };
+    let result = result_line(&text.stdout);
+    let near_20 = |x: f64| assert!((x - 20.0).abs() < 0.5, "{x} in {}", text.stdout);
+    near_20(pct(result, "forward (typical +", " % beside backward)"));
+    let row = text
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("forward "))
+        .unwrap();
+    near_20(pct(row, "regression (+", " % beside backward)"));
+    assert!(text
+        .stdout
+        .contains("\"beside X\" = judged beside span name X"));
+    let md = spanprof(&[&args[..1], &["--format", "markdown"], &args[1..]].concat());
+    near_20(pct(&md.stdout, "regression (+", " % beside `backward`)"));
+    let ran = spanprof(&[&args[..1], &["--format", "json"], &args[1..]].concat());
+    assert_eq!(ran.status, 1);
+    let j = json(&ran.stdout);
+    assert_valid("compare.schema.json", &j);
+    let forward = j["timings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "forward")
+        .unwrap();
+    let e = &forward["evidence"];
+    assert_eq!(e["decided_by"], "beside_neighbour");
+    assert_eq!(e["neighbour"]["name"], "backward");
+    assert!((e["neighbour"]["change_pct"].as_f64().unwrap() - 20.0).abs() < 1.0);
+    assert!((e["neighbour"]["own_change_pct"].as_f64().unwrap() + 5.0).abs() < 1.0);
+    assert_eq!(
+        e["neighbour"]["new_relative_ns"].as_array().unwrap().len(),
+        3
+    );
+    // Only where the neighbour decided.
+    let others = j["timings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(j["paths"].as_array().unwrap());
+    for t in others.filter(|t| t["evidence"]["decided_by"] != "beside_neighbour") {
+        assert!(t["evidence"].get("neighbour").is_none(), "{t}");
+    }
+}
+
 /// `compare --format json`: every name and path judged with its evidence, and the verdicts
 /// and exit status of the text output on the same inputs.
 #[test]

@@ -112,15 +112,16 @@ struct TimingJson<'a> {
     relative_change_pct: Option<f64>,
     threshold_pct: f64,
     verdict: &'static str,
-    evidence: EvidenceJson,
+    evidence: EvidenceJson<'a>,
 }
 
 /// What decided a timing verdict, by the rule of `spanprof::analysis::compare`.
 #[derive(Serialize)]
-struct EvidenceJson {
-    /// `too_few_calls`, `within_threshold`, `below_min_shift`, `within_noise`,
-    /// `beyond_threshold_and_noise` (two or more runs per side) or `beyond_threshold` (one
-    /// run on a side: low confidence).
+struct EvidenceJson<'a> {
+    /// `too_few_calls`, `within_threshold`, `plain_change_within`, `below_min_shift`,
+    /// `within_noise`, `beyond_threshold_and_noise` (two or more runs per side),
+    /// `beside_neighbour` (two or more runs per side, judged beside `neighbour`) or
+    /// `beyond_threshold` (one run on a side: low confidence).
     decided_by: &'static str,
     /// |new − base| of the medians, ns.
     shift_ns: f64,
@@ -139,6 +140,23 @@ struct EvidenceJson {
     new_relative_ns: Vec<f64>,
     /// The largest N where a side's figures come from 1 span in N (the back-off).
     sampled_every: Option<u32>,
+    /// The span name judged beside, where that decided (`beside_neighbour`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    neighbour: Option<NeighbourJson<'a>>,
+}
+
+/// The span name a timing was judged beside (`spanprof::analysis::Neighbour`).
+#[derive(Serialize)]
+struct NeighbourJson<'a> {
+    name: &'a str,
+    target: &'a str,
+    /// The change beside the neighbour, %.
+    change_pct: Option<f64>,
+    /// The neighbour's own change beside the run-wide shift, %.
+    own_change_pct: Option<f64>,
+    /// Each run's value divided by the neighbour's value in that run ÷ its baseline median, ns.
+    base_relative_ns: Vec<f64>,
+    new_relative_ns: Vec<f64>,
 }
 
 #[derive(Serialize)]
@@ -216,6 +234,14 @@ fn timing<'a>(t: &'a TimingChange, options: &CompareOptions) -> TimingJson<'a> {
             base_relative_ns: t.base_relative.values.clone(),
             new_relative_ns: t.new_relative.values.clone(),
             sampled_every: t.base.sampled_every.max(t.new.sampled_every),
+            neighbour: t.neighbour.as_ref().map(|n| NeighbourJson {
+                name: &n.name,
+                target: &n.target,
+                change_pct: finite(n.change_pct()),
+                own_change_pct: finite((n.own_ratio - 1.0) * 100.0),
+                base_relative_ns: n.base_relative.values.clone(),
+                new_relative_ns: n.new_relative.values.clone(),
+            }),
         },
     }
 }

@@ -170,11 +170,24 @@ pub(crate) fn comparison(c: &Comparison, options: &CompareOptions, format: TextF
         TextFormat::Text => writeln!(f, "{verdict}"),
     };
 
+    let neighbours = if c
+        .timings
+        .iter()
+        .chain(&c.paths)
+        .any(|t| t.neighbour.is_some())
+    {
+        "; \"beside X\" = judged beside span name X, the nearest in time off its call path"
+    } else {
+        ""
+    };
     heading(
         &mut f,
         format,
-        "timing per span name (median of runs; beside run = the change with the run-wide shift \
-         taken out, which is judged; spread = max - min of the runs so divided)",
+        &format!(
+            "timing per span name (median of runs; beside run = the change with the run-wide \
+             shift taken out, which is judged; spread = max - min of the runs so divided\
+             {neighbours})"
+        ),
     );
     timing_table(&mut f, format, "name", &c.timings);
     if !c.paths.is_empty() {
@@ -313,7 +326,15 @@ struct Regressed<'a> {
 /// path's regression (the same words) is left out; the path's row stays in its table. A name
 /// (or path) that regressed in two targets is told apart by its target (`step in a::b`).
 pub(crate) fn regressions(c: &Comparison, format: TextFormat) -> Vec<String> {
-    let timing = |t: &TimingChange| format!("{} {}", t.metric, change(t.relative_ratio));
+    let timing = |t: &TimingChange| match &t.neighbour {
+        Some(n) => format!(
+            "{} {} beside {}",
+            t.metric,
+            change(n.ratio),
+            code(format, &n.name)
+        ),
+        None => format!("{} {}", t.metric, change(t.relative_ratio)),
+    };
     let mut all: Vec<Regressed> = Vec::new();
     if c.run_wide.verdict == Verdict::Regression {
         all.push(Regressed {
@@ -411,13 +432,31 @@ fn timing_table(f: &mut String, format: TextFormat, first: &'static str, rows: &
             change(x.relative_ratio),
             spread(&x.base_relative),
             spread(&x.new_relative),
-            match x.base.sampled_every.max(x.new.sampled_every) {
-                Some(n) => format!("{} (sampled 1/{n})", x.verdict.name()),
-                None => x.verdict.name().to_string(),
-            },
+            verdict_cell(x, format),
         ]);
     }
     t.write(f, format);
+}
+
+/// A timing's verdict, with the neighbour that decided it and the back-off's sampling:
+/// `regression (+21.3 % beside backward)`.
+fn verdict_cell(x: &TimingChange, format: TextFormat) -> String {
+    let mut notes = Vec::new();
+    if let Some(n) = &x.neighbour {
+        notes.push(format!(
+            "{} beside {}",
+            change(n.ratio),
+            code(format, &n.name)
+        ));
+    }
+    if let Some(n) = x.base.sampled_every.max(x.new.sampled_every) {
+        notes.push(format!("sampled 1/{n}"));
+    }
+    if notes.is_empty() {
+        x.verdict.name().to_string()
+    } else {
+        format!("{} ({})", x.verdict.name(), notes.join(", "))
+    }
 }
 
 /// The bottlenecks, one line each with its figures.
