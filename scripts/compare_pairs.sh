@@ -10,6 +10,7 @@
 #
 #   identical flagged: the comparisons of two normal sets that exited 1 (false alarms)
 #   slowdown caught:   the comparisons against the slowed set that exited 1 naming `forward`
+#                      (the span name, or a call path ending in it)
 #
 #   scripts/compare_pairs.sh       # LOAD="idle busy" PAIRS=10 RUNS=3 SLOWDOWN=20 THRESHOLDS="15 10"
 #   LOAD=busy PAIRS=3 scripts/compare_pairs.sh
@@ -75,7 +76,9 @@ change, beside = pct(fwd.get("change_pct")), pct(fwd.get("relative_change_pct"))
 decided = fwd.get("evidence", {}).get("decided_by", "—")
 shift = pct(rw["change_pct"]) + " " + rw["evidence"]["decided_by"]
 print(f"| {label} | {change} | {beside} | {decided} | {shift} | {status} | {flagged} |")
-names_forward = any(t["name"] == "forward" and t["verdict"] == "regression" for t in c["timings"])
+# `forward`, or a call path of it (`train;epoch;train_step;forward`).
+names_forward = any(t["name"].split(";")[-1] == "forward" and t["verdict"] == "regression"
+                    for t in c["timings"] + c["paths"])
 with open(sys.argv[4], "a") as tally:
     tally.write(f"{kind} {int(status == 1)} {int(names_forward)}\n")
 ' "$label" "$kind" "$status" "$dir/tally" "$threshold"

@@ -29,9 +29,9 @@
 //!   runs of the two sides do not overlap: every new run (divided by its factor) beyond every
 //!   baseline run, the way of the change. Otherwise it is [`Verdict::WithinNoise`]: the runs'
 //!   own spread, rather than a fixed noise figure, says what the noise is;
-//! - **the neighbour** ([`Neighbour`], two or more runs per side, call trees on every run): a
-//!   change the steps above leave undecided (within the threshold, within the noise or below
-//!   the minimum shift) is judged again beside the span name nearest to it in time per call
+//! - **the neighbour** ([`Neighbour`], call trees on every run): a change the other steps
+//!   leave undecided (within the threshold, within the noise, below the minimum shift, or for
+//!   one run per side a plain change within the threshold) is judged again beside the span name nearest to it in time per call
 //!   (on a log scale) that no call tree puts above or below it: each run's values divided by
 //!   that name's value in the run ÷ its baseline median. It is a regression (or an
 //!   improvement), [`Evidence::BesideNeighbour`], when beside the neighbour it is beyond the
@@ -39,7 +39,8 @@
 //!   beside the run-wide shift it moved the same way by more than the neighbour itself did
 //!   (else the neighbour is what changed). A machine's speed moves long arithmetic spans more
 //!   than short ones, so the run-wide shift can hide part of a long span's change; a neighbour
-//!   of like length moves with it;
+//!   of like length moves with it. With one run per side, the plain change need not show it:
+//!   the neighbour moves with the machine as the name does;
 //! - with **one run on a side**, there is no spread to compare with: the threshold decides, the
 //!   plain change of the two runs must be beyond it the same way too
 //!   ([`Evidence::PlainChangeWithin`] otherwise), and the comparison is marked low-confidence
@@ -475,10 +476,10 @@ pub enum Evidence {
     BeyondThresholdAndSpread,
     /// Beyond the threshold, and the plain change too, with one run on a side (low confidence).
     BeyondThreshold,
-    /// Two or more runs per side, not decided beside the run-wide shift, but beyond the
-    /// threshold beside the name's [`Neighbour`] (each run divided by the neighbour's change in
-    /// that run), every new run beyond every baseline run, and moved the same way beside the
-    /// run-wide shift by more than the neighbour itself did ([`TimingChange::neighbour`]).
+    /// Not decided beside the run-wide shift, but beyond the threshold beside the name's
+    /// [`Neighbour`] (each run divided by the neighbour's change in that run), every new run
+    /// beyond every baseline run, and moved the same way beside the run-wide shift by more than
+    /// the neighbour itself did ([`TimingChange::neighbour`]).
     BesideNeighbour,
     /// The run-wide shift with one run on a side: not judged, as one run per side cannot tell
     /// a busier machine from a change that slows everything.
@@ -1343,8 +1344,7 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
             .map(|p| {
                 let (leaf, metric) = (p.leaf.clone(), p.metric);
                 let mut t = judge_timing(p, of_metric, several, options);
-                let undecided = matches!(t.verdict, Verdict::Unchanged | Verdict::WithinNoise);
-                if several && undecided {
+                if matches!(t.verdict, Verdict::Unchanged | Verdict::WithinNoise) {
                     if let Some(c) = neighbours.of(&leaf, metric) {
                         beside_neighbour(&mut t, c, options.min_shift_ns);
                     }
@@ -2282,9 +2282,15 @@ mod tests {
             .iter()
             .chain(&c.paths)
             .all(|t| t.decided_by != Evidence::BesideNeighbour));
-        // One run per side: no neighbour step (no spread to require).
+        // One run per side: the same, though the plain change (+8 %) does not show it.
         let c = compare(&base_runs[..1], &new_runs[..1], &opts);
-        assert_ne!(timing(&c, "forward").decided_by, Evidence::BesideNeighbour);
+        let t = timing(&c, "forward");
+        assert_eq!(
+            (t.verdict, t.decided_by),
+            (Verdict::Regression, Evidence::BesideNeighbour),
+            "{t:?}"
+        );
+        assert!(c.low_confidence);
         // Without call trees, which names contain which is unknown: no neighbour step.
         let flat = |runs: &[Snapshot]| -> Vec<Snapshot> {
             runs.iter()

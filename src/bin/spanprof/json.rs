@@ -120,7 +120,7 @@ struct TimingJson<'a> {
 struct EvidenceJson<'a> {
     /// `too_few_calls`, `within_threshold`, `plain_change_within`, `below_min_shift`,
     /// `within_noise`, `beyond_threshold_and_noise` (two or more runs per side),
-    /// `beside_neighbour` (two or more runs per side, judged beside `neighbour`) or
+    /// `beside_neighbour` (judged beside `neighbour`) or
     /// `beyond_threshold` (one run on a side: low confidence).
     decided_by: &'static str,
     /// |new − base| of the medians, ns.
