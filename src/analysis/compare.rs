@@ -596,9 +596,9 @@ pub struct TimingChange {
 /// it undecided: of the names judged, the one nearest in time per call (on a log scale) that
 /// is neither above nor below it in any run's call tree.
 ///
-/// A machine's speed does not move every span name alike: on a shared machine, long
-/// arithmetic spans (a forward and a backward pass) slowed by up to ×2.2 between identical runs
-/// while short ones slowed by ×1.3, so beside the run-wide shift a long span's change carries
+/// A machine's speed does not move every span name alike: on a shared machine, between
+/// identical runs, a forward pass (matrix products) slowed by up to ×2.2, the backward pass by
+/// ×1.7 and short spans by ×1.25–1.7, so beside the run-wide shift a long span's change carries
 /// the machine's. A neighbour of like length and kind moves with it. A name's change beside its
 /// neighbour counts only when the name also moved that way beside the run-wide shift, by more
 /// than the neighbour did: otherwise the neighbour is what changed.
