@@ -1088,46 +1088,38 @@ impl<'a> Neighbours<'a> {
     /// up the call trees from its nodes and the name's.
     const TRIES: usize = 4;
 
-    /// The candidates: the names of `pending` with enough calls, a value in every run and a
-    /// baseline above 0.
-    fn new<'f>(
-        pending: &[Pending],
-        factors: impl Fn(Measure) -> Option<&'f Factors>,
+    /// The candidates: the span names judged (enough calls) with a value in every run and a
+    /// baseline above 0; a candidate's own change is its row's change beside the run.
+    fn new<'t>(
+        names: impl Iterator<Item = &'t TimingChange>,
         runs: [usize; 2],
-        min_calls: u64,
         relations: Option<Relations<'a>>,
     ) -> Self {
-        let candidates = pending
-            .iter()
-            .filter(|p| {
-                p.sides[0].median > 0.0
-                    && p.sides.iter().zip(runs).all(|(s, n)| {
-                        s.min_calls >= min_calls
-                            && s.values.len() == n
-                            && s.values.iter().all(|&v| v > 0.0)
-                    })
+        let candidates = names
+            .filter(|t| {
+                t.verdict != Verdict::TooFewCalls
+                    && t.base.median > 0.0
+                    && [&t.base, &t.new]
+                        .into_iter()
+                        .zip(runs)
+                        .all(|(s, n)| s.values.len() == n && s.values.iter().all(|&v| v > 0.0))
             })
-            .map(|p| {
-                let [bs, ns] = &p.sides;
-                let logs = [bs, ns].map(|s| {
+            .map(|t| {
+                let logs = [&t.base, &t.new].map(|s| {
                     let mut by_run = vec![0.0; s.values.len()];
                     for (&v, &run) in s.values.iter().zip(&s.runs) {
                         if let Some(slot) = by_run.get_mut(run) {
-                            *slot = (v / bs.median).ln();
+                            *slot = (v / t.base.median).ln();
                         }
                     }
                     by_run
                 });
-                let own_ratio = match factors(p.metric) {
-                    Some(f) => ratio(bs.relative(&f.base).median, ns.relative(&f.new).median),
-                    None => ratio(bs.median, ns.median),
-                };
                 Candidate {
-                    key: p.key.clone(),
-                    metric: p.metric,
-                    median: bs.median,
+                    key: (t.name.clone(), t.target.clone()),
+                    metric: t.metric,
+                    median: t.base.median,
                     logs,
-                    own_ratio,
+                    own_ratio: t.relative_ratio,
                 }
             })
             .collect();
@@ -1331,29 +1323,12 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
         .map(|m| (m, factors(&pending, m, runs, options.min_calls)))
         .collect();
     let of_metric = |m: Measure| all_factors.iter().find(|(x, _)| *x == m).map(|(_, f)| f);
-    let mut neighbours = Neighbours::new(
-        &pending,
-        of_metric,
-        runs,
-        options.min_calls,
-        Relations::new(base, new),
-    );
-    let mut judge_all = |pending: Vec<Pending>| {
-        let mut out: Vec<TimingChange> = pending
+    // Each name (or path) with the span name whose neighbour it is judged beside.
+    let judge_all = |pending: Vec<Pending>| -> Vec<(Key, TimingChange)> {
+        pending
             .into_iter()
-            .map(|p| {
-                let (leaf, metric) = (p.leaf.clone(), p.metric);
-                let mut t = judge_timing(p, of_metric, several, options);
-                if matches!(t.verdict, Verdict::Unchanged | Verdict::WithinNoise) {
-                    if let Some(c) = neighbours.of(&leaf, metric) {
-                        beside_neighbour(&mut t, c, options.min_shift_ns);
-                    }
-                }
-                t
-            })
-            .collect();
-        sort_timings(&mut out);
-        out
+            .map(|p| (p.leaf.clone(), judge_timing(p, of_metric, several, options)))
+            .collect()
     };
     let run_wide = run_wide(
         of_metric(options.metric).unwrap_or(&Factors::default()),
@@ -1362,6 +1337,24 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
         options,
     );
     let (path_pending, paths_only_in_base, paths_only_in_new) = compare_paths(base, new, options);
+    let (mut timings, mut paths) = (judge_all(pending), judge_all(path_pending));
+    let mut neighbours = Neighbours::new(
+        timings.iter().map(|(_, t)| t),
+        runs,
+        Relations::new(base, new),
+    );
+    for (leaf, t) in timings.iter_mut().chain(&mut paths) {
+        if matches!(t.verdict, Verdict::Unchanged | Verdict::WithinNoise) {
+            if let Some(c) = neighbours.of(leaf, t.metric) {
+                beside_neighbour(t, c, options.min_shift_ns);
+            }
+        }
+    }
+    let sorted = |rows: Vec<(Key, TimingChange)>| {
+        let mut out: Vec<TimingChange> = rows.into_iter().map(|(_, t)| t).collect();
+        sort_timings(&mut out);
+        out
+    };
     let mut budgets = Vec::new();
     for budget in &options.budgets {
         for (key, stats) in n.iter().filter(|(k, _)| glob_match(&budget.name, &k.0)) {
@@ -1393,12 +1386,12 @@ pub fn compare(base: &[Snapshot], new: &[Snapshot], options: &CompareOptions) ->
         new_runs: new.len(),
         low_confidence: !several,
         run_wide,
-        timings: judge_all(pending),
+        timings: sorted(timings),
         counts,
         budgets,
         only_in_base: only(&b, &n),
         only_in_new: only(&n, &b),
-        paths: judge_all(path_pending),
+        paths: sorted(paths),
         paths_only_in_base,
         paths_only_in_new,
     }
@@ -2333,36 +2326,9 @@ mod tests {
     fn a_neighbour_is_the_nearest_name_off_the_call_path() {
         let b = training();
         let runs = [b.clone(), b.clone()];
-        let options = CompareOptions::default();
-        let (by_base, by_new) = (by_name(&runs), by_name(&runs));
-        let pending: Vec<Pending> = by_base
-            .iter()
-            .map(|(key, base_stats)| {
-                let new_stats = &by_new[key];
-                Pending {
-                    key: key.clone(),
-                    leaf: key.clone(),
-                    metric: Measure::Typical,
-                    threshold_pct: 15.0,
-                    sides: sides_of(
-                        [base_stats.as_slice(), new_stats.as_slice()],
-                        Measure::Typical,
-                        |s| Measure::Typical.of(s),
-                        |s| &s.entry_busy,
-                        |s| Measure::Typical.calls(s),
-                        |_| None,
-                    ),
-                }
-            })
-            .collect();
+        let judged = compare(&runs, &runs, &CompareOptions::default()).timings;
         let key = |name: &str| (name.to_string(), "training_loop::workload".to_string());
-        let mut n = Neighbours::new(
-            &pending,
-            |_| None,
-            [2, 2],
-            options.min_calls,
-            Relations::new(&runs, &runs),
-        );
+        let mut n = Neighbours::new(judged.iter(), [2, 2], Relations::new(&runs, &runs));
         let of = |n: &mut Neighbours<'_>, name: &str| {
             n.of(&key(name), Measure::Typical).map(|c| c.key.0.clone())
         };
@@ -2373,7 +2339,7 @@ mod tests {
         assert_eq!(of(&mut n, "validate_batch").as_deref(), Some("loss"));
         // `evaluate` has 1 call a run: judged by no one, and no one's neighbour.
         assert_eq!(of(&mut n, "evaluate"), None);
-        let mut flat = Neighbours::new(&pending, |_| None, [2, 2], options.min_calls, None);
+        let mut flat = Neighbours::new(judged.iter(), [2, 2], None);
         assert_eq!(of(&mut flat, "forward"), None);
     }
 }
