@@ -172,6 +172,11 @@ impl std::str::FromStr for CpuClock {
 /// In strict mode ([`Builder::with_strict_env`], `SPANPROF_STRICT=1`) each of those is an
 /// error instead, naming the variable.
 ///
+/// A variable set in the environment that spanprof would ignore although it was likely meant
+/// for it gets one line on stderr too, in strict mode as well: a name one or two edits from one
+/// of the variables above (`SPANPROF_MAX_OVERHAED`: "did you mean `SPANPROF_MAX_OVERHEAD`?"),
+/// or one of them whose feature this build lacks.
+///
 /// The builder is not `Clone`: it owns the outputs of [`Builder::with_output`] and the GPU
 /// source of [`Builder::with_gpu_source`], which its one build hands to the profile.
 ///
@@ -704,6 +709,14 @@ impl Builder {
     /// [`Error::InvalidChromeOptions`], or [`Error::Io`] if the trace directory cannot be created.
     pub fn build(self) -> Result<(ProfileLayer, ProfileGuard)> {
         let read_env = self.read_env;
+        if read_env {
+            // A variable likely meant for spanprof that it would ignore: one line each.
+            use std::io::Write;
+            let names = std::env::vars_os().map(|(name, _)| name);
+            for line in crate::env::ignored_variables(names) {
+                let _ = writeln!(std::io::stderr().lock(), "{line}");
+            }
+        }
         self.build_from(|var| {
             // `RUST_LOG` is no setting: read for the line of a run that recorded nothing.
             if read_env || var == RUST_LOG {

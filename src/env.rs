@@ -74,6 +74,70 @@ pub const ENV_OUTPUT_FILTER: &str = "SPANPROF_OUTPUT_FILTER";
 #[cfg(feature = "cuda")]
 pub const ENV_GPU_SPANS: &str = "SPANPROF_GPU_SPANS";
 
+/// Every variable spanprof reads, with the feature of spanprof it needs and whether this build
+/// has it (`None`: read in every build).
+const VARIABLES: [(&str, Option<(&str, bool)>); 17] = [
+    ("SPANPROF", None),
+    ("SPANPROF_STRICT", None),
+    ("SPANPROF_FILTER", None),
+    ("SPANPROF_REPORT", None),
+    ("SPANPROF_TOP", None),
+    ("SPANPROF_OUT", None),
+    ("SPANPROF_SAMPLERS", None),
+    ("SPANPROF_INTERVAL_MS", None),
+    (
+        "SPANPROF_METRICS_ADDR",
+        Some(("http", cfg!(feature = "http"))),
+    ),
+    ("SPANPROF_GRID_G_PER_KWH", None),
+    ("SPANPROF_MAX_OVERHEAD", None),
+    ("SPANPROF_CPU_CLOCK", None),
+    ("SPANPROF_EVERY", None),
+    ("SPANPROF_STEP", None),
+    ("SPANPROF_TRACE", Some(("chrome", cfg!(feature = "chrome")))),
+    ("SPANPROF_OUTPUT_FILTER", None),
+    ("SPANPROF_GPU_SPANS", Some(("cuda", cfg!(feature = "cuda")))),
+];
+
+/// One warning line for each variable set in `names` that spanprof would ignore although it
+/// was likely meant for it: one of spanprof's variables that this build does not read (its
+/// feature is off), or a name one or two edits (a letter added, dropped, changed, or two
+/// swapped; case aside) from one of them, such as `SPANPROF_MAX_OVERHAED`. Other names are
+/// left alone: a program may have `SPANPROF_*` variables of its own.
+pub(crate) fn ignored_variables(
+    names: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    for name in names {
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if let Some((_, feature)) = VARIABLES.iter().find(|(known, _)| *known == name) {
+            if let Some((feature, false)) = feature {
+                lines.push(format!(
+                    "spanprof: {name} is set, but this build of spanprof does not read it \
+                     (its feature `{feature}` is off)"
+                ));
+            }
+            continue;
+        }
+        let upper = name.to_ascii_uppercase();
+        let nearest = VARIABLES
+            .iter()
+            .map(|(known, _)| (strsim::osa_distance(&upper, known), *known))
+            .filter(|&(distance, _)| distance <= 2)
+            .min();
+        if let Some((_, known)) = nearest {
+            lines.push(format!(
+                "spanprof: ignoring the environment variable {name}: spanprof reads no such \
+                 variable; did you mean {known}?"
+            ));
+        }
+    }
+    lines.sort();
+    lines
+}
+
 /// An environment of `(variable, value)` pairs, for tests of the rules that read it.
 #[cfg(test)]
 pub(crate) fn test_env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> {
@@ -86,5 +150,86 @@ pub(crate) fn test_env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<std::f
             .iter()
             .find(|(k, _)| k == var)
             .map(|(_, v)| std::ffi::OsString::from(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(names: &[&str]) -> Vec<String> {
+        ignored_variables(names.iter().map(std::ffi::OsString::from))
+    }
+
+    #[test]
+    fn a_name_one_or_two_edits_from_a_variable_is_named_with_it() {
+        for (typed, meant) in [
+            ("SPANPROF_MAX_OVERHAED", "SPANPROF_MAX_OVERHEAD"),
+            ("SPANPROF_FILTR", "SPANPROF_FILTER"),
+            ("SPANPORF_FILTER", "SPANPROF_FILTER"),
+            ("spanprof_out", "SPANPROF_OUT"),
+            ("SPANPROF_INTERVALMS", "SPANPROF_INTERVAL_MS"),
+            ("SPANPRO", "SPANPROF"),
+        ] {
+            let got = lines(&[typed]);
+            assert_eq!(got.len(), 1, "{typed}: {got:?}");
+            assert!(
+                got[0].contains(&format!("variable {typed}:"))
+                    && got[0].ends_with(&format!("did you mean {meant}?")),
+                "{typed}: {}",
+                got[0]
+            );
+        }
+    }
+
+    #[test]
+    fn spanprofs_own_names_and_names_far_from_them_are_left_alone() {
+        let always: Vec<&str> = VARIABLES
+            .iter()
+            .filter(|(_, feature)| feature.is_none())
+            .map(|(name, _)| *name)
+            .collect();
+        assert!(lines(&always).is_empty(), "{:?}", lines(&always));
+        // A program's own variables (these are the test suite's), and others.
+        let others = [
+            "SPANPROF_BLESS",
+            "SPANPROF_SIGNALS_OUT",
+            "SPANPROF_CTRLC_CHILD",
+            "SPANPROF_DROP_DIR",
+            "SPANPROF_SEQUENCE",
+            "SPANPROF_FUZZ_SEED",
+            "SPANPROF_CHROMIUM",
+            "SPANPROF_CRAFTED_NODES",
+            "SPANPROF_SAMPLER_CPU_SECS",
+            "RUST_LOG",
+            "PATH",
+        ];
+        assert!(lines(&others).is_empty(), "{:?}", lines(&others));
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStringExt;
+            let not_utf8 = std::ffi::OsString::from_vec(b"SPANPROF_\xff".to_vec());
+            assert!(ignored_variables([not_utf8]).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_variable_of_a_feature_this_build_lacks_is_said_to_be_ignored() {
+        for (name, feature) in VARIABLES {
+            let Some((feature, built)) = feature else {
+                continue;
+            };
+            let got = lines(&[name]);
+            if built {
+                assert!(got.is_empty(), "{name}: {got:?}");
+            } else {
+                assert_eq!(got.len(), 1, "{name}: {got:?}");
+                assert!(
+                    got[0].contains(name) && got[0].contains(&format!("feature `{feature}`")),
+                    "{}",
+                    got[0]
+                );
+            }
+        }
     }
 }

@@ -1080,6 +1080,8 @@ fn compare_takes_one_profile_per_side_without_the_separator() {
             "cli-slow.json",
         ][..],
         &["compare", "cli-base.json"][..],
+        // `--` with no new run after it.
+        &["compare", "cli-base.json", "--"][..],
     ] {
         let ran = spanprof(args);
         assert_eq!(ran.status, 2, "{args:?}: {}", ran.stdout);

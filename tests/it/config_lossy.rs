@@ -246,3 +246,45 @@ fn the_cpu_clock_follows_the_builder_and_the_environment_unless_it_is_off() {
         default
     );
 }
+
+/// A misspelt variable is named with the one meant, once, and the program goes on: in strict
+/// mode too, and not at all with `with_env(false)`, which reads no variable.
+#[test]
+fn a_misspelt_variable_is_named_with_the_one_meant() {
+    let misspelt: &[(&str, &str)] = &[("SPANPROF_MAX_OVERHAED", "1"), ("SPANPROF_FILTR", "x")];
+    let line = |typed: &str, meant: &str| {
+        format!(
+            "spanprof: ignoring the environment variable {typed}: spanprof reads no such \
+             variable; did you mean {meant}?"
+        )
+    };
+    for strict in [&[][..], &[("SPANPROF_STRICT", "1")][..]] {
+        let out = dir("misspelt");
+        let run = run_child("default", &out, &[misspelt, strict].concat());
+        assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
+        assert!(!run.stdout.contains("BUILD ERROR"), "{}", run.stdout);
+        let named: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.contains("did you mean"))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                line("SPANPROF_FILTR", "SPANPROF_FILTER"),
+                line("SPANPROF_MAX_OVERHAED", "SPANPROF_MAX_OVERHEAD"),
+            ],
+            "{}",
+            run.stderr
+        );
+        let profile = Snapshot::read_json(out.join("profile.json")).unwrap();
+        assert_eq!(profile.run.filter, None);
+        assert_eq!(profile.span("parse").unwrap().calls, 10);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let out = dir("misspelt-no-env");
+    let run = run_child("cpu-no-env", &out, misspelt);
+    assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
+    assert!(!run.stderr.contains("did you mean"), "{}", run.stderr);
+    let _ = std::fs::remove_dir_all(&out);
+}

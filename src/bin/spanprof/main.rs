@@ -294,8 +294,8 @@ fn run(command: Command) -> Result<ExitCode, BadInput> {
                 compare
                     .error(
                         clap::error::ErrorKind::WrongNumberOfValues,
-                        "without `--`, compare takes exactly two profiles (BASE NEW); for several \
-                         runs per side, put `--` between them: compare BASE... -- NEW...",
+                        "compare takes exactly two profiles (BASE NEW), or at least one on each \
+                         side of `--` for several runs per side: compare BASE... -- NEW...",
                     )
                     .exit()
             };
