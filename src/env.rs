@@ -77,25 +77,26 @@ pub const ENV_GPU_SPANS: &str = "SPANPROF_GPU_SPANS";
 /// Every variable spanprof reads, with the feature of spanprof it needs and whether this build
 /// has it (`None`: read in every build).
 const VARIABLES: [(&str, Option<(&str, bool)>); 17] = [
-    ("SPANPROF", None),
-    ("SPANPROF_STRICT", None),
-    ("SPANPROF_FILTER", None),
-    ("SPANPROF_REPORT", None),
-    ("SPANPROF_TOP", None),
-    ("SPANPROF_OUT", None),
-    ("SPANPROF_SAMPLERS", None),
-    ("SPANPROF_INTERVAL_MS", None),
+    (ENV_PRESET, None),
+    (ENV_STRICT, None),
+    (ENV_FILTER, None),
+    (ENV_REPORT, None),
+    (ENV_TOP, None),
+    (ENV_OUT, None),
+    (ENV_SAMPLERS, None),
+    (ENV_INTERVAL_MS, None),
+    // Named here in every build: its constant exists with its feature only.
     (
         "SPANPROF_METRICS_ADDR",
         Some(("http", cfg!(feature = "http"))),
     ),
-    ("SPANPROF_GRID_G_PER_KWH", None),
-    ("SPANPROF_MAX_OVERHEAD", None),
-    ("SPANPROF_CPU_CLOCK", None),
-    ("SPANPROF_EVERY", None),
-    ("SPANPROF_STEP", None),
+    (ENV_GRID, None),
+    (ENV_MAX_OVERHEAD, None),
+    (ENV_CPU_CLOCK, None),
+    (ENV_EVERY, None),
+    (ENV_STEP, None),
     ("SPANPROF_TRACE", Some(("chrome", cfg!(feature = "chrome")))),
-    ("SPANPROF_OUTPUT_FILTER", None),
+    (ENV_OUTPUT_FILTER, None),
     ("SPANPROF_GPU_SPANS", Some(("cuda", cfg!(feature = "cuda")))),
 ];
 
@@ -211,6 +212,18 @@ mod tests {
             let not_utf8 = std::ffi::OsString::from_vec(b"SPANPROF_\xff".to_vec());
             assert!(ignored_variables([not_utf8]).is_empty());
         }
+    }
+
+    #[test]
+    fn the_names_of_features_are_their_constants() {
+        let named = |var: &str| VARIABLES.iter().any(|(name, _)| *name == var);
+        #[cfg(feature = "http")]
+        assert!(named(ENV_METRICS_ADDR));
+        #[cfg(feature = "chrome")]
+        assert!(named(ENV_TRACE));
+        #[cfg(feature = "cuda")]
+        assert!(named(ENV_GPU_SPANS));
+        assert!(named(ENV_PRESET));
     }
 
     #[test]

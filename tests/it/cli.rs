@@ -1087,7 +1087,8 @@ fn compare_takes_one_profile_per_side_without_the_separator() {
         assert_eq!(ran.status, 2, "{args:?}: {}", ran.stdout);
         assert!(ran.stdout.is_empty(), "{}", ran.stdout);
         assert!(
-            ran.stderr.contains("exactly two profiles") && ran.stderr.contains("`--`"),
+            ran.stderr.contains("exactly two profiles")
+                && ran.stderr.contains("at least one on each side of `--`"),
             "{}",
             ran.stderr
         );
